@@ -1,0 +1,186 @@
+package meshsim
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// identityProc simulates the identity controller of one identity pod (linkerd2
+// controller/cmd/identity + pkg/identity).
+//
+// At start it reads the trust roots from its mounted ConfigMap ONCE and loads the issuer from its
+// mounted Secret, verifying it against those roots for the name identity.<ns>.<trust-domain>; a
+// failure is log.Fatalf upstream, so the container exits and the kubelet restarts it with
+// CrashLoopBackOff — and each restart reads the roots and the issuer again. While running it
+// reloads the issuer when the Secret volume changes, verifying the new one against its START-UP
+// roots: IssuerUpdateSkipped (Warning) keeps the old issuer, IssuerUpdated (Normal) switches.
+type identityProc struct {
+	mesh *Mesh
+	pod  PodRef
+
+	mu        sync.Mutex
+	roots     *rootSet
+	issuer    *issuerCreds
+	lastData  []byte // tls.crt+tls.key last loaded, to react only to volume content changes
+	deploy    *appsv1.Deployment
+	starts    int
+	lastErr   string
+	timer     clock.Timer
+	stopped   bool
+	startedAt time.Time
+}
+
+// IdentityState is the ground truth of one identity controller.
+type IdentityState struct {
+	Pod                     PodRef
+	Ready                   bool // initialised with an issuer that chains to its roots
+	Starts                  int  // container starts, including CrashLoopBackOff restarts
+	LastError               string
+	RootFingerprints        []string
+	IssuerFingerprint       string
+	IssuerAnchorFingerprint string // fingerprint of the root in its start-up roots the issuer chains to
+}
+
+// start runs the container's start-up; on failure it schedules the kubelet's restart.
+func (id *identityProc) start() {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.stopped {
+		return
+	}
+	id.starts++
+	err := id.initialize()
+	if err == nil {
+		id.lastErr = ""
+		klog.InfoS("Identity controller started", "pod", id.pod, "issuer", Fingerprint(id.issuer.chain[0]))
+		id.mesh.identityChanged()
+		return
+	}
+	id.lastErr = err.Error()
+	id.roots, id.issuer = nil, nil
+	backoff := id.mesh.cfg.CrashLoopBackoff << min(id.starts-1, 5)
+	if backoff > 5*time.Minute {
+		backoff = 5 * time.Minute
+	}
+	klog.InfoS("Identity controller failed to start (the container exits); kubelet restarts it after back-off",
+		"pod", id.pod, "err", err, "backoff", backoff)
+	id.mesh.recordPodEvent(id.pod, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container identity: "+err.Error())
+	id.timer = id.mesh.clock.AfterFunc(backoff, id.start)
+}
+
+func (id *identityProc) initialize() error {
+	bundle, ok := id.mesh.configMapValue(id.mesh.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
+	if !ok {
+		return fmt.Errorf("reading trust roots: configmap %s/%s key %s not found", id.mesh.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
+	}
+	roots, err := parseRoots(bundle)
+	if err != nil {
+		return fmt.Errorf("failed to read trust anchors: %w", err)
+	}
+	deploy, err := id.mesh.deployment(id.mesh.cfg.LinkerdNamespace, IdentityDeployment)
+	if err != nil {
+		return fmt.Errorf("failed to construct k8s event recorder: %w", err)
+	}
+	crt, key, ok := id.mesh.issuerSecret()
+	if !ok {
+		return fmt.Errorf("failed to initialize identity service: failed to read CA from disk: secret %s/%s not found", id.mesh.cfg.LinkerdNamespace, IssuerSecret)
+	}
+	issuer, err := loadIssuer(crt, key, roots.pool, id.expectedName(), id.mesh.clock.Now())
+	if err != nil {
+		return fmt.Errorf("failed to initialize identity service: %w", err)
+	}
+	id.roots, id.issuer, id.deploy = roots, issuer, deploy
+	id.lastData = append(append([]byte{}, crt...), key...)
+	id.startedAt = id.mesh.clock.Now()
+	return nil
+}
+
+func (id *identityProc) expectedName() string {
+	return issuerExpectedName(id.mesh.cfg.LinkerdNamespace, id.mesh.cfg.TrustDomain)
+}
+
+// issuerVolumeChanged is called (after the volume refresh delay) when the issuer Secret changed.
+func (id *identityProc) issuerVolumeChanged() {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.stopped || id.issuer == nil {
+		return // not running: the next start reads the Secret anyway
+	}
+	crt, key, ok := id.mesh.issuerSecret()
+	if !ok {
+		return // the kubelet keeps the last content of a deleted Secret's volume
+	}
+	data := append(append([]byte{}, crt...), key...)
+	if bytes.Equal(data, id.lastData) {
+		return // no file changed, no fsnotify event
+	}
+	id.lastData = data
+	issuer, err := loadIssuer(crt, key, id.roots.pool, id.expectedName(), id.mesh.clock.Now())
+	if err != nil {
+		msg := fmt.Sprintf("Skipping issuer update as certs could not be read from disk: %s", err)
+		klog.InfoS("Identity issuer update skipped", "pod", id.pod, "err", err)
+		id.mesh.recordEvent(id.deploy, corev1.EventTypeWarning, EventIssuerUpdateSkipped, msg)
+		return
+	}
+	id.issuer = issuer
+	klog.InfoS("Identity issuer updated", "pod", id.pod, "issuer", Fingerprint(issuer.chain[0]))
+	id.mesh.recordEvent(id.deploy, corev1.EventTypeNormal, EventIssuerUpdated, "Updated identity issuer")
+}
+
+// certify signs a workload certificate (pkg/identity Service.Certify).
+func (id *identityProc) certify(identity string, pub crypto.PublicKey) ([]*x509.Certificate, error) {
+	id.mu.Lock()
+	issuer := id.issuer
+	id.mu.Unlock()
+	if issuer == nil {
+		return nil, errors.New("cert issuer not ready yet")
+	}
+	return signLeaf(issuer, identity, pub, id.mesh.clock.Now(), id.mesh.cfg.IssuanceLifetime, id.mesh.cfg.ClockSkewAllowance)
+}
+
+func (id *identityProc) ready() bool {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return !id.stopped && id.issuer != nil
+}
+
+func (id *identityProc) stop() {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.stopped = true
+	if id.timer != nil {
+		id.timer.Stop()
+	}
+}
+
+func (id *identityProc) state() IdentityState {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	s := IdentityState{Pod: id.pod, Ready: !id.stopped && id.issuer != nil, Starts: id.starts, LastError: id.lastErr}
+	if id.roots != nil {
+		s.RootFingerprints = append([]string(nil), id.roots.fingerprints...)
+	}
+	if id.issuer != nil {
+		s.IssuerFingerprint = Fingerprint(id.issuer.chain[0])
+		inter := x509.NewCertPool()
+		for _, c := range id.issuer.chain[1:] {
+			inter.AddCert(c)
+		}
+		if chains, err := id.issuer.chain[0].Verify(x509.VerifyOptions{Roots: id.roots.pool, Intermediates: inter,
+			CurrentTime: id.mesh.clock.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err == nil && len(chains) > 0 {
+			c := chains[0]
+			s.IssuerAnchorFingerprint = Fingerprint(c[len(c)-1])
+		}
+	}
+	return s
+}

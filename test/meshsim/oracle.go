@@ -1,0 +1,610 @@
+package meshsim
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// PodRef names a meshed pod.
+type PodRef struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+}
+
+func (p PodRef) String() string { return p.Namespace + "/" + p.Name }
+
+// Violation kinds.
+const (
+	// ViolationUntrustedChain: a pod's issuer chain does not validate against another pod's roots.
+	ViolationUntrustedChain = "UntrustedChain"
+	// ViolationInvalidLeaf: a pod presents a leaf that is expired, not yet valid, or not signed by
+	// the issuer it presents, so no peer accepts it.
+	ViolationInvalidLeaf = "InvalidLeaf"
+)
+
+// Violation is one episode of broken mTLS: from Start until End (zero while ongoing), every pod
+// of one equivalence class of roots rejected the live chain of every pod of one class of chains.
+// Server and Client are one example pair; Pairs is the largest number of ordered (client, server)
+// pod pairs affected at once during the episode.
+type Violation struct {
+	Kind     string
+	Server   PodRef // presents the chain
+	Client   PodRef // holds the roots that reject it
+	Pairs    int
+	Reason   string
+	Start    time.Time
+	LastSeen time.Time
+	End      time.Time
+}
+
+func (v Violation) String() string {
+	end := "ongoing"
+	if !v.End.IsZero() {
+		end = "until " + v.End.Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("%s: %s's chain rejected by %s's roots (%d pod pairs) since %s %s: %s",
+		v.Kind, v.Server, v.Client, v.Pairs, v.Start.Format(time.RFC3339Nano), end, v.Reason)
+}
+
+// OracleStatus is the outcome of the oracle's latest check.
+type OracleStatus struct {
+	Time                   time.Time
+	Checks                 uint64
+	Pods                   int // meshed pods with a running proxy
+	PodsWithCertificate    int
+	PodsWithoutCertificate int // not violations: a proxy without a certificate serves no mTLS yet
+	RootClasses            int
+	ChainClasses           int
+	ActiveViolations       int // ongoing episodes
+	ViolatingPairs         int // ordered pod pairs failing now
+	TotalViolations        int // episodes ever recorded
+}
+
+// Oracle checks the mesh's mTLS safety: every meshed pod's live chain must validate against every
+// other meshed pod's roots, both directions, at the current time.
+//
+// It scales by equivalence classes. A proxy's roots are a set, so pods with the same set share a
+// root class. A leaf is checked once, when installed, for its signature by the issuer it presents
+// (then only its validity window matters over time), so pods whose chains carry the same issuer
+// certificates share a chain class. A check is then one x509 verification per (root class, chain
+// class) pair — cached until a certificate involved crosses a validity boundary — plus an O(pods)
+// scan of leaf validity windows.
+type Oracle struct {
+	clock clock.WithTicker
+	tick  time.Duration
+
+	mu       sync.Mutex
+	members  map[types.UID]*member
+	rootCls  map[string]*rootClass
+	chainCls map[string]*chainClass
+	cache    map[string]pairResult
+	active   map[string]*Violation
+	history  []*Violation
+	status   OracleStatus
+	changed  chan struct{} // closed and replaced after every check
+	kick     chan struct{}
+	metrics  *oracleMetrics
+}
+
+type member struct {
+	pod      PodRef
+	roots    *rootSet
+	chain    []*x509.Certificate
+	chainKey string
+	leafErr  string // a defect of the leaf itself found at install (bad signature)
+}
+
+type rootClass struct {
+	rs      *rootSet
+	members map[types.UID]*member
+}
+
+type chainClass struct {
+	key string
+	// target is the part of the chain verified per root class: the issuer chain (chain[1:]) when
+	// the leaf is signed by chain[1], else the whole chain.
+	target  []*x509.Certificate
+	members map[types.UID]*member
+}
+
+type pairResult struct {
+	err        string
+	validFrom  time.Time
+	validUntil time.Time
+}
+
+type oracleMetrics struct {
+	violations prometheus.Counter
+	active     prometheus.Gauge
+	pairs      prometheus.Gauge
+	pods       *prometheus.GaugeVec
+	checks     prometheus.Counter
+}
+
+// NewOracle makes an oracle that runs a full check every tick (and after changes) once Run is
+// called. reg may be nil.
+func NewOracle(clk clock.WithTicker, tick time.Duration, reg prometheus.Registerer) *Oracle {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if tick <= 0 {
+		tick = time.Second
+	}
+	m := &oracleMetrics{
+		violations: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshsim_oracle_violations_total",
+			Help: "mTLS violation episodes recorded by the oracle (a root class rejecting a chain class, or an invalid leaf)."}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshsim_oracle_active_violations",
+			Help: "mTLS violation episodes ongoing at the last check."}),
+		pairs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshsim_oracle_violating_pod_pairs",
+			Help: "Ordered (client, server) meshed pod pairs whose mTLS would fail at the last check."}),
+		pods: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshsim_oracle_pods",
+			Help: "Meshed pods with a running proxy, by whether they hold a certificate."}, []string{"certificate"}),
+		checks: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshsim_oracle_checks_total",
+			Help: "Full checks run by the oracle."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.violations, m.active, m.pairs, m.pods, m.checks} {
+			_ = reg.Register(c)
+		}
+	}
+	return &Oracle{
+		clock: clk, tick: tick,
+		members: map[types.UID]*member{}, rootCls: map[string]*rootClass{}, chainCls: map[string]*chainClass{},
+		cache: map[string]pairResult{}, active: map[string]*Violation{},
+		changed: make(chan struct{}), kick: make(chan struct{}, 1), metrics: m,
+	}
+}
+
+// Run checks on every tick and after every change until ctx ends.
+func (o *Oracle) Run(ctx context.Context) {
+	t := o.clock.NewTicker(o.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-o.kick:
+		}
+		o.Check()
+	}
+}
+
+func (o *Oracle) requestCheck() {
+	select {
+	case o.kick <- struct{}{}:
+	default:
+	}
+}
+
+// setRoots records a proxy's roots at its start, and verifies every chain class against them at
+// once, so a violation caused by this change is recorded at the moment of the change.
+func (o *Oracle) setRoots(pod PodRef, rs *rootSet) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m := o.member(pod)
+	if m.roots != nil {
+		o.leaveRoots(m)
+	}
+	m.roots = rs
+	rc := o.rootCls[rs.key]
+	if rc == nil {
+		rc = &rootClass{rs: rs, members: map[types.UID]*member{}}
+		o.rootCls[rs.key] = rc
+	}
+	rc.members[pod.UID] = m
+	now := o.clock.Now()
+	for _, cc := range o.chainCls {
+		o.checkPair(rc, cc, now, nil, m)
+	}
+	o.requestCheck()
+}
+
+// setChain records a proxy's new live chain and verifies it against every root class at once.
+func (o *Oracle) setChain(pod PodRef, chain []*x509.Certificate) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m := o.member(pod)
+	if m.chain != nil {
+		o.leaveChain(m)
+	}
+	m.chain = chain
+	target := chain
+	m.leafErr = ""
+	if len(chain) >= 2 {
+		if err := chain[0].CheckSignatureFrom(chain[1]); err == nil {
+			target = chain[1:]
+		} else {
+			m.leafErr = "leaf is not signed by the issuer it presents: " + err.Error()
+		}
+	}
+	m.chainKey = chainKey(target)
+	cc := o.chainCls[m.chainKey]
+	if cc == nil {
+		cc = &chainClass{key: m.chainKey, target: target, members: map[types.UID]*member{}}
+		o.chainCls[m.chainKey] = cc
+	}
+	cc.members[pod.UID] = m
+	now := o.clock.Now()
+	for _, rc := range o.rootCls {
+		o.checkPair(rc, cc, now, nil, m)
+	}
+	o.checkLeaf(m, now, nil)
+	o.requestCheck()
+}
+
+// remove forgets a proxy (its pod stopped running). Episodes it caused end at the next check.
+func (o *Oracle) remove(uid types.UID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m := o.members[uid]
+	if m == nil {
+		return
+	}
+	if m.roots != nil {
+		o.leaveRoots(m)
+	}
+	if m.chain != nil {
+		o.leaveChain(m)
+	}
+	delete(o.members, uid)
+	o.requestCheck()
+}
+
+func (o *Oracle) member(pod PodRef) *member {
+	m := o.members[pod.UID]
+	if m == nil {
+		m = &member{pod: pod}
+		o.members[pod.UID] = m
+	}
+	return m
+}
+
+func (o *Oracle) leaveRoots(m *member) {
+	if rc := o.rootCls[m.roots.key]; rc != nil {
+		delete(rc.members, m.pod.UID)
+		if len(rc.members) == 0 {
+			delete(o.rootCls, m.roots.key)
+		}
+	}
+}
+
+func (o *Oracle) leaveChain(m *member) {
+	if cc := o.chainCls[m.chainKey]; cc != nil {
+		delete(cc.members, m.pod.UID)
+		if len(cc.members) == 0 {
+			delete(o.chainCls, m.chainKey)
+		}
+	}
+}
+
+func chainKey(certs []*x509.Certificate) string {
+	h := sha256.New()
+	for _, c := range certs {
+		h.Write(c.Raw)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Check runs a full check now and returns its status.
+func (o *Oracle) Check() OracleStatus {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.clock.Now()
+	seen := map[string]bool{}
+	violatingPairs := 0
+	for _, rc := range o.rootCls {
+		for _, cc := range o.chainCls {
+			violatingPairs += o.checkPair(rc, cc, now, seen, nil)
+		}
+	}
+	withCert := 0
+	for _, m := range o.members {
+		if m.chain == nil {
+			continue
+		}
+		withCert++
+		violatingPairs += o.checkLeaf(m, now, seen)
+	}
+	for key, v := range o.active {
+		if !seen[key] {
+			v.End = now
+			delete(o.active, key)
+		}
+	}
+	// Drop cache entries of classes that no longer exist.
+	if len(o.cache) > 4*(len(o.rootCls)*len(o.chainCls)+16) {
+		o.cache = map[string]pairResult{}
+	}
+	o.status = OracleStatus{
+		Time: now, Checks: o.status.Checks + 1, Pods: len(o.members),
+		PodsWithCertificate: withCert, PodsWithoutCertificate: len(o.members) - withCert,
+		RootClasses: len(o.rootCls), ChainClasses: len(o.chainCls),
+		ActiveViolations: len(o.active), ViolatingPairs: violatingPairs, TotalViolations: len(o.history),
+	}
+	o.metrics.checks.Inc()
+	o.metrics.active.Set(float64(len(o.active)))
+	o.metrics.pairs.Set(float64(violatingPairs))
+	o.metrics.pods.WithLabelValues("true").Set(float64(withCert))
+	o.metrics.pods.WithLabelValues("false").Set(float64(len(o.members) - withCert))
+	close(o.changed)
+	o.changed = make(chan struct{})
+	return o.status
+}
+
+// checkPair verifies one chain class against one root class and records a violation if it
+// fails. It returns the number of ordered pod pairs (client in rc, server in cc, client ≠
+// server) that fail. seen, when set, collects the keys of ongoing violations. When changed is
+// set (an incremental check after one proxy changed), only the pairs involving that proxy are
+// counted, which keeps a change O(classes) rather than O(pods); the next full check recounts.
+func (o *Oracle) checkPair(rc *rootClass, cc *chainClass, now time.Time, seen map[string]bool, changed *member) int {
+	if len(rc.members) == 0 || len(cc.members) == 0 {
+		return 0
+	}
+	if len(rc.members) == 1 && len(cc.members) == 1 {
+		for uid := range rc.members {
+			if _, same := cc.members[uid]; same {
+				return 0 // a pod is not its own peer
+			}
+		}
+	}
+	key := rc.rs.key + "|" + cc.key
+	res, ok := o.cache[key]
+	if !ok || now.Before(res.validFrom) || !now.Before(res.validUntil) {
+		res = pairResult{}
+		if err := verifyChain(cc.target, rc.rs.pool, "", now); err != nil {
+			res.err = err.Error()
+		}
+		res.validFrom, res.validUntil = validityInterval(now, cc.target, rc.rs.certs)
+		o.cache[key] = res
+	}
+	if res.err == "" {
+		return 0
+	}
+	var client, server PodRef
+	var pairs int
+	if changed != nil {
+		client, server, pairs = pairsWith(changed, rc.members, cc.members)
+	} else {
+		client, server, pairs = examplePair(rc.members, cc.members)
+	}
+	if pairs == 0 {
+		return 0
+	}
+	o.record("chain|"+key, ViolationUntrustedChain, server, client, pairs, res.err, now, seen)
+	return pairs
+}
+
+// pairsWith counts the failing pairs that involve the changed member: as a server (its chain in
+// chains) against every other client of roots, or as a client (its roots) against every other
+// server of chains.
+func pairsWith(m *member, roots, chains map[types.UID]*member) (client, server PodRef, pairs int) {
+	if _, ok := chains[m.pod.UID]; ok {
+		for _, c := range roots {
+			if c.pod.UID != m.pod.UID {
+				if pairs == 0 {
+					client, server = c.pod, m.pod
+				}
+				pairs = len(roots)
+				if _, self := roots[m.pod.UID]; self {
+					pairs--
+				}
+				break
+			}
+		}
+	}
+	if _, ok := roots[m.pod.UID]; ok {
+		for _, s := range chains {
+			if s.pod.UID != m.pod.UID {
+				if pairs == 0 {
+					client, server = m.pod, s.pod
+				}
+				n := len(chains)
+				if _, self := chains[m.pod.UID]; self {
+					n--
+				}
+				pairs += n
+				break
+			}
+		}
+	}
+	return client, server, pairs
+}
+
+// checkLeaf records a violation for a pod whose leaf no peer accepts.
+func (o *Oracle) checkLeaf(m *member, now time.Time, seen map[string]bool) int {
+	leaf := m.chain[0]
+	reason := m.leafErr
+	switch {
+	case reason != "":
+	case now.After(leaf.NotAfter):
+		reason = fmt.Sprintf("leaf certificate expired at %s", leaf.NotAfter.Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		reason = fmt.Sprintf("leaf certificate not valid before %s", leaf.NotBefore.Format(time.RFC3339))
+	default:
+		return 0
+	}
+	var client PodRef
+	peers := 0
+	for _, p := range o.members {
+		if p.roots != nil && p.pod.UID != m.pod.UID {
+			if peers == 0 {
+				client = p.pod
+			}
+			peers++
+		}
+	}
+	if peers == 0 {
+		return 0
+	}
+	o.record("leaf|"+string(m.pod.UID)+"|"+chainKey(m.chain[:1]), ViolationInvalidLeaf, m.pod, client, peers, reason, now, seen)
+	return peers
+}
+
+func (o *Oracle) record(key, kind string, server, client PodRef, pairs int, reason string, now time.Time, seen map[string]bool) {
+	if seen != nil {
+		seen[key] = true
+	}
+	v := o.active[key]
+	if v == nil {
+		v = &Violation{Kind: kind, Server: server, Client: client, Reason: reason, Start: now}
+		o.active[key] = v
+		o.history = append(o.history, v)
+		o.metrics.violations.Inc()
+	}
+	v.LastSeen = now
+	if pairs > v.Pairs {
+		v.Pairs = pairs
+	}
+}
+
+// examplePair counts ordered pairs (client from roots, server from chains, distinct pods) and
+// returns one of them.
+func examplePair(roots, chains map[types.UID]*member) (client, server PodRef, pairs int) {
+	overlap := 0
+	small, big := roots, chains
+	if len(chains) < len(roots) {
+		small, big = chains, roots
+	}
+	for uid := range small {
+		if _, ok := big[uid]; ok {
+			overlap++
+		}
+	}
+	pairs = len(roots)*len(chains) - overlap
+	if pairs == 0 {
+		return
+	}
+	for _, s := range chains {
+		for _, c := range roots {
+			if c.pod.UID != s.pod.UID {
+				return c.pod, s.pod, pairs
+			}
+		}
+	}
+	return
+}
+
+// validityInterval is the time interval around now in which no certificate involved crosses a
+// NotBefore / NotAfter boundary, so a verification result stays true.
+func validityInterval(now time.Time, sets ...[]*x509.Certificate) (from, until time.Time) {
+	from = time.Time{}
+	until = now.Add(24 * time.Hour)
+	for _, certs := range sets {
+		for _, c := range certs {
+			for _, b := range []time.Time{c.NotBefore, c.NotAfter.Add(time.Second)} {
+				if b.After(now) && b.Before(until) {
+					until = b
+				}
+				if !b.After(now) && b.After(from) {
+					from = b
+				}
+			}
+		}
+	}
+	return from, until
+}
+
+// Status returns the outcome of the latest check.
+func (o *Oracle) Status() OracleStatus {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := o.status
+	s.ActiveViolations = len(o.active)
+	s.TotalViolations = len(o.history)
+	return s
+}
+
+// Violations returns every violation episode recorded so far, oldest first.
+func (o *Oracle) Violations() []Violation {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]Violation, 0, len(o.history))
+	for _, v := range o.history {
+		out = append(out, *v)
+	}
+	return out
+}
+
+// ViolationCount is the number of violation episodes recorded so far.
+func (o *Oracle) ViolationCount() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.history)
+}
+
+// ViolationsSince returns the episodes that were ongoing at some time at or after t.
+func (o *Oracle) ViolationsSince(t time.Time) []Violation {
+	var out []Violation
+	for _, v := range o.Violations() {
+		if v.End.IsZero() || !v.End.Before(t) {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
+	return out
+}
+
+// CheckNoViolationsSince runs a check now and returns an error listing every episode ongoing at
+// or after t; nil means mTLS held throughout.
+func (o *Oracle) CheckNoViolationsSince(t time.Time) error {
+	o.Check()
+	vs := o.ViolationsSince(t)
+	if len(vs) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%d mTLS violation(s) since %s:", len(vs), t.Format(time.RFC3339Nano))
+	for i, v := range vs {
+		if i == 10 {
+			msg += fmt.Sprintf("\n  … and %d more", len(vs)-10)
+			break
+		}
+		msg += "\n  " + v.String()
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+// WaitFor blocks until cond holds for the oracle's status (evaluated after every check) or ctx
+// ends.
+func (o *Oracle) WaitFor(ctx context.Context, cond func(OracleStatus) bool) error {
+	for {
+		o.mu.Lock()
+		s, ch := o.status, o.changed
+		s.ActiveViolations, s.TotalViolations = len(o.active), len(o.history)
+		o.mu.Unlock()
+		if cond(s) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the oracle (last status %+v): %w", s, ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+// WaitForViolation blocks until at least one violation episode started at or after t.
+func (o *Oracle) WaitForViolation(ctx context.Context, t time.Time) (Violation, error) {
+	var found Violation
+	err := o.WaitFor(ctx, func(OracleStatus) bool {
+		for _, v := range o.ViolationsSince(t) {
+			if !v.Start.Before(t) {
+				found = v
+				return true
+			}
+		}
+		return false
+	})
+	return found, err
+}

@@ -1,0 +1,243 @@
+package meshsim
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/apimachinery/pkg/types"
+	testclock "k8s.io/utils/clock/testing"
+)
+
+func pod(i int) PodRef {
+	return PodRef{Namespace: "ns", Name: fmt.Sprintf("p%d", i), UID: types.UID(fmt.Sprintf("uid-%d", i))}
+}
+
+type rotationPKI struct {
+	now              time.Time
+	oldRoot, newRoot *testCA
+	oldIss, newIss   *testCA
+	oldOnly, newOnly *rootSet
+	both             *rootSet
+}
+
+func newRotationPKI(t *testing.T, now time.Time) *rotationPKI {
+	p := &rotationPKI{now: now}
+	p.oldRoot = newTestRoot(t, "old", now.Add(-time.Hour), now.Add(240*time.Hour))
+	p.newRoot = newTestRoot(t, "new", now.Add(-time.Hour), now.Add(240*time.Hour))
+	p.oldIss = p.oldRoot.issue(t, now.Add(-time.Hour), now.Add(48*time.Hour))
+	p.newIss = p.newRoot.issue(t, now.Add(-time.Hour), now.Add(48*time.Hour))
+	p.oldOnly = newRootSet([]*x509.Certificate{p.oldRoot.cert})
+	p.newOnly = newRootSet([]*x509.Certificate{p.newRoot.cert})
+	p.both = newRootSet([]*x509.Certificate{p.newRoot.cert, p.oldRoot.cert, p.newRoot.cert})
+	return p
+}
+
+func TestOracleTrueNegativeDuringCorrectRotation(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	p := newRotationPKI(t, clk.Now())
+	o := NewOracle(clk, time.Second, nil)
+	// Pods trust old+new; some hold old-issuer certs, some new-issuer certs: all safe.
+	for i := 0; i < 6; i++ {
+		o.setRoots(pod(i), p.both)
+		iss := p.oldIss
+		if i%2 == 0 {
+			iss = p.newIss
+		}
+		o.setChain(pod(i), iss.leaf(t, "a.ns.serviceaccount.identity.linkerd.cluster.local", clk.Now(), time.Hour))
+	}
+	// Plus a pod that trusts only the new root with a new-issuer cert: it rejects old certs!
+	s := o.Check()
+	if s.ActiveViolations != 0 || s.TotalViolations != 0 {
+		t.Fatalf("violations in a safe mesh: %+v %v", s, o.Violations())
+	}
+	if s.RootClasses != 1 || s.ChainClasses != 2 || s.PodsWithCertificate != 6 {
+		t.Errorf("classes = %d roots × %d chains, %d pods with certs; want 1 × 2, 6", s.RootClasses, s.ChainClasses, s.PodsWithCertificate)
+	}
+	if err := o.CheckNoViolationsSince(clk.Now().Add(-time.Hour)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestOracleTruePositives(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	p := newRotationPKI(t, clk.Now())
+	reg := prometheus.NewRegistry()
+	o := NewOracle(clk, time.Second, reg)
+	start := clk.Now()
+	// Wrong order (b): pod 0 trusts only the new root while pods 1..3 still present old-chain certs.
+	o.setRoots(pod(0), p.newOnly)
+	o.setChain(pod(0), p.newIss.leaf(t, "x", clk.Now(), time.Hour))
+	for i := 1; i <= 3; i++ {
+		o.setRoots(pod(i), p.both)
+		o.setChain(pod(i), p.oldIss.leaf(t, "y", clk.Now(), time.Hour))
+	}
+	// The violation is recorded at the change, before any full check.
+	if n := o.ViolationCount(); n != 1 {
+		t.Fatalf("violations recorded on change = %d, want 1: %v", n, o.Violations())
+	}
+	s := o.Check()
+	if s.ViolatingPairs != 3 || s.ActiveViolations != 1 {
+		t.Fatalf("status %+v, want 3 violating pairs (pod0 rejects pods 1-3) in 1 episode", s)
+	}
+	v := o.Violations()[0]
+	if v.Kind != ViolationUntrustedChain || v.Client != pod(0) || v.Server.Name == "p0" || v.Pairs != 3 || v.Reason == "" {
+		t.Errorf("violation = %+v", v)
+	}
+	if err := o.CheckNoViolationsSince(start); err == nil {
+		t.Error("CheckNoViolationsSince passed with a violation")
+	}
+	if got := metricValue(o.metrics.violations); got != 1 {
+		t.Errorf("violations_total = %v", got)
+	}
+	if got := metricValue(o.metrics.pairs); got != 3 {
+		t.Errorf("violating_pod_pairs = %v", got)
+	}
+	// The episode ends when the offending pod leaves; later checks are clean.
+	clk.Step(time.Second)
+	o.remove(pod(0).UID)
+	s = o.Check()
+	if s.ActiveViolations != 0 {
+		t.Fatalf("violation still active after the pod left: %+v", s)
+	}
+	if got := o.Violations()[0]; got.End.IsZero() {
+		t.Error("episode has no end")
+	}
+	clk.Step(time.Second)
+	if err := o.CheckNoViolationsSince(clk.Now()); err != nil {
+		t.Errorf("a finished episode counted as recent: %v", err)
+	}
+	if len(o.ViolationsSince(start)) != 1 {
+		t.Error("ViolationsSince(start) lost the episode")
+	}
+
+	// Wrong order (a): data plane trusts only the old root, a restarted pod holds a new-issuer cert.
+	o.setRoots(pod(10), p.oldOnly)
+	o.setChain(pod(10), p.oldIss.leaf(t, "z", clk.Now(), time.Hour))
+	o.setRoots(pod(11), p.both)
+	o.setChain(pod(11), p.newIss.leaf(t, "w", clk.Now(), time.Hour))
+	s = o.Check()
+	found := false
+	for _, v := range o.ViolationsSince(clk.Now()) {
+		if v.Client == pod(10) && v.Server == pod(11) {
+			found = true
+		}
+	}
+	if !found || s.ViolatingPairs == 0 {
+		t.Errorf("new-issuer cert vs old-only roots not reported: %+v %v", s, o.Violations())
+	}
+}
+
+func TestOracleExpiredLeafAndPodsWithoutCertificates(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	p := newRotationPKI(t, clk.Now())
+	o := NewOracle(clk, time.Second, nil)
+	o.setRoots(pod(0), p.oldOnly)
+	o.setRoots(pod(1), p.oldOnly)
+	o.setRoots(pod(2), p.oldOnly) // never gets a certificate
+	o.setChain(pod(0), p.oldIss.leaf(t, "a", clk.Now(), 10*time.Second))
+	o.setChain(pod(1), p.oldIss.leaf(t, "b", clk.Now(), time.Hour))
+	s := o.Check()
+	if s.ActiveViolations != 0 || s.PodsWithoutCertificate != 1 {
+		t.Fatalf("status %+v", s)
+	}
+	clk.Step(time.Minute) // pod 0's leaf (10s + 20s skew) expired
+	s = o.Check()
+	if s.ActiveViolations != 1 || s.ViolatingPairs != 2 {
+		t.Fatalf("expired leaf: status %+v, violations %v", s, o.Violations())
+	}
+	if v := o.Violations()[0]; v.Kind != ViolationInvalidLeaf || v.Server != pod(0) {
+		t.Errorf("violation %+v", v)
+	}
+}
+
+func TestOracleVerificationCacheExpires(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	now := clk.Now()
+	root := newTestRoot(t, "r", now.Add(-time.Hour), now.Add(time.Hour))
+	iss := root.issue(t, now.Add(-time.Hour), now.Add(30*time.Minute))
+	o := NewOracle(clk, time.Second, nil)
+	rs := newRootSet([]*x509.Certificate{root.cert})
+	for i := 0; i < 2; i++ {
+		o.setRoots(pod(i), rs)
+		o.setChain(pod(i), iss.leaf(t, "n", now, 24*time.Hour)) // clamped to the issuer's expiry
+	}
+	if s := o.Check(); s.ActiveViolations != 0 {
+		t.Fatalf("%+v", s)
+	}
+	clk.Step(31 * time.Minute) // the issuer expired: the cached "ok" must not survive
+	if s := o.Check(); s.ActiveViolations == 0 {
+		t.Fatalf("expired issuer not reported: %+v", s)
+	}
+}
+
+// TestOracleClassCompressionScales checks 10,000 pods in a handful of class pairs.
+func TestOracleClassCompressionScales(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	p := newRotationPKI(t, clk.Now())
+	o := NewOracle(clk, time.Second, nil)
+	oldChain := p.oldIss.leaf(t, "a", clk.Now(), time.Hour)
+	newChain := p.newIss.leaf(t, "b", clk.Now(), time.Hour)
+	const n = 10000
+	for i := 0; i < n; i++ {
+		rs := p.both
+		if i%1000 == 0 {
+			rs = p.oldOnly
+		}
+		o.setRoots(pod(i), rs)
+		if i%2 == 0 {
+			o.setChain(pod(i), oldChain)
+		} else {
+			o.setChain(pod(i), newChain)
+		}
+	}
+	start := time.Now()
+	s := o.Check()
+	elapsed := time.Since(start)
+	if s.RootClasses != 2 || s.ChainClasses != 2 || s.Pods != n {
+		t.Fatalf("status %+v", s)
+	}
+	// 10 pods trust only the old root: each rejects the 5,000 new-chain pods.
+	if s.ViolatingPairs != 10*5000 || s.ActiveViolations != 1 {
+		t.Errorf("violating pairs = %d in %d episodes, want 50000 in 1", s.ViolatingPairs, s.ActiveViolations)
+	}
+	t.Logf("full check of %d pods: %v", n, elapsed)
+	if elapsed > 2*time.Second {
+		t.Errorf("a full check of %d pods took %v", n, elapsed)
+	}
+}
+
+func TestOracleWaitForViolation(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	p := newRotationPKI(t, clk.Now())
+	o := NewOracle(clk, time.Second, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go o.Run(ctx)
+	since := clk.Now()
+	go func() {
+		o.setRoots(pod(0), p.newOnly)
+		o.setRoots(pod(1), p.oldOnly)
+		o.setChain(pod(1), p.oldIss.leaf(t, "a", clk.Now(), time.Hour))
+	}()
+	v, err := o.WaitForViolation(ctx, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Client != pod(0) || v.Server != pod(1) {
+		t.Errorf("violation %+v", v)
+	}
+}
+
+func metricValue(c prometheus.Metric) float64 {
+	var m dto.Metric
+	_ = c.Write(&m)
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}

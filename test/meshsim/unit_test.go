@@ -1,0 +1,176 @@
+package meshsim
+
+import (
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	testclock "k8s.io/utils/clock/testing"
+)
+
+func b64lines(der []byte) string {
+	s := base64.StdEncoding.EncodeToString(der)
+	var b strings.Builder
+	for len(s) > 64 {
+		b.WriteString(s[:64] + "\n")
+		s = s[64:]
+	}
+	return b.String() + s + "\n"
+}
+
+func TestRefreshIn(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	now := clk.Now()
+	for _, tc := range []struct {
+		name     string
+		expiry   time.Time
+		min, max time.Duration
+		want     time.Duration
+	}{
+		{"no certificate yet", time.Time{}, 10 * time.Second, 24 * time.Hour, 10 * time.Second},
+		{"expired", now.Add(-time.Second), 10 * time.Second, 24 * time.Hour, 10 * time.Second},
+		{"70% of 24h20s", now.Add(24*time.Hour + 20*time.Second), 10 * time.Second, 24 * time.Hour, (24*time.Hour + 20*time.Second) * 7 / 10},
+		{"clamped to max", now.Add(24 * time.Hour), 10 * time.Second, 5 * time.Minute, 5 * time.Minute},
+		{"clamped to min", now.Add(5 * time.Second), 10 * time.Second, time.Hour, 10 * time.Second},
+		{"short test lifetimes", now.Add(30 * time.Second), time.Second, time.Hour, 21 * time.Second},
+	} {
+		if got := RefreshIn(now, tc.expiry, tc.min, tc.max); got != tc.want {
+			t.Errorf("%s: RefreshIn = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// As the clock advances on a certificate that could not be replaced, the retry comes sooner.
+	expiry := now.Add(100 * time.Second)
+	clk.Step(50 * time.Second)
+	if got := RefreshIn(clk.Now(), expiry, time.Second, time.Hour); got != 35*time.Second {
+		t.Errorf("after 50s: RefreshIn = %v, want 35s", got)
+	}
+}
+
+func TestParseProxyDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"10s": 10 * time.Second, "500ms": 500 * time.Millisecond, "5m": 5 * time.Minute,
+		"24h": 24 * time.Hour, "1d": 24 * time.Hour, "1m30s": 90 * time.Second} {
+		got, err := ParseProxyDuration(in)
+		if err != nil || got != want {
+			t.Errorf("ParseProxyDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := ParseProxyDuration("soon"); err == nil {
+		t.Error("ParseProxyDuration accepted garbage")
+	}
+	if FormatProxyDuration(1500*time.Millisecond) != "1500ms" || FormatProxyDuration(5*time.Minute) != "300s" {
+		t.Error("FormatProxyDuration")
+	}
+}
+
+func TestResolveEnvExpandsLikeTheKubelet(t *testing.T) {
+	m := &Mesh{cfg: Config{LinkerdNamespace: "linkerd", TrustDomain: "cluster.local", ProxyVersion: "v"}}
+	c := m.proxyContainer(corev1.EnvVar{Name: EnvTrustAnchors, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: TrustRootsConfigMap}, Key: TrustRootsKey}}}, nil)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "emojivoto"}, Spec: corev1.PodSpec{ServiceAccountName: "web"}}
+	env, err := resolveEnv(pod, &c, func(ns, name, key string) (string, bool) {
+		return "BUNDLE", ns == "emojivoto" && name == TrustRootsConfigMap && key == TrustRootsKey
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := env[EnvLocalName], "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"; got != want {
+		t.Errorf("identity name = %q, want %q", got, want)
+	}
+	if env[EnvTrustAnchors] != "BUNDLE" {
+		t.Errorf("trust anchors = %q", env[EnvTrustAnchors])
+	}
+	if _, err := resolveEnv(pod, &c, func(string, string, string) (string, bool) { return "", false }); err == nil {
+		t.Error("a missing ConfigMap key did not prevent the container from starting")
+	}
+}
+
+func TestAdditionalEnvWorkloadOverNamespace(t *testing.T) {
+	env, err := additionalEnv(`[{"name":"A","value":"ns"},{"name":"B","value":"ns"}]`, `[{"name":"B","value":"pod"},{"name":"C","value":"pod"}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range env {
+		got[e.Name] = e.Value
+	}
+	if got["A"] != "ns" || got["B"] != "pod" || got["C"] != "pod" || len(env) != 3 {
+		t.Errorf("merged env = %v", env)
+	}
+	m := &Mesh{cfg: Config{LinkerdNamespace: "linkerd", TrustDomain: "cluster.local", ProxyVersion: "v", ProxyMaxRefresh: time.Hour}}
+	c := m.proxyContainer(corev1.EnvVar{Name: EnvTrustAnchors, Value: "x"}, []corev1.EnvVar{{Name: EnvMaxRefresh, Value: "5m"}})
+	n := 0
+	for _, e := range c.Env {
+		if e.Name == EnvMaxRefresh {
+			n++
+			if e.Value != "5m" {
+				t.Errorf("additional env did not override %s: %q", EnvMaxRefresh, e.Value)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%s appears %d times", EnvMaxRefresh, n)
+	}
+	if _, err := additionalEnv(`not json`, ""); err == nil {
+		t.Error("invalid JSON was not reported")
+	}
+}
+
+func TestShouldInject(t *testing.T) {
+	m := &Mesh{cfg: Config{LinkerdNamespace: "linkerd"}}
+	ns := func(name, mode string) *corev1.Namespace {
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if mode != "" {
+			n.Annotations = map[string]string{AnnotationInject: mode}
+		}
+		return n
+	}
+	pod := func(mode string) *corev1.Pod {
+		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+		if mode != "" {
+			p.Annotations = map[string]string{AnnotationInject: mode}
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		ns   *corev1.Namespace
+		pod  *corev1.Pod
+		want bool
+	}{
+		{ns("app", "enabled"), pod(""), true},
+		{ns("app", ""), pod("enabled"), true},
+		{ns("app", "enabled"), pod("disabled"), false},
+		{ns("app", ""), pod(""), false},
+		{ns("app", "ingress"), pod(""), true},
+		{ns("kube-system", "enabled"), pod("enabled"), false},
+		{ns("linkerd", "enabled"), pod("enabled"), false},
+	} {
+		if got := m.shouldInject(tc.pod, tc.ns); got != tc.want {
+			t.Errorf("ns %s %v, pod %v: shouldInject = %v", tc.ns.Name, tc.ns.Annotations, tc.pod.Annotations, got)
+		}
+	}
+	hn := pod("enabled")
+	hn.Spec.HostNetwork = true
+	if m.shouldInject(hn, ns("app", "")) {
+		t.Error("a host-network pod was injected")
+	}
+}
+
+func TestExpandEnv(t *testing.T) {
+	env := map[string]string{"A": "x"}
+	for in, want := range map[string]string{"$(A).$(B)": "x.$(B)", "$$(A)": "$(A)", "a$": "a$", "$(A": "$(A"} {
+		if got := expandEnv(in, env); got != want {
+			t.Errorf("expandEnv(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Keep json imported for helpers below.
+var _ = json.Marshal
+var _ types.UID
+var _ x509.Certificate
