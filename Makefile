@@ -37,3 +37,18 @@ test-bed: ## Run the test bed's own tests (test/cluster, test/pki) against real 
 bed-figures: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 bed-figures: ## Print the test bed's figures: build times, start-up time, peak RSS, 1,000 pods to Running.
 	scripts/bed-figures.sh
+
+TOOLS_BIN = $(shell scripts/tools.sh bin-dir)
+CONTROLLER_GEN = $(TOOLS_BIN)/controller-gen
+
+.PHONY: generate
+generate: ## Regenerate the API's deepcopy functions and the CRD YAML (manifests/crds).
+	$(CONTROLLER_GEN) object paths=./workflow/api/...
+	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./workflow/api/... output:crd:dir=manifests/crds
+
+.PHONY: verify
+verify: generate ## Fail when generated files differ from what make generate writes.
+	@git diff --exit-code -- workflow/api manifests/crds || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- workflow/api manifests/crds)" || { git status --porcelain -- workflow/api manifests/crds; echo "generated files are not committed"; exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt"; exit 1; }
+	go vet ./...

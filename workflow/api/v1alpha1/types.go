@@ -1,0 +1,229 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Phase is the high-level state of a rotation, as the reference documents it.
+// +kubebuilder:validation:Enum=Synced;RefreshingControlPlane;PropagatingTrustRoots;WaitingForRemoteClusters;WaitingForIdentityRotation;RenewingWorkloadCerts;RemovingOldTrustRoots
+type Phase string
+
+// The phases, in the order a rotation passes through them. RefreshingControlPlane fires both
+// when the bundle expands and when it is reduced.
+const (
+	PhaseSynced                     Phase = "Synced"
+	PhaseRefreshingControlPlane     Phase = "RefreshingControlPlane"
+	PhasePropagatingTrustRoots      Phase = "PropagatingTrustRoots"
+	PhaseWaitingForRemoteClusters   Phase = "WaitingForRemoteClusters"
+	PhaseWaitingForIdentityRotation Phase = "WaitingForIdentityRotation"
+	PhaseRenewingWorkloadCerts      Phase = "RenewingWorkloadCerts"
+	PhaseRemovingOldTrustRoots      Phase = "RemovingOldTrustRoots"
+)
+
+// Phases lists every phase, in rotation order. Metrics export one series per entry.
+var Phases = []Phase{
+	PhaseSynced,
+	PhaseRefreshingControlPlane,
+	PhasePropagatingTrustRoots,
+	PhaseWaitingForRemoteClusters,
+	PhaseWaitingForIdentityRotation,
+	PhaseRenewingWorkloadCerts,
+	PhaseRemovingOldTrustRoots,
+}
+
+// ConvergenceState is the aggregate state of a convergence group.
+// +kubebuilder:validation:Enum=Converging;Converged
+type ConvergenceState string
+
+const (
+	Converging ConvergenceState = "Converging"
+	Converged  ConvergenceState = "Converged"
+)
+
+// SourceKind is the kind of object a trust-anchor source is read from.
+// +kubebuilder:validation:Enum=secret;configMap;inline
+type SourceKind string
+
+const (
+	SourceKindSecret    SourceKind = "secret"
+	SourceKindConfigMap SourceKind = "configMap"
+	SourceKindInline    SourceKind = "inline"
+)
+
+// Condition types and reasons set by the operator.
+const (
+	// ConditionOutOfOrderIssuerRotation is True when the identity issuer reached the new trust
+	// anchor before the expanded trust bundle had converged. It is harmless — identity verifies a
+	// hot-reloaded issuer against the roots it loaded at start-up, and the operator restarts it
+	// only after the data plane trusts the new anchor — but worth knowing.
+	ConditionOutOfOrderIssuerRotation = "OutOfOrderIssuerRotation"
+
+	ReasonIssuerRotationInOrder    = "IssuerRotationInOrder"
+	ReasonIssuerRotatedOutOfOrder  = "IssuerRotatedBeforeTrustBundleConverged"
+	MessageIssuerRotationInOrder   = "identity issuer rotation is not ahead of trust-bundle convergence"
+	MessageIssuerRotatedOutOfOrder = "identity issuer was renewed onto the new trust anchor before the expanded trust bundle converged; linkerd-identity keeps the previous issuer until it is restarted after convergence"
+)
+
+// TrustAnchorRotation drives and reports the rotation of a Linkerd mesh's trust anchor. It is
+// cluster-scoped; the operator acts on the object named in its --rotation-name flag ("cluster").
+//
+// +genclient
+// +genclient:nonNamespaced
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=tar
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Bundle",type=integer,JSONPath=`.status.trustBundle.convergedPods`,description="Pods converged on the desired trust bundle"
+// +kubebuilder:printcolumn:name="Bundle Target",type=integer,JSONPath=`.status.trustBundle.targetPods`,description="Pods that must converge on the desired trust bundle"
+// +kubebuilder:printcolumn:name="Certs",type=integer,JSONPath=`.status.workloadCertificates.convergedPods`,description="Pods whose live certificate is signed by the active issuer"
+// +kubebuilder:printcolumn:name="Certs Target",type=integer,JSONPath=`.status.workloadCertificates.targetPods`,description="Meshed pods whose live certificate must move to the active issuer"
+// +kubebuilder:printcolumn:name="Blocking",type=string,JSONPath=`.status.blockingMessage`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TrustAnchorRotation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:default={}
+	// +optional
+	Spec TrustAnchorRotationSpec `json:"spec,omitempty"`
+	// +optional
+	Status TrustAnchorRotationStatus `json:"status,omitempty"`
+}
+
+// TrustAnchorRotationSpec is the desired behaviour of trust-anchor rotations.
+type TrustAnchorRotationSpec struct {
+	// WorkloadCertificateRefreshInterval is the interval to configure temporarily for workload
+	// certificate refreshes while the rotation accelerates certificate renewal
+	// (RenewingWorkloadCerts). A Go duration of at least 10s, such as 5m.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="must be at least 10s: proxies refresh no faster than LINKERD2_PROXY_IDENTITY_MIN_REFRESH"
+	// +optional
+	WorkloadCertificateRefreshInterval *metav1.Duration `json:"workloadCertificateRefreshInterval,omitempty"`
+}
+
+// TrustAnchorRotationStatus is the observed state of the rotation, written by the operator.
+type TrustAnchorRotationStatus struct {
+	// Phase is the current high-level phase of the rotation workflow.
+	// +kubebuilder:default=Synced
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// BlockingMessage says why the rotation is waiting, if it is: what it waits for, with counts
+	// and the first few objects concerned.
+	// +optional
+	BlockingMessage string `json:"blockingMessage,omitempty"`
+
+	// ActiveIssuerFingerprint is the fingerprint (lowercase hex SHA-256 of the DER) of the
+	// identity issuer certificate currently observed as active.
+	// +optional
+	ActiveIssuerFingerprint string `json:"activeIssuerFingerprint,omitempty"`
+
+	// PreviousAnchorFingerprint is the fingerprint of the certificate in the operator-managed
+	// linkerd-previous-anchor Secret, which keeps the old anchor trusted during a rotation.
+	// +optional
+	PreviousAnchorFingerprint string `json:"previousAnchorFingerprint,omitempty"`
+
+	// LastPhaseTransitionTime is when the rotation last entered its current phase.
+	// +optional
+	LastPhaseTransitionTime *metav1.Time `json:"lastPhaseTransitionTime,omitempty"`
+
+	// WorkloadCertificateRefreshInterval is the accelerated workload certificate refresh
+	// interval currently being enforced, if any.
+	// +kubebuilder:validation:Type=string
+	// +optional
+	WorkloadCertificateRefreshInterval *metav1.Duration `json:"workloadCertificateRefreshInterval,omitempty"`
+
+	// TrustBundle reports the meshed non-control-plane pods whose proxies were injected with
+	// the desired trust bundle (annotation linkerd.io/trust-root-sha256).
+	// +optional
+	TrustBundle *ConvergenceStatus `json:"trustBundle,omitempty"`
+
+	// WorkloadCertificates reports the meshed pods whose live certificate, read from the
+	// proxy's admin port, is signed by the active issuer.
+	// +optional
+	WorkloadCertificates *ConvergenceStatus `json:"workloadCertificates,omitempty"`
+
+	// SourceFingerprints are the fingerprints observed for the configured trust-anchor sources.
+	// +listType=atomic
+	// +optional
+	SourceFingerprints []SourceFingerprint `json:"sourceFingerprints,omitempty"`
+
+	// Conditions describe notable rotation states, such as OutOfOrderIssuerRotation.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the metadata.generation of the spec the operator last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Checkpoint is where the operator's workflow stands. The operator writes it before and
+	// after every act, so that a restarted operator resumes at the same step and repeats an
+	// interrupted act with the same idempotency token (a no-op when it had already happened).
+	// +optional
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// ConvergenceStatus reports progress for a group of pods.
+type ConvergenceStatus struct {
+	// Status is the aggregate state of the group.
+	Status ConvergenceState `json:"status"`
+	// ConvergedPods is the number of target pods currently observed to have converged.
+	// +kubebuilder:validation:Minimum=0
+	ConvergedPods int32 `json:"convergedPods"`
+	// TargetPods is the number of pods in the group.
+	// +kubebuilder:validation:Minimum=0
+	TargetPods int32 `json:"targetPods"`
+}
+
+// SourceFingerprint is the fingerprint observed for one configured trust-anchor source.
+type SourceFingerprint struct {
+	// Fingerprint of the certificate currently loaded from the source.
+	Fingerprint string `json:"fingerprint"`
+	// Kind of object providing the certificate material.
+	// +kubebuilder:default=secret
+	// +optional
+	Kind SourceKind `json:"kind,omitempty"`
+	// Name of the referenced Secret or ConfigMap, when applicable.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Namespace of the referenced Secret or ConfigMap, when applicable.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// Checkpoint is the workflow engine's resumable position.
+type Checkpoint struct {
+	// Step is the stable kebab-case name of the step the workflow is at.
+	Step string `json:"step"`
+
+	// Token is the idempotency token of the step's act, written here before the act runs. An
+	// act stamps its writes with it (for example the restartedAt annotation of a rollout
+	// restart), so running it again after a crash changes nothing that already happened.
+	// +optional
+	Token string `json:"token,omitempty"`
+
+	// Acts counts the acts the step has run under its token, for observability and tests.
+	// +optional
+	Acts int32 `json:"acts,omitempty"`
+
+	// Rotation identifies the rotation in progress: the fingerprint of the trust anchor it
+	// rotates to. Empty when Synced.
+	// +optional
+	Rotation string `json:"rotation,omitempty"`
+
+	// StartTime is when the rotation in progress started.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+}
+
+// TrustAnchorRotationList is a list of TrustAnchorRotation.
+// +kubebuilder:object:root=true
+type TrustAnchorRotationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TrustAnchorRotation `json:"items"`
+}

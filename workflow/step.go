@@ -1,0 +1,65 @@
+package workflow
+
+import (
+	"context"
+	"fmt"
+)
+
+// Outcome is what a step's Observe decided.
+type Outcome int
+
+const (
+	// Done: the step's postcondition holds; the workflow moves on to the next step.
+	Done Outcome = iota
+	// Wait: the step waits for something outside the operator (a rollout, a renewal, a pod).
+	Wait
+	// Act: the step must act to make progress.
+	Act
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Done:
+		return "Done"
+	case Wait:
+		return "Wait"
+	case Act:
+		return "Act"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Decision is the result of observing a step: an outcome, a CamelCase reason a program can
+// match on, and a message for people (the blockingMessage of a waiting rotation).
+type Decision struct {
+	Outcome Outcome
+	Reason  string
+	Message string
+}
+
+// Decision constructors, so steps read as sentences: return workflow.Waiting("...", "...").
+func Completed(reason, message string) Decision { return Decision{Done, reason, message} }
+func Waiting(reason, message string) Decision   { return Decision{Wait, reason, message} }
+func ActNeeded(reason, message string) Decision { return Decision{Act, reason, message} }
+
+// Step is one idempotent, resumable unit of a workflow over snapshots of type S.
+type Step[S any] struct {
+	// Name is the step's stable kebab-case name: its checkpoint key and its name in plans,
+	// events and logs. Never rename a step: checkpoints in clusters refer to it.
+	Name string
+	// Phase is the phase the workflow reports while at this step.
+	Phase string
+	// Doc is one sentence for plans and help: what the step makes true.
+	Doc string
+	// Observe decides from the snapshot alone — no I/O, no side effects — whether the step is
+	// done, must wait or must act. It is called by the operator and by dry runs alike. token is
+	// the idempotency token of the step's act in this pass ("" when it has not acted yet), so a
+	// step can tell its own effect (stamped with the token) from an older one.
+	Observe func(s S, token string) Decision
+	// Act makes progress. It must be idempotent for a given token: the engine saves the token
+	// in the checkpoint before calling Act, and calls Act again with the same token when an
+	// operator restarted before the act's effect was observed. Nil for steps that only wait.
+	Act func(ctx context.Context, s S, token string) error
+	// Describe says, for a plan, what Act would change given the snapshot. Optional.
+	Describe func(s S) []string
+}
