@@ -99,8 +99,8 @@ func (c *Cluster) LogDir() string { return c.logDir }
 
 // Process names a component process the cluster started.
 type Process struct {
-	Name string
-	PID  int
+	Name string `json:"name"`
+	PID  int    `json:"pid"`
 }
 
 // Processes lists the component processes in start order.
