@@ -1,0 +1,393 @@
+// Package app is the trust-rotation operator: it watches cert-manager's trust anchor and
+// identity issuer, Linkerd's trust bundle, control plane and meshed pods, and advances the
+// rotation workflow (package steps) one observed step at a time, keeping the workflow's
+// checkpoint in the TrustAnchorRotation status.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sethvargo/go-retry"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/apply"
+	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/linkerd/trust-rotation/workflow/client"
+)
+
+// Event reasons on the TrustAnchorRotation.
+const (
+	ReasonPhaseChanged     = "PhaseChanged"
+	ReasonStepActed        = "StepActed"
+	ReasonActFailed        = "ActFailed"
+	ReasonRotationComplete = "RotationComplete"
+	ReasonRotationStarted  = "RotationStarted"
+)
+
+// Options configure the controller.
+type Options struct {
+	Config       steps.Config
+	RotationName string
+	// ProbeConcurrency and ProbeTimeout bound the live-certificate probes.
+	ProbeConcurrency int
+	ProbeTimeout     time.Duration
+	// MaxPollInterval caps the backoff of re-observations while waiting. Informer events
+	// trigger a reconcile at once; polls catch what no event announces (time passing).
+	MaxPollInterval time.Duration
+	// Dial reaches pods' admin ports; nil dials directly.
+	Dial observe.DialFunc
+}
+
+// Controller runs the rotation.
+type Controller struct {
+	opts     Options
+	kube     kubernetes.Interface
+	tars     *client.Client
+	wf       *workflow.Workflow[*steps.State]
+	metrics  *Metrics
+	recorder record.EventRecorder
+	trigger  chan struct{}
+
+	anchor, previous, issuer, bundle, deployments, pods, rotation cache.SharedIndexInformer
+	index                                                         *observe.PodIndex
+	certs                                                         *observe.CertTracker
+
+	// latest is the TrustAnchorRotation as we last wrote it, and replaced the resourceVersion
+	// it replaced: until the informer catches up, the cache still shows that one.
+	latest   *v1alpha1.TrustAnchorRotation
+	replaced string
+}
+
+// New wires a controller; Run starts it.
+func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts Options) (*Controller, error) {
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Controller{opts: opts, kube: kube, tars: tars, metrics: metrics, trigger: make(chan struct{}, 1)}
+	wf, err := workflow.New(steps.Rotation(&apply.KubeWriter{Client: kube, Config: opts.Config})...)
+	if err != nil {
+		return nil, err
+	}
+	c.wf = wf
+
+	cfg := opts.Config
+	core := kube.CoreV1().RESTClient()
+	c.anchor = namedInformer(core, "secrets", cfg.CertManagerNamespace, cfg.AnchorSecret, &corev1.Secret{})
+	c.previous = namedInformer(core, "secrets", cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, &corev1.Secret{})
+	c.issuer = namedInformer(core, "secrets", cfg.LinkerdNamespace, cfg.IssuerSecret, &corev1.Secret{})
+	c.bundle = namedInformer(core, "configmaps", cfg.LinkerdNamespace, cfg.TrustRootsConfigMap, &corev1.ConfigMap{})
+	for _, inf := range []cache.SharedIndexInformer{c.anchor, c.previous, c.issuer} {
+		// Keep certificates only: private keys never sit in the operator's memory.
+		must(inf.SetTransform(certificateOnly))
+	}
+	c.deployments = cache.NewSharedIndexInformer(
+		cache.NewListWatchFromClient(kube.AppsV1().RESTClient(), "deployments", cfg.LinkerdNamespace, fields.Everything()),
+		&appsv1.Deployment{}, 0, cache.Indexers{})
+	c.pods = cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = observe.MeshedPodSelector
+			return kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = observe.MeshedPodSelector
+			return kube.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}, &corev1.Pod{}, 0, cache.Indexers{})
+	must(c.pods.SetTransform(observe.TransformPod(cfg)))
+	c.rotation = cache.NewSharedIndexInformer(
+		tars.ListWatch(fields.OneTermEqualSelector("metadata.name", opts.RotationName)),
+		&v1alpha1.TrustAnchorRotation{}, 0, cache.Indexers{})
+
+	c.index = observe.NewPodIndex(c.podChanged)
+	c.certs = observe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, c.poke)
+
+	poke := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.poke() },
+		UpdateFunc: func(any, any) { c.poke() },
+		DeleteFunc: func(any) { c.poke() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{c.anchor, c.previous, c.issuer, c.bundle, c.deployments, c.rotation} {
+		if _, err := inf.AddEventHandler(poke); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.index.Upsert(obj.(*observe.Pod)) },
+		UpdateFunc: func(_, obj any) { c.index.Upsert(obj.(*observe.Pod)) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				c.index.Delete(t.Key)
+				return
+			}
+			c.index.Delete(obj.(*observe.Pod).Key())
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+func (c *Controller) podChanged(old, cur *observe.Pod) {
+	c.certs.PodChanged(old, cur)
+	c.poke()
+}
+
+// poke asks for a reconcile; many pokes before it runs make one.
+func (c *Controller) poke() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends. Call it only while leading: only the leader writes.
+func (c *Controller) Run(ctx context.Context) error {
+	log := klog.FromContext(ctx)
+	c.recorder = newRecorder(ctx, c.kube)
+	informers := []cache.SharedIndexInformer{c.anchor, c.previous, c.issuer, c.bundle, c.deployments, c.pods, c.rotation}
+	synced := make([]cache.InformerSynced, 0, len(informers))
+	for _, inf := range informers {
+		go inf.RunWithContext(ctx)
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return errors.New("informer caches did not sync")
+	}
+	log.Info("Caches synced; reconciling", "rotation", c.opts.RotationName, "meshedPods", c.index.MeshedPods())
+	go c.certs.Run(ctx)
+
+	poll := c.newPollBackoff()
+	failures := retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
+	for {
+		acted, err := c.reconcile(ctx)
+		var delay time.Duration
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			delay, _ = failures.Next()
+			log.Error(err, "Reconcile failed; retrying", "after", delay)
+		case acted:
+			failures = retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
+			poll = c.newPollBackoff()
+			continue // observe the act's effect at once
+		default:
+			delay, _ = poll.Next()
+		}
+		timer := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-c.trigger:
+			poll = c.newPollBackoff()
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+func (c *Controller) newPollBackoff() retry.Backoff {
+	return retry.WithCappedDuration(c.opts.MaxPollInterval, retry.NewExponential(50*time.Millisecond))
+}
+
+// current returns the TrustAnchorRotation to work from: the cached one, or the one we last
+// wrote while the cache still shows the version that write replaced.
+func (c *Controller) current() (*v1alpha1.TrustAnchorRotation, bool) {
+	obj, ok, _ := c.rotation.GetStore().GetByKey(c.opts.RotationName)
+	if !ok {
+		return nil, false
+	}
+	cached := obj.(*v1alpha1.TrustAnchorRotation)
+	if c.latest != nil && cached.ResourceVersion == c.replaced {
+		return c.latest.DeepCopy(), true
+	}
+	c.latest = nil
+	return cached.DeepCopy(), true
+}
+
+func (c *Controller) write(ctx context.Context, tar *v1alpha1.TrustAnchorRotation) (*v1alpha1.TrustAnchorRotation, error) {
+	out, err := c.tars.UpdateStatus(ctx, tar, apply.FieldManager)
+	if err != nil {
+		return nil, fmt.Errorf("writing status of TrustAnchorRotation %s: %w", tar.Name, err)
+	}
+	c.latest, c.replaced = out.DeepCopy(), tar.ResourceVersion
+	return out, nil
+}
+
+// reconcile observes, advances the workflow by at most one act, and publishes the status.
+func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
+	log := klog.FromContext(ctx)
+	tar, ok := c.current()
+	if !ok {
+		return c.createRotation(ctx)
+	}
+	now := time.Now()
+	cp := workflow.Checkpoint{}
+	if tar.Status.Checkpoint != nil {
+		cp = workflow.Checkpoint{Step: tar.Status.Checkpoint.Step, Token: tar.Status.Checkpoint.Token, Acts: tar.Status.Checkpoint.Acts}
+	}
+	s := c.snapshot(now, cp.Step)
+
+	base := tar
+	save := func(ctx context.Context, next workflow.Checkpoint) error {
+		obj := base.DeepCopy()
+		if obj.Status.Checkpoint == nil {
+			obj.Status.Checkpoint = &v1alpha1.Checkpoint{}
+		}
+		obj.Status.Checkpoint.Step, obj.Status.Checkpoint.Token, obj.Status.Checkpoint.Acts = next.Step, next.Token, next.Acts
+		out, err := c.write(ctx, obj)
+		if err == nil {
+			base = out
+		}
+		return err
+	}
+	res, advErr := c.wf.Advance(ctx, cp, s, save, func() string { return now.UTC().Format(time.RFC3339Nano) })
+
+	for _, name := range res.Passed {
+		log.V(2).Info("Step done", "step", name)
+	}
+	if res.Acted {
+		c.metrics.acts.WithLabelValues(res.Checkpoint.Step).Inc()
+		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonStepActed, "step %s: %s", res.Checkpoint.Step, res.Decision.Message)
+		log.Info("Acted", "step", res.Checkpoint.Step, "reason", res.Decision.Reason, "message", res.Decision.Message, "token", res.Checkpoint.Token)
+	}
+	if advErr != nil {
+		if res.Decision.Outcome == workflow.Act {
+			c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonActFailed, "%v", advErr)
+		}
+		// Publish nothing else: a failed act leaves the status as the checkpoint left it.
+		return false, advErr
+	}
+
+	status := steps.Project(base.Status, tar.Spec, tar.Generation, s, res, now)
+	if !equality.Semantic.DeepEqual(status, base.Status) {
+		obj := base.DeepCopy()
+		obj.Status = status
+		if _, err := c.write(ctx, obj); err != nil {
+			if apierrors.IsConflict(err) {
+				return false, nil // the cache will catch up and poke us
+			}
+			return res.Acted, err
+		}
+	}
+	c.metrics.Observe(&status)
+	if status.Phase != base.Status.Phase {
+		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "%s -> %s", orSynced(base.Status.Phase), status.Phase)
+		log.Info("Phase changed", "from", orSynced(base.Status.Phase), "to", status.Phase, "message", status.BlockingMessage)
+	}
+	if res.Completed && base.Status.Checkpoint != nil && base.Status.Checkpoint.Rotation != "" {
+		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonRotationComplete, "rotation to trust anchor %s complete", base.Status.Checkpoint.Rotation)
+	}
+	return res.Acted, nil
+}
+
+func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
+	if p == "" {
+		return v1alpha1.PhaseSynced
+	}
+	return p
+}
+
+// snapshot builds the steps' State from the informer caches.
+func (c *Controller) snapshot(now time.Time, step string) *steps.State {
+	cfg := c.opts.Config
+	s := &steps.State{
+		Config:       cfg,
+		Now:          now,
+		Anchor:       observe.SourceFromSecret(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
+		Previous:     observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
+		Issuer:       observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),
+		ControlPlane: map[string]steps.Deployment{},
+	}
+	if obj, ok, _ := c.bundle.GetStore().GetByKey(cfg.LinkerdNamespace + "/" + cfg.TrustRootsConfigMap); ok {
+		s.Bundle = observe.BundleFromConfigMap(obj.(*corev1.ConfigMap))
+	} else {
+		s.Bundle = observe.BundleFromConfigMap(nil)
+	}
+	for _, name := range cfg.ControlPlane() {
+		var d *appsv1.Deployment
+		if obj, ok, _ := c.deployments.GetStore().GetByKey(cfg.LinkerdNamespace + "/" + name); ok {
+			d = obj.(*appsv1.Deployment)
+		}
+		s.ControlPlane[name] = observe.DeploymentFrom(cfg.LinkerdNamespace, name, d)
+	}
+	s.TrustBundle = c.index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
+	c.certs.SetActive(s.Issuer.Fingerprint(), steps.UrgentCertificates(step))
+	s.Certificates = c.certs.Certificates()
+	return s
+}
+
+func getSecret(inf cache.SharedIndexInformer, ns, name string) *corev1.Secret {
+	obj, ok, _ := inf.GetStore().GetByKey(ns + "/" + name)
+	if !ok {
+		return nil
+	}
+	return obj.(*corev1.Secret)
+}
+
+// createRotation creates the TrustAnchorRotation when it does not exist (the chart creates it;
+// this covers installs without it).
+func (c *Controller) createRotation(ctx context.Context) (bool, error) {
+	tar := &v1alpha1.TrustAnchorRotation{ObjectMeta: metav1.ObjectMeta{Name: c.opts.RotationName}}
+	_, err := c.tars.Create(ctx, tar, apply.FieldManager)
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return false, fmt.Errorf("creating TrustAnchorRotation %s: %w", c.opts.RotationName, err)
+	}
+	klog.FromContext(ctx).Info("Created TrustAnchorRotation", "name", c.opts.RotationName)
+	return false, nil
+}
+
+// certificateOnly drops every Secret key but tls.crt before the object is cached.
+func certificateOnly(obj any) (any, error) {
+	sec, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Secret{ObjectMeta: sec.ObjectMeta, Type: sec.Type}
+	slim.ManagedFields = nil
+	if crt, ok := sec.Data[steps.CertificateKey]; ok {
+		slim.Data = map[string][]byte{steps.CertificateKey: crt}
+	}
+	return slim, nil
+}
+
+// namedInformer watches one named object, so the operator reads (and may be granted) nothing else.
+func namedInformer(rc cache.Getter, resource, ns, name string, obj runtime.Object) cache.SharedIndexInformer {
+	lw := cache.NewListWatchFromClient(rc, resource, ns, fields.OneTermEqualSelector("metadata.name", name))
+	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+}
+
+func newRecorder(ctx context.Context, kube kubernetes.Interface) record.EventRecorder {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	s := runtime.NewScheme()
+	must(scheme.AddToScheme(s))
+	must(v1alpha1.AddToScheme(s))
+	return b.NewRecorder(s, corev1.EventSource{Component: "trust-rotation-operator"})
+}

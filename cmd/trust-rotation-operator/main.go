@@ -1,0 +1,216 @@
+// Command trust-rotation-operator rotates a Linkerd mesh's trust anchor end to end on top of
+// cert-manager. It runs as a leader-elected Deployment (or out of cluster with --kubeconfig);
+// only the leader reconciles and writes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+
+	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow/client"
+)
+
+type options struct {
+	kubeconfig, kubeContext string
+	adminAddr               string
+	app                     app.Options
+	leaderElect             bool
+	leaseNamespace          string
+	leaseName               string
+	identity                string
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
+	qps                     float32
+	burst                   int
+}
+
+func main() {
+	o := options{app: app.Options{Config: steps.DefaultConfig()}}
+	fs := pflag.NewFlagSet("trust-rotation-operator", pflag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "trust-rotation-operator rotates Linkerd's trust anchor on top of cert-manager.\n\nUsage:\n  trust-rotation-operator [flags]\n\nFlags:\n%s", fs.FlagUsages())
+	}
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig; in-cluster configuration when empty")
+	fs.StringVar(&o.kubeContext, "context", "", "kubeconfig context to use")
+	fs.StringVar(&o.adminAddr, "admin-addr", ":9990", "address of the admin endpoint: /metrics, /healthz, /readyz")
+	fs.StringVar(&o.app.RotationName, "rotation-name", steps.DefaultRotationName, "name of the TrustAnchorRotation to drive")
+	fs.IntVar(&o.app.ProbeConcurrency, "probe-concurrency", 50, "live-certificate probes to run at once")
+	fs.DurationVar(&o.app.ProbeTimeout, "probe-timeout", 5*time.Second, "timeout of one live-certificate probe")
+	fs.DurationVar(&o.app.MaxPollInterval, "max-poll-interval", time.Second, "longest wait between two observations while a step waits (events wake it sooner)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader on a Lease so that only one replica writes")
+	fs.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader Lease; the pod's namespace (or linkerd) when empty")
+	fs.StringVar(&o.leaseName, "leader-election-name", "trust-rotation-operator", "name of the leader Lease")
+	fs.StringVar(&o.identity, "leader-election-identity", "", "this replica's identity in the Lease; hostname_pid when empty")
+	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a lease lasts without renewal")
+	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
+	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between attempts to acquire or renew the lease")
+	fs.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver")
+	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst limit towards the apiserver")
+	o.app.Config.AddFlags(fs)
+	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+	_ = fs.Parse(os.Args[1:])
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if err := run(ctx, o); err != nil {
+		klog.FromContext(ctx).Error(err, "Operator failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	log := klog.FromContext(ctx)
+	cfg, ns, err := restConfig(o.kubeconfig, o.kubeContext)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = o.qps, o.burst
+	cfg.UserAgent = "trust-rotation-operator"
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	tars, err := client.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	metrics := app.NewMetrics()
+	ctrl, err := app.New(kube, tars, metrics, o.app)
+	if err != nil {
+		return err
+	}
+
+	// The watchdog fails /healthz when the leader stops renewing its lease, so a wedged leader
+	// gets restarted by its liveness probe.
+	watchdog := leaderelection.NewLeaderHealthzAdaptor(5 * time.Second)
+	srv, err := serveAdmin(ctx, o.adminAddr, metrics, watchdog)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	if !o.leaderElect {
+		return ctrl.Run(ctx)
+	}
+	if o.leaseNamespace == "" {
+		o.leaseNamespace = ns
+	}
+	if o.identity == "" {
+		host, _ := os.Hostname()
+		o.identity = fmt.Sprintf("%s_%d", host, os.Getpid())
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaseNamespace, o.leaseName,
+		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: o.identity})
+	if err != nil {
+		return err
+	}
+	lost := make(chan struct{})
+	runErr := make(chan error, 1)
+	// electCtx ends the election when the controller fails, releasing the lease at once.
+	electCtx, stopElection := context.WithCancel(ctx)
+	defer stopElection()
+	leaderelection.RunOrDie(electCtx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            o.leaseName,
+		LeaseDuration:   o.leaseDuration,
+		RenewDeadline:   o.renewDeadline,
+		RetryPeriod:     o.retryPeriod,
+		ReleaseOnCancel: true,
+		WatchDog:        watchdog,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.Info("Became leader", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", o.identity)
+				if err := ctrl.Run(ctx); err != nil {
+					runErr <- err
+					stopElection()
+				}
+			},
+			OnStoppedLeading: func() { close(lost) },
+			OnNewLeader: func(id string) {
+				if id != o.identity {
+					log.Info("Following leader", "leader", id)
+				}
+			},
+		},
+	})
+	select {
+	case err := <-runErr:
+		return err
+	default:
+	}
+	if ctx.Err() != nil {
+		return nil // asked to stop: the lease was released
+	}
+	select {
+	case <-lost:
+		// Never work after losing the lease: exit, and let the Deployment restart us as a follower.
+		return errors.New("leader lease lost")
+	default:
+		return nil
+	}
+}
+
+// restConfig loads a kubeconfig, or the in-cluster config, and the namespace to default to.
+func restConfig(kubeconfig, kubeContext string) (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("loading Kubernetes client configuration: %w", err)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil || ns == "" || ns == metav1.NamespaceDefault {
+		ns = steps.DefaultLinkerdNamespace
+	}
+	if pod := os.Getenv("POD_NAMESPACE"); pod != "" {
+		ns = pod
+	}
+	return cfg, ns, nil
+}
+
+func serveAdmin(ctx context.Context, addr string, m *app.Metrics, watchdog *leaderelection.HealthzAdaptor) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := watchdog.Check(r); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin endpoint %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go func() { _ = srv.Serve(ln) }()
+	klog.FromContext(ctx).Info("Admin endpoint listening", "addr", ln.Addr().String())
+	return srv, nil
+}

@@ -1,0 +1,122 @@
+// Package apply implements steps.Writer: KubeWriter makes the rotation's writes on a cluster,
+// Recorder records them for a dry run. The steps never branch on dry-run: they are given one
+// or the other.
+package apply
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+// FieldManager owns the fields the operator writes.
+const FieldManager = "linkerd-trust-rotation"
+
+// KubeWriter writes to the apiserver. Secret and ConfigMap writes are server-side applies of
+// exactly the operator's fields, so they are idempotent and leave other owners' fields alone.
+type KubeWriter struct {
+	Client kubernetes.Interface
+	Config steps.Config
+}
+
+var _ steps.Writer = (*KubeWriter)(nil)
+
+func managedLabels() map[string]string { return map[string]string{steps.ManagedByLabel: steps.ManagedByValue} }
+
+// WritePreviousAnchor applies the previous-anchor Secret with the certificate alone.
+func (w *KubeWriter) WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error {
+	ns, name := w.Config.LinkerdNamespace, w.Config.PreviousAnchorSecret
+	sec := corev1ac.Secret(name, ns).
+		WithLabels(managedLabels()).
+		WithType(corev1.SecretTypeOpaque).
+		WithData(map[string][]byte{steps.CertificateKey: steps.EncodePEM(cert)})
+	if _, err := w.Client.CoreV1().Secrets(ns).Apply(ctx, sec, applyOptions()); err != nil {
+		return fmt.Errorf("applying Secret %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// WriteTrustRoots applies the trust-roots ConfigMap's bundle.
+func (w *KubeWriter) WriteTrustRoots(ctx context.Context, bundle string) error {
+	ns, name := w.Config.LinkerdNamespace, w.Config.TrustRootsConfigMap
+	cm := corev1ac.ConfigMap(name, ns).
+		WithLabels(managedLabels()).
+		WithData(map[string]string{steps.TrustRootsKey: bundle})
+	if _, err := w.Client.CoreV1().ConfigMaps(ns).Apply(ctx, cm, applyOptions()); err != nil {
+		return fmt.Errorf("applying ConfigMap %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// RestartDeployment patches the pod-template annotation as `kubectl rollout restart` does.
+// A merge patch of one annotation: with the same token it changes nothing and starts no rollout.
+func (w *KubeWriter) RestartDeployment(ctx context.Context, namespace, name, token string) error {
+	patch, err := json.Marshal(map[string]any{
+		"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
+			"annotations": map[string]string{steps.RestartedAtAnnotation: token},
+		}}},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = w.Client.AppsV1().Deployments(namespace).Patch(ctx, name, types.MergePatchType, patch, patchOptions())
+	if err != nil {
+		return fmt.Errorf("restarting Deployment %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// Write is one write a Recorder saw.
+type Write struct {
+	// Verb is "apply" or "restart".
+	Verb      string `json:"verb"`
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Detail says what changes: a fingerprint, a bundle hash, a token.
+	Detail string `json:"detail"`
+}
+
+// Recorder records writes instead of making them.
+type Recorder struct {
+	Config steps.Config
+	mu     sync.Mutex
+	writes []Write
+}
+
+var _ steps.Writer = (*Recorder)(nil)
+
+func (r *Recorder) record(w Write) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes = append(r.writes, w)
+	return nil
+}
+
+// Writes returns what was recorded, in order.
+func (r *Recorder) Writes() []Write {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Write(nil), r.writes...)
+}
+
+func (r *Recorder) WritePreviousAnchor(_ context.Context, cert *x509.Certificate) error {
+	return r.record(Write{"apply", "Secret", r.Config.LinkerdNamespace, r.Config.PreviousAnchorSecret, "certificate " + steps.Fingerprint(cert)})
+}
+
+func (r *Recorder) WriteTrustRoots(_ context.Context, bundle string) error {
+	return r.record(Write{"apply", "ConfigMap", r.Config.LinkerdNamespace, r.Config.TrustRootsConfigMap, "bundle sha256 " + steps.BundleHash(bundle)})
+}
+
+func (r *Recorder) RestartDeployment(_ context.Context, namespace, name, token string) error {
+	return r.record(Write{"restart", "Deployment", namespace, name, "restartedAt " + token})
+}

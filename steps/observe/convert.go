@@ -1,0 +1,75 @@
+// Package observe turns cluster objects into the rotation's steps.State: converters shared by
+// the operator (fed by informers) and the CLI (fed by one round of reads), the meshed-pod
+// index that counts trust-bundle convergence per event, and the prober that reads each
+// proxy's live certificate.
+package observe
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+// SourceFromSecret reads the certificate of a Secret's tls.crt. secret is nil when the Secret
+// does not exist. For an issuer, the first certificate is the issuer; any others are its chain.
+func SourceFromSecret(namespace, name string, secret *corev1.Secret) steps.Source {
+	src := steps.Source{Namespace: namespace, Name: name, Found: secret != nil}
+	if secret == nil {
+		return src
+	}
+	data, ok := secret.Data[steps.CertificateKey]
+	if !ok || len(data) == 0 {
+		src.Err = fmt.Errorf("no %s key", steps.CertificateKey)
+		return src
+	}
+	certs, err := steps.ParseCertificates(data)
+	if err != nil {
+		src.Err = fmt.Errorf("%s: %w", steps.CertificateKey, err)
+		return src
+	}
+	src.Cert = certs[0]
+	return src
+}
+
+// BundleFromConfigMap reads the trust bundle. cm is nil when the ConfigMap does not exist.
+func BundleFromConfigMap(cm *corev1.ConfigMap) steps.Bundle {
+	if cm == nil {
+		return steps.Bundle{}
+	}
+	b := steps.Bundle{Found: true, Data: cm.Data[steps.TrustRootsKey]}
+	b.Certs, _ = steps.ParseCertificates([]byte(b.Data))
+	return b
+}
+
+// DeploymentFrom reads what the steps need of a Deployment; d is nil when it does not exist.
+// Rolled out uses the test of `kubectl rollout status`.
+func DeploymentFrom(namespace, name string, d *appsv1.Deployment) steps.Deployment {
+	out := steps.Deployment{Namespace: namespace, Name: name, Found: d != nil}
+	if d == nil {
+		return out
+	}
+	out.RestartedAt = d.Spec.Template.Annotations[steps.RestartedAtAnnotation]
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	st := d.Status
+	switch {
+	case d.Generation > st.ObservedGeneration:
+		out.Progress = "waiting for the deployment spec update to be observed"
+	case st.UpdatedReplicas < want:
+		out.Progress = fmt.Sprintf("%d of %d new replicas have been updated", st.UpdatedReplicas, want)
+	case st.Replicas > st.UpdatedReplicas:
+		out.Progress = fmt.Sprintf("%d old replicas are pending termination", st.Replicas-st.UpdatedReplicas)
+	case st.AvailableReplicas < st.UpdatedReplicas:
+		out.Progress = fmt.Sprintf("%d of %d updated replicas are available", st.AvailableReplicas, st.UpdatedReplicas)
+	case st.TerminatingReplicas != nil && *st.TerminatingReplicas > 0:
+		out.Progress = fmt.Sprintf("%d old replicas are terminating", *st.TerminatingReplicas)
+	default:
+		out.RolledOut = true
+	}
+	return out
+}

@@ -1,0 +1,246 @@
+package observe
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+// MeshedPodSelector selects meshed pods: Linkerd's proxy-injector labels every pod it injects,
+// and the control-plane pods, with linkerd.io/control-plane-ns. Watching only these keeps the
+// operator's memory proportional to the mesh, not to the cluster.
+const MeshedPodSelector = steps.ControlPlaneNSLabel
+
+// Pod is what the rotation needs of a meshed pod. SlimPod turns a Pod into one in the
+// informer's transform function, so the cache never holds full pod specs.
+type Pod struct {
+	Namespace, Name string
+	UID             string
+	// Workload is "namespace/Kind/name" of the pod's restartable owner.
+	Workload string
+	// ControlPlane is true for Linkerd's own pods (linkerd.io/control-plane-component).
+	ControlPlane bool
+	// TrustRootHash is the linkerd.io/trust-root-sha256 annotation.
+	TrustRootHash string
+	// Meshed is true when the pod has a linkerd-proxy container.
+	Meshed bool
+	// Alive is true until the pod reached Succeeded or Failed: its proxy may still serve.
+	Alive bool
+	// Running is true when the pod runs with an IP and its proxy can be probed.
+	Running bool
+	IP      string
+	// AdminPort is the linkerd-proxy container's linkerd-admin port.
+	AdminPort int32
+	// Identity is the proxy's identity name, the SNI its admin port answers to.
+	Identity       string
+	ServiceAccount string
+}
+
+// Key is namespace/name.
+func (p *Pod) Key() string { return p.Namespace + "/" + p.Name }
+
+// SlimPod extracts a Pod from a corev1.Pod. The identity name is computed by cfg.
+func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
+	p := &Pod{
+		Namespace:      pod.Namespace,
+		Name:           pod.Name,
+		UID:            string(pod.UID),
+		Workload:       workloadOf(pod),
+		TrustRootHash:  pod.Annotations[steps.TrustRootSHA256Annotation],
+		ServiceAccount: pod.Spec.ServiceAccountName,
+		IP:             pod.Status.PodIP,
+	}
+	_, p.ControlPlane = pod.Labels[steps.ControlPlaneComponentLabel]
+	p.Alive = pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+	p.Running = pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
+	for _, c := range pod.Spec.Containers {
+		if c.Name != steps.ProxyContainerName {
+			continue
+		}
+		p.Meshed = true
+		p.AdminPort = steps.DefaultAdminPort
+		for _, port := range c.Ports {
+			if port.Name == steps.AdminPortName {
+				p.AdminPort = port.ContainerPort
+			}
+		}
+	}
+	p.Identity = cfg.IdentityName(p.ServiceAccount, p.Namespace)
+	return p
+}
+
+// workloadOf names the object to restart to replace the pod: a Deployment for a pod of one of
+// its ReplicaSets (the ReplicaSet's name minus the pod-template-hash), else the controller owner,
+// else the pod itself.
+func workloadOf(pod *corev1.Pod) string {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return pod.Namespace + "/Pod/" + pod.Name
+	}
+	if owner.Kind == "ReplicaSet" {
+		if h := pod.Labels["pod-template-hash"]; h != "" && strings.HasSuffix(owner.Name, "-"+h) {
+			return pod.Namespace + "/Deployment/" + strings.TrimSuffix(owner.Name, "-"+h)
+		}
+	}
+	return pod.Namespace + "/" + owner.Kind + "/" + owner.Name
+}
+
+// TransformPod is a cache.TransformFunc that replaces pods by their slim form.
+func TransformPod(cfg steps.Config) func(obj any) (any, error) {
+	return func(obj any) (any, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			return SlimPod(cfg, pod), nil
+		}
+		return obj, nil // a DeletedFinalStateUnknown tombstone, or a slim pod already
+	}
+}
+
+// PodIndex keeps the meshed pods and the per-hash counts the trust-bundle convergence needs,
+// updated per event, so a reconcile reads counts instead of walking or listing pods.
+type PodIndex struct {
+	mu   sync.RWMutex
+	pods map[string]*Pod
+	// byHash counts alive meshed non-control-plane pods per trust-root hash.
+	byHash map[string]int
+	// dataPlane is the number of alive meshed non-control-plane pods.
+	dataPlane int
+	// meshed is the number of alive meshed pods, control plane included.
+	meshed int
+	// onChange is called, outside the lock, after every change.
+	onChange func(old, new *Pod)
+}
+
+// NewPodIndex returns an empty index. onChange, if set, sees every change.
+func NewPodIndex(onChange func(old, new *Pod)) *PodIndex {
+	return &PodIndex{pods: map[string]*Pod{}, byHash: map[string]int{}, onChange: onChange}
+}
+
+func (x *PodIndex) count(p *Pod, delta int) {
+	if p == nil || !p.Meshed || !p.Alive {
+		return
+	}
+	x.meshed += delta
+	if !p.ControlPlane {
+		x.dataPlane += delta
+		x.byHash[p.TrustRootHash] += delta
+		if x.byHash[p.TrustRootHash] == 0 {
+			delete(x.byHash, p.TrustRootHash)
+		}
+	}
+}
+
+// Upsert records a pod's current form.
+func (x *PodIndex) Upsert(p *Pod) {
+	x.mu.Lock()
+	old := x.pods[p.Key()]
+	x.count(old, -1)
+	x.pods[p.Key()] = p
+	x.count(p, +1)
+	x.mu.Unlock()
+	if x.onChange != nil {
+		x.onChange(old, p)
+	}
+}
+
+// Delete forgets a pod.
+func (x *PodIndex) Delete(key string) {
+	x.mu.Lock()
+	old := x.pods[key]
+	x.count(old, -1)
+	delete(x.pods, key)
+	x.mu.Unlock()
+	if x.onChange != nil && old != nil {
+		x.onChange(old, nil)
+	}
+}
+
+// Get returns a pod by key.
+func (x *PodIndex) Get(key string) (*Pod, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	p, ok := x.pods[key]
+	return p, ok
+}
+
+// Each calls fn for every alive meshed pod, under a read lock; fn must not call the index.
+func (x *PodIndex) Each(fn func(*Pod)) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, p := range x.pods {
+		if p.Meshed && p.Alive {
+			fn(p)
+		}
+	}
+}
+
+// MeshedPods is the number of alive meshed pods, control plane included.
+func (x *PodIndex) MeshedPods() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.meshed
+}
+
+// behindLimit is how many workloads and pods a convergence lists by name.
+const behindLimit = 10
+
+// TrustBundle counts the alive meshed non-control-plane pods injected with the bundle of the
+// given hash. The counts are O(1); naming the workloads behind walks the pods, which happens
+// only while some are behind.
+func (x *PodIndex) TrustBundle(hash string) steps.Convergence {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	c := steps.Convergence{Converged: x.byHash[hash], Target: x.dataPlane}
+	if c.Done() {
+		return c
+	}
+	behind := map[string]int{}
+	for _, p := range x.pods {
+		if p.Meshed && p.Alive && !p.ControlPlane && p.TrustRootHash != hash {
+			behind[p.Workload]++
+			if len(c.Pods) < behindLimit {
+				reason := fmt.Sprintf("trust-root-sha256 %s, want %s", shortHash(p.TrustRootHash), shortHash(hash))
+				c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
+			}
+		}
+	}
+	c.Behind, c.BehindWorkloads = topWorkloads(behind)
+	sortProblems(c.Pods)
+	return c
+}
+
+func topWorkloads(counts map[string]int) ([]steps.WorkloadCount, int) {
+	ws := make([]steps.WorkloadCount, 0, len(counts))
+	for w, n := range counts {
+		ws = append(ws, steps.WorkloadCount{Workload: w, Pods: n})
+	}
+	steps.SortWorkloads(ws)
+	if len(ws) > behindLimit {
+		ws = ws[:behindLimit]
+	}
+	return ws, len(counts)
+}
+
+func sortProblems(ps []steps.PodProblem) {
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].Namespace != ps[j].Namespace {
+			return ps[i].Namespace < ps[j].Namespace
+		}
+		return ps[i].Name < ps[j].Name
+	})
+}
+
+func shortHash(h string) string {
+	if h == "" {
+		return "(none)"
+	}
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

@@ -1,0 +1,278 @@
+package observe
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+// DialFunc opens a connection to a pod's address; the CLI swaps in a port-forward.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// ReadChain reads the certificate chain a proxy presents on its admin port, the way
+// `linkerd identity` does: a TLS handshake with ServerName set to the pod's identity name and no
+// client certificate. The chain is not verified here — the caller decides against which issuer.
+func ReadChain(ctx context.Context, dial DialFunc, addr, identity string, timeout time.Duration) ([]*x509.Certificate, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	raw, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer raw.Close()
+	conn := tls.Client(raw, &tls.Config{
+		ServerName: identity,
+		MinVersion: tls.VersionTLS12,
+		// Verification is the caller's: it compares the leaf's issuer with the active one.
+		InsecureSkipVerify: true, //nolint:gosec // the chain is only read, never trusted
+	})
+	if err := conn.HandshakeContext(ctx); err != nil {
+		return nil, fmt.Errorf("TLS handshake with SNI %s: %w", identity, err)
+	}
+	chain := conn.ConnectionState().PeerCertificates
+	if len(chain) == 0 {
+		return nil, errors.New("no certificate presented")
+	}
+	return chain, nil
+}
+
+// LeafIssuer returns the fingerprint of the certificate in the chain that signed the leaf.
+func LeafIssuer(chain []*x509.Certificate) (string, error) {
+	for _, c := range chain[1:] {
+		if steps.SignedBy(chain[0], c) {
+			return steps.Fingerprint(c), nil
+		}
+	}
+	return "", errors.New("the leaf certificate is not signed by any certificate the proxy presents")
+}
+
+// ProbePod reads a pod's live certificate and returns the fingerprint of its issuer.
+func ProbePod(ctx context.Context, dial DialFunc, p *Pod, timeout time.Duration) (string, error) {
+	if !p.Running {
+		return "", errors.New("pod is not running")
+	}
+	addr := net.JoinHostPort(p.IP, strconv.Itoa(int(p.AdminPort)))
+	chain, err := ReadChain(ctx, dial, addr, p.Identity, timeout)
+	if err != nil {
+		return "", err
+	}
+	return LeafIssuer(chain)
+}
+
+// probeResult is the last probe of one pod incarnation.
+type probeResult struct {
+	uid      string
+	issuer   string // fingerprint of the leaf's issuer; "" when the probe failed
+	err      string
+	failures int
+}
+
+// CertTracker probes meshed pods' live certificates and counts the pods whose leaf is signed by
+// the active issuer. It probes only pods that have not converged: a pod is probed when it starts
+// running, and again with a per-pod backoff while its certificate is from another issuer. While
+// urgent (during RenewingWorkloadCerts) the backoff is capped low so convergence is seen within
+// seconds; otherwise a pod already observed on another issuer is not probed again until the
+// active issuer changes or the rotation needs it.
+type CertTracker struct {
+	index       *PodIndex
+	dial        DialFunc
+	timeout     time.Duration
+	concurrency int
+	notify      func()
+	queue       workqueue.TypedDelayingInterface[string]
+
+	mu      sync.Mutex
+	active  string
+	urgent  bool
+	results map[string]*probeResult // by pod key
+	ok      map[string]bool         // pods converged on the active issuer
+}
+
+// Backoff of probes of a pod that has not converged.
+const (
+	probeBaseDelay   = 250 * time.Millisecond
+	probeUrgentCap   = 3 * time.Second
+	probeRelaxedCap  = 5 * time.Minute
+	defaultProbeTime = 5 * time.Second
+)
+
+// NewCertTracker returns a tracker over the index's pods. notify is called after a probe
+// changes what the tracker counts.
+func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout time.Duration, notify func()) *CertTracker {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	if timeout <= 0 {
+		timeout = defaultProbeTime
+	}
+	return &CertTracker{
+		index: index, dial: dial, timeout: timeout, concurrency: max(concurrency, 1), notify: notify,
+		queue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "certificate-probes"}),
+		results: map[string]*probeResult{},
+		ok:      map[string]bool{},
+	}
+}
+
+// PodChanged is the PodIndex's change hook: it forgets what it knew of a replaced or deleted
+// pod, and schedules a probe of a pod that started running.
+func (t *CertTracker) PodChanged(old, cur *Pod) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old != nil && (cur == nil || cur.UID != old.UID || !cur.Alive) {
+		delete(t.results, old.Key())
+		delete(t.ok, old.Key())
+	}
+	if cur != nil && cur.Meshed && cur.Alive && cur.Running && !t.ok[cur.Key()] && t.active != "" {
+		if r := t.results[cur.Key()]; r == nil || r.uid != cur.UID {
+			t.queue.Add(cur.Key())
+		}
+	}
+}
+
+// SetActive sets the issuer pods must converge on, and whether convergence is urgent.
+func (t *CertTracker) SetActive(issuer string, urgent bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if issuer == t.active && urgent == t.urgent {
+		return
+	}
+	changed := issuer != t.active
+	becameUrgent := urgent && !t.urgent
+	t.active, t.urgent = issuer, urgent
+	if changed {
+		t.ok = map[string]bool{}
+		for k, r := range t.results {
+			if r.issuer != "" && r.issuer == issuer {
+				t.ok[k] = true
+			}
+		}
+	}
+	if changed || becameUrgent {
+		// Everything not converged is probed again now.
+		t.index.Each(func(p *Pod) {
+			if p.Running && !t.ok[p.Key()] {
+				if r := t.results[p.Key()]; r != nil {
+					r.failures = 0
+				}
+				t.queue.Add(p.Key())
+			}
+		})
+	}
+}
+
+// Certificates counts the alive meshed pods whose live certificate is from the active issuer.
+func (t *CertTracker) Certificates() steps.Convergence {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := steps.Convergence{Converged: len(t.ok), Target: t.index.MeshedPods()}
+	if c.Done() {
+		return c
+	}
+	behind := map[string]int{}
+	t.index.Each(func(p *Pod) {
+		if t.ok[p.Key()] {
+			return
+		}
+		behind[p.Workload]++
+		if len(c.Pods) < behindLimit {
+			reason := "not probed yet"
+			switch r := t.results[p.Key()]; {
+			case !p.Running:
+				reason = "not running"
+			case r == nil || r.uid != p.UID:
+			case r.err != "":
+				reason = "probe failed: " + r.err
+			default:
+				reason = "certificate issued by " + shortHash(r.issuer) + ", not the active issuer " + shortHash(t.active)
+			}
+			c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
+		}
+	})
+	c.Behind, c.BehindWorkloads = topWorkloads(behind)
+	sortProblems(c.Pods)
+	return c
+}
+
+// Run probes until ctx ends.
+func (t *CertTracker) Run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		t.queue.ShutDown()
+	}()
+	var wg sync.WaitGroup
+	for range t.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t.probeNext(ctx) {
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (t *CertTracker) probeNext(ctx context.Context) bool {
+	key, shutdown := t.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer t.queue.Done(key)
+	p, ok := t.index.Get(key)
+	if !ok || !p.Meshed || !p.Alive || !p.Running {
+		return true
+	}
+	issuer, err := ProbePod(ctx, t.dial, p, t.timeout)
+	if ctx.Err() != nil {
+		return false
+	}
+
+	t.mu.Lock()
+	r := t.results[key]
+	if r == nil || r.uid != p.UID {
+		r = &probeResult{uid: p.UID}
+		t.results[key] = r
+	}
+	r.issuer, r.err = issuer, ""
+	if err != nil {
+		r.err = err.Error()
+		r.failures++
+		klog.FromContext(ctx).V(4).Info("Probe failed", "pod", key, "err", err)
+	}
+	wasOK := t.ok[key]
+	nowOK := err == nil && issuer == t.active
+	if nowOK {
+		t.ok[key] = true
+		r.failures = 0
+	} else {
+		delete(t.ok, key)
+		if err == nil {
+			r.failures++
+		}
+		// Retry with backoff; when not urgent, a pod seen on another issuer waits for the
+		// next SetActive instead of being polled.
+		if t.urgent || err != nil {
+			limit := probeRelaxedCap
+			if t.urgent {
+				limit = probeUrgentCap
+			}
+			delay := probeBaseDelay << min(r.failures, 16)
+			t.queue.AddAfter(key, min(delay, limit))
+		}
+	}
+	t.mu.Unlock()
+	if wasOK != nowOK && t.notify != nil {
+		t.notify()
+	}
+	return true
+}

@@ -1,0 +1,424 @@
+package steps
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// Writer is every write the rotation makes. The operator's writes go to the apiserver; a dry
+// run records them instead. Each is idempotent: writing what is already there changes nothing.
+type Writer interface {
+	// WritePreviousAnchor creates or updates the previous-anchor Secret with the certificate
+	// only: a private key is never copied.
+	WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error
+	// WriteTrustRoots creates or updates the trust-roots ConfigMap's ca-bundle.crt.
+	WriteTrustRoots(ctx context.Context, bundle string) error
+	// RestartDeployment sets the pod-template annotation kubectl.kubernetes.io/restartedAt to
+	// token, as `kubectl rollout restart` does; a no-op when it already has that value.
+	RestartDeployment(ctx context.Context, namespace, name, token string) error
+}
+
+// Step names: public API (checkpoints, plans, events). Never rename one.
+const (
+	StepBootstrap                  = "bootstrap"
+	StepDetectAnchorRotation       = "detect-anchor-rotation"
+	StepExpandTrustBundle          = "expand-trust-bundle"
+	StepRefreshControlPlane        = "refresh-control-plane"
+	StepPropagateTrustRoots        = "propagate-trust-roots"
+	StepWaitForIdentityIssuer      = "wait-for-identity-issuer"
+	StepRestartIdentity            = "restart-identity"
+	StepRefreshControlPlaneCerts   = "refresh-control-plane-certificates"
+	StepRenewWorkloadCertificates  = "renew-workload-certificates"
+	StepRetirePreviousAnchor       = "retire-previous-anchor"
+	StepReduceTrustBundle          = "reduce-trust-bundle"
+	StepRefreshControlPlaneReduced = "refresh-control-plane-reduced"
+	StepRemoveOldTrustRoots        = "remove-old-trust-roots"
+)
+
+// Rotation returns the single-cluster rotation: the ordered steps the operator runs and the
+// CLI plans. The safety rule behind the order: linkerd-identity must never load a new-anchor
+// issuer while some meshed pod does not yet trust the new anchor. Identity verifies a
+// hot-reloaded issuer against the roots it loaded at start-up, so it is restarted only once the
+// data plane has converged on the expanded bundle (restart-identity); until then a renewal of
+// the issuer, early or on cert-manager's own schedule, is skipped by identity and harmless.
+func Rotation(w Writer) []workflow.Step[*State] {
+	p := func(ph v1alpha1.Phase) string { return string(ph) }
+	return []workflow.Step[*State]{
+		{
+			Name: StepBootstrap, Phase: p(v1alpha1.PhaseSynced),
+			Doc:     "Create linkerd-previous-anchor and linkerd-identity-trust-roots when they are missing.",
+			Observe: observeBootstrap, Act: actBootstrap(w), Describe: describeBootstrap,
+		},
+		{
+			Name: StepDetectAnchorRotation, Phase: p(v1alpha1.PhaseSynced),
+			Doc:     "Wait for cert-manager to renew the trust anchor; keep the trust bundle as rendered meanwhile.",
+			Observe: observeDetect, Act: actWriteDesiredBundle(w), Describe: describeBundleWrite,
+		},
+		{
+			Name: StepExpandTrustBundle, Phase: p(v1alpha1.PhaseRefreshingControlPlane),
+			Doc:     "Write the expanded trust bundle: the new anchor and the previous one.",
+			Observe: observeBundleWritten, Act: actWriteDesiredBundle(w), Describe: describeBundleWrite,
+		},
+		{
+			Name: StepRefreshControlPlane, Phase: p(v1alpha1.PhaseRefreshingControlPlane),
+			Doc:     "Restart linkerd-destination and linkerd-proxy-injector so the injector stamps the expanded bundle on new pods (identity is left alone: see restart-identity).",
+			Observe: observeRestart(destinationAndInjector), Act: actRestart(w, destinationAndInjector), Describe: describeRestart(destinationAndInjector),
+		},
+		{
+			Name: StepPropagateTrustRoots, Phase: p(v1alpha1.PhasePropagatingTrustRoots),
+			Doc:     "Wait until every meshed pod was injected with the expanded bundle (restart your workloads).",
+			Observe: observePropagated("expanded"),
+		},
+		{
+			Name: StepWaitForIdentityIssuer, Phase: p(v1alpha1.PhaseWaitingForIdentityRotation),
+			Doc:     "Wait for the identity issuer to be renewed onto the new anchor (cmctl renew -n linkerd linkerd-identity-issuer).",
+			Observe: observeIssuerOnNewAnchor,
+		},
+		{
+			Name: StepRestartIdentity, Phase: p(v1alpha1.PhaseRenewingWorkloadCerts),
+			Doc:     "Restart linkerd-identity: it loads the expanded roots and the new issuer, and signs new certificates with it.",
+			Observe: observeRestart(identityOnly), Act: actRestart(w, identityOnly), Describe: describeRestart(identityOnly),
+		},
+		{
+			Name: StepRefreshControlPlaneCerts, Phase: p(v1alpha1.PhaseRenewingWorkloadCerts),
+			Doc:     "Restart linkerd-destination and linkerd-proxy-injector so their proxies hold certificates from the new issuer.",
+			Observe: observeRestart(destinationAndInjector), Act: actRestart(w, destinationAndInjector), Describe: describeRestart(destinationAndInjector),
+		},
+		{
+			Name: StepRenewWorkloadCertificates, Phase: p(v1alpha1.PhaseRenewingWorkloadCerts),
+			Doc:     "Wait until every meshed pod presents a certificate signed by the new issuer (restart workloads, or let proxies refresh).",
+			Observe: observeCertificatesRenewed,
+		},
+		{
+			Name: StepRetirePreviousAnchor, Phase: p(v1alpha1.PhaseRefreshingControlPlane),
+			Doc:     "Copy the current anchor's certificate into linkerd-previous-anchor, retiring the old anchor.",
+			Observe: observeRetired, Act: actRetire(w), Describe: describeRetire,
+		},
+		{
+			Name: StepReduceTrustBundle, Phase: p(v1alpha1.PhaseRefreshingControlPlane),
+			Doc:     "Write the reduced trust bundle: the new anchor alone.",
+			Observe: observeBundleWritten, Act: actWriteDesiredBundle(w), Describe: describeBundleWrite,
+		},
+		{
+			Name: StepRefreshControlPlaneReduced, Phase: p(v1alpha1.PhaseRefreshingControlPlane),
+			Doc:     "Restart the whole control plane onto the reduced bundle, identity first.",
+			Observe: observeRestart(wholeControlPlane), Act: actRestart(w, wholeControlPlane), Describe: describeRestart(wholeControlPlane),
+		},
+		{
+			Name: StepRemoveOldTrustRoots, Phase: p(v1alpha1.PhaseRemovingOldTrustRoots),
+			Doc:     "Wait until every meshed pod was injected with the reduced bundle (restart your workloads).",
+			Observe: observePropagated("reduced"),
+		},
+	}
+}
+
+// DesiredBundle is the bundle the rotation wants now: the current anchor and the previous one.
+// It is the expanded bundle while they differ, and the current anchor alone once the previous
+// anchor is retired. Empty when the anchor is unusable.
+func (s *State) DesiredBundle() string {
+	if !s.Anchor.Usable() {
+		return ""
+	}
+	var prev *x509.Certificate
+	if s.Previous.Usable() {
+		prev = s.Previous.Cert
+	}
+	return RenderBundle(s.Anchor.Cert, prev)
+}
+
+// Rotating reports whether a rotation is under way: the anchor differs from the previous one.
+func (s *State) Rotating() bool {
+	return s.Anchor.Usable() && s.Previous.Usable() && s.Anchor.Fingerprint() != s.Previous.Fingerprint()
+}
+
+// IssuerOnCurrentAnchor reports whether the identity issuer is signed by the current anchor.
+func (s *State) IssuerOnCurrentAnchor() bool {
+	return s.Anchor.Usable() && s.Issuer.Usable() && SignedBy(s.Issuer.Cert, s.Anchor.Cert)
+}
+
+// anchorProblem is a Wait decision when the anchor cannot be used, or nil.
+func anchorProblem(s *State) *workflow.Decision {
+	if !s.Anchor.Usable() {
+		d := workflow.Waiting("TrustAnchorUnavailable", s.Anchor.Problem("trust anchor Secret"))
+		return &d
+	}
+	if err := CheckAnchor(s.Anchor.Cert, s.Now); err != nil {
+		d := workflow.Waiting("TrustAnchorInvalid", fmt.Sprintf("trust anchor Secret %s: %v", s.Anchor.Ref(), err))
+		return &d
+	}
+	return nil
+}
+
+// --- bootstrap -------------------------------------------------------------------------------
+
+// bootstrapPrevious chooses the certificate to create linkerd-previous-anchor from when it is
+// missing: the anchor the existing bundle trusts besides the current one, so that an anchor
+// renewed while the operator was away (or a deleted previous-anchor) is never dropped; or the
+// current anchor on a fresh install. ok is false when the bundle is ambiguous.
+func bootstrapPrevious(s *State) (cert *x509.Certificate, ok bool) {
+	cur := s.Anchor.Fingerprint()
+	var others []*x509.Certificate
+	for _, c := range s.Bundle.Certs {
+		if Fingerprint(c) != cur {
+			others = append(others, c)
+		}
+	}
+	switch len(others) {
+	case 0:
+		return s.Anchor.Cert, true
+	case 1:
+		return others[0], true
+	}
+	return nil, false
+}
+
+func observeBootstrap(s *State, _ string) workflow.Decision {
+	if d := anchorProblem(s); d != nil {
+		return *d
+	}
+	if !s.Previous.Found {
+		if _, ok := bootstrapPrevious(s); !ok {
+			return workflow.Waiting("AmbiguousTrustBundle", fmt.Sprintf(
+				"Secret %s is missing and ConfigMap %s/%s trusts %d anchors besides the current one; recreate %s with the anchor to keep",
+				s.Previous.Ref(), s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, len(s.Bundle.Certs)-1, s.Previous.Ref()))
+		}
+		return workflow.ActNeeded("PreviousAnchorMissing", fmt.Sprintf("Secret %s is missing", s.Previous.Ref()))
+	}
+	if !s.Previous.Usable() {
+		return workflow.Waiting("PreviousAnchorInvalid", s.Previous.Problem("previous-anchor Secret")+"; fix or delete it")
+	}
+	if !s.Bundle.Found {
+		return workflow.ActNeeded("TrustRootsMissing", fmt.Sprintf("ConfigMap %s/%s is missing", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+	}
+	return workflow.Completed("Bootstrapped", "previous anchor and trust bundle exist")
+}
+
+func actBootstrap(w Writer) func(context.Context, *State, string) error {
+	return func(ctx context.Context, s *State, _ string) error {
+		if !s.Previous.Found {
+			prev, ok := bootstrapPrevious(s)
+			if !ok {
+				return fmt.Errorf("cannot choose a previous anchor from ConfigMap %s", s.Config.TrustRootsConfigMap)
+			}
+			// The bundle is created on the next pass, from the previous anchor just written.
+			return w.WritePreviousAnchor(ctx, prev)
+		}
+		return w.WriteTrustRoots(ctx, s.DesiredBundle())
+	}
+}
+
+func describeBootstrap(s *State) []string {
+	var out []string
+	if !s.Previous.Found {
+		if prev, ok := bootstrapPrevious(s); ok {
+			out = append(out, fmt.Sprintf("create Secret %s with certificate %s (no key)", s.Previous.Ref(), Fingerprint(prev)))
+		}
+	}
+	if !s.Bundle.Found && s.Anchor.Usable() {
+		out = append(out, fmt.Sprintf("create ConfigMap %s/%s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+	}
+	return out
+}
+
+// --- trust bundle -----------------------------------------------------------------------------
+
+func observeDetect(s *State, _ string) workflow.Decision {
+	if d := anchorProblem(s); d != nil {
+		return *d
+	}
+	if s.Rotating() {
+		return workflow.Completed("TrustAnchorRenewed", fmt.Sprintf("trust anchor %s differs from the previous anchor %s", short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint())))
+	}
+	if s.Bundle.Data != s.DesiredBundle() {
+		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+	}
+	// Synced: nothing to wait for, so no blocking message.
+	return workflow.Waiting("TrustAnchorUnchanged", "")
+}
+
+func observeBundleWritten(s *State, _ string) workflow.Decision {
+	if d := anchorProblem(s); d != nil {
+		return *d
+	}
+	if s.Bundle.Data != s.DesiredBundle() {
+		return workflow.ActNeeded("TrustBundleOutdated", fmt.Sprintf("ConfigMap %s/%s does not hold the desired bundle yet", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+	}
+	return workflow.Completed("TrustBundleWritten", fmt.Sprintf("ConfigMap %s/%s holds %s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeAnchors(s)))
+}
+
+func actWriteDesiredBundle(w Writer) func(context.Context, *State, string) error {
+	return func(ctx context.Context, s *State, _ string) error {
+		return w.WriteTrustRoots(ctx, s.DesiredBundle())
+	}
+}
+
+func describeBundleWrite(s *State) []string {
+	return []string{fmt.Sprintf("write ConfigMap %s/%s: %s -> %s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap,
+		fingerprints(s.Bundle.Certs), describeAnchors(s))}
+}
+
+func describeAnchors(s *State) string {
+	if !s.Rotating() {
+		return fmt.Sprintf("[%s]", short(s.Anchor.Fingerprint()))
+	}
+	return fmt.Sprintf("[%s (new), %s (previous)]", short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()))
+}
+
+func fingerprints(certs []*x509.Certificate) string {
+	var fps []string
+	for _, c := range certs {
+		fps = append(fps, short(Fingerprint(c)))
+	}
+	return "[" + strings.Join(fps, ", ") + "]"
+}
+
+// short abbreviates a fingerprint for messages; status fields carry it in full.
+func short(fp string) string {
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	return fp
+}
+
+func observePropagated(which string) func(*State, string) workflow.Decision {
+	return func(s *State, _ string) workflow.Decision {
+		c := s.TrustBundle
+		if c.Done() {
+			return workflow.Completed("TrustBundleConverged", fmt.Sprintf("%d of %d meshed pod(s) run with the %s trust bundle", c.Converged, c.Target, which))
+		}
+		msg := fmt.Sprintf("Waiting for %d pod(s) to converge on the %s trust bundle", c.Target-c.Converged, which)
+		if len(c.Behind) > 0 {
+			msg += "; restart: " + c.describeBehind(5)
+		}
+		return workflow.Waiting("TrustBundleConverging", msg)
+	}
+}
+
+// --- issuer and certificates -------------------------------------------------------------------
+
+func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
+	if d := anchorProblem(s); d != nil {
+		return *d
+	}
+	if !s.Issuer.Usable() {
+		return workflow.Waiting("IssuerUnavailable", s.Issuer.Problem("identity issuer Secret"))
+	}
+	if s.IssuerOnCurrentAnchor() {
+		return workflow.Completed("IssuerRenewed", fmt.Sprintf("identity issuer %s is signed by the new trust anchor", short(s.Issuer.Fingerprint())))
+	}
+	if s.Previous.Usable() && !SignedBy(s.Issuer.Cert, s.Previous.Cert) {
+		return workflow.Waiting("IssuerUnrelated", fmt.Sprintf(
+			"identity issuer in Secret %s is signed by neither the new trust anchor %s nor the previous one %s; renew it from the ClusterIssuer backed by %s",
+			s.Issuer.Ref(), short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()), s.Anchor.Ref()))
+	}
+	return workflow.Waiting("WaitingForIssuerRenewal", fmt.Sprintf(
+		"Waiting for the identity issuer to be renewed onto the new trust anchor: cmctl renew -n %s %s",
+		s.Issuer.Namespace, s.Issuer.Name))
+}
+
+func observeCertificatesRenewed(s *State, _ string) workflow.Decision {
+	if !s.IssuerOnCurrentAnchor() {
+		// cert-manager renewed the anchor again, or the issuer went back: not safe to go on.
+		return workflow.Waiting("IssuerNotOnCurrentAnchor", fmt.Sprintf("identity issuer in Secret %s is not signed by the current trust anchor %s", s.Issuer.Ref(), short(s.Anchor.Fingerprint())))
+	}
+	c := s.Certificates
+	if c.Done() {
+		return workflow.Completed("WorkloadCertificatesRenewed", fmt.Sprintf("%d of %d meshed pod(s) present certificates from issuer %s", c.Converged, c.Target, short(s.Issuer.Fingerprint())))
+	}
+	msg := fmt.Sprintf("Waiting for %d pod(s) to present a certificate from the new identity issuer %s", c.Target-c.Converged, short(s.Issuer.Fingerprint()))
+	if len(c.Behind) > 0 {
+		msg += "; restart or wait for: " + c.describeBehind(5)
+	}
+	if len(c.Pods) > 0 {
+		p := c.Pods[0]
+		msg += fmt.Sprintf("; e.g. pod %s/%s: %s", p.Namespace, p.Name, p.Reason)
+	}
+	return workflow.Waiting("WorkloadCertificatesRenewing", msg)
+}
+
+// --- previous anchor ---------------------------------------------------------------------------
+
+func observeRetired(s *State, _ string) workflow.Decision {
+	if d := anchorProblem(s); d != nil {
+		return *d
+	}
+	if s.Previous.Fingerprint() == s.Anchor.Fingerprint() {
+		return workflow.Completed("PreviousAnchorRetired", fmt.Sprintf("Secret %s holds the current anchor %s", s.Previous.Ref(), short(s.Anchor.Fingerprint())))
+	}
+	return workflow.ActNeeded("PreviousAnchorOutdated", fmt.Sprintf("Secret %s still holds the old anchor %s", s.Previous.Ref(), short(s.Previous.Fingerprint())))
+}
+
+func actRetire(w Writer) func(context.Context, *State, string) error {
+	return func(ctx context.Context, s *State, _ string) error { return w.WritePreviousAnchor(ctx, s.Anchor.Cert) }
+}
+
+func describeRetire(s *State) []string {
+	return []string{fmt.Sprintf("write Secret %s: certificate %s -> %s (no key)", s.Previous.Ref(), short(s.Previous.Fingerprint()), short(s.Anchor.Fingerprint()))}
+}
+
+// --- control-plane restarts --------------------------------------------------------------------
+
+// A restart set picks control-plane Deployments from the config, in restart order.
+type restartSet func(Config) []string
+
+func identityOnly(c Config) []string           { return []string{c.IdentityDeployment} }
+func destinationAndInjector(c Config) []string { return []string{c.DestinationDeploy, c.ProxyInjectorDeploy} }
+func wholeControlPlane(c Config) []string      { return c.ControlPlane() }
+
+// observeRestart is done when every Deployment of the set carries this pass's token in its
+// restartedAt annotation and is rolled out. The token tells this pass's restart from any older
+// one, so an operator restarted mid-step never restarts the control plane twice.
+func observeRestart(set restartSet) func(*State, string) workflow.Decision {
+	return func(s *State, token string) workflow.Decision {
+		names := set(s.Config)
+		for _, n := range names {
+			if d, ok := s.ControlPlane[n]; !ok || !d.Found {
+				return workflow.Waiting("ControlPlaneMissing", fmt.Sprintf("Deployment %s/%s not found", s.Config.LinkerdNamespace, n))
+			}
+		}
+		var pending []string
+		for _, n := range names {
+			if token == "" || s.ControlPlane[n].RestartedAt != token {
+				pending = append(pending, n)
+			}
+		}
+		if len(pending) > 0 {
+			return workflow.ActNeeded("RestartNeeded", "restart Deployment(s) "+strings.Join(pending, ", "))
+		}
+		for _, n := range names {
+			if d := s.ControlPlane[n]; !d.RolledOut {
+				return workflow.Waiting("ControlPlaneRollingOut", fmt.Sprintf("Waiting for the rollout of Deployment %s/%s: %s", d.Namespace, d.Name, d.Progress))
+			}
+		}
+		return workflow.Completed("ControlPlaneRestarted", "restarted and rolled out: "+strings.Join(names, ", "))
+	}
+}
+
+func actRestart(w Writer, set restartSet) func(context.Context, *State, string) error {
+	return func(ctx context.Context, s *State, token string) error {
+		for _, n := range set(s.Config) {
+			if s.ControlPlane[n].RestartedAt == token {
+				continue
+			}
+			if err := w.RestartDeployment(ctx, s.Config.LinkerdNamespace, n, token); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func describeRestart(set restartSet) func(*State) []string {
+	return func(s *State) []string {
+		var out []string
+		for _, n := range set(s.Config) {
+			out = append(out, fmt.Sprintf("restart Deployment %s/%s", s.Config.LinkerdNamespace, n))
+		}
+		return out
+	}
+}

@@ -1,0 +1,327 @@
+package steps
+
+import (
+	"context"
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linkerd/trust-rotation/workflow"
+)
+
+// pki is a rotation's worth of certificates: old and new anchors and an issuer under each.
+type pki struct {
+	oldAnchor, newAnchor, oldIssuer, newIssuer, stranger *testCA
+}
+
+func newPKI(t *testing.T) pki {
+	p := pki{oldAnchor: anchorCA(t, "old-anchor"), newAnchor: anchorCA(t, "new-anchor"), stranger: anchorCA(t, "stranger")}
+	p.oldIssuer = newCert(t, "old-issuer", p.oldAnchor, true, time.Now().Add(time.Hour))
+	p.newIssuer = newCert(t, "new-issuer", p.newAnchor, true, time.Now().Add(time.Hour))
+	return p
+}
+
+type stateOpt func(*State)
+
+func src(ns, name string, c *testCA) Source {
+	s := Source{Namespace: ns, Name: name, Found: c != nil}
+	if c != nil {
+		s.Cert = c.cert
+	}
+	return s
+}
+
+func anchor(c *testCA) stateOpt   { return func(s *State) { s.Anchor = src("cert-manager", "linkerd-trust-anchor", c) } }
+func previous(c *testCA) stateOpt { return func(s *State) { s.Previous = src("linkerd", "linkerd-previous-anchor", c) } }
+func issuer(c *testCA) stateOpt   { return func(s *State) { s.Issuer = src("linkerd", "linkerd-identity-issuer", c) } }
+func bundleOf(cs ...*testCA) stateOpt {
+	return func(s *State) {
+		var certs []*x509.Certificate
+		for _, c := range cs {
+			certs = append(certs, c.cert)
+		}
+		s.Bundle = Bundle{Found: true, Data: RenderBundle(certs...), Certs: certs}
+	}
+}
+func noBundle() stateOpt { return func(s *State) { s.Bundle = Bundle{} } }
+func deploy(name, restartedAt string, rolledOut bool) stateOpt {
+	return func(s *State) {
+		s.ControlPlane[name] = Deployment{Namespace: "linkerd", Name: name, Found: true, RestartedAt: restartedAt, RolledOut: rolledOut, Progress: "1 of 1 updated replicas are available"}
+	}
+}
+func bundlePods(converged, target int, behind ...WorkloadCount) stateOpt {
+	return func(s *State) {
+		s.TrustBundle = Convergence{Converged: converged, Target: target, Behind: behind, BehindWorkloads: len(behind)}
+	}
+}
+func certPods(converged, target int) stateOpt {
+	return func(s *State) { s.Certificates = Convergence{Converged: converged, Target: target} }
+}
+
+// mid-rotation defaults: new anchor, old previous, old issuer, expanded bundle, everything rolled out.
+func rotatingState(p pki, opts ...stateOpt) *State {
+	s := &State{Config: DefaultConfig(), Now: time.Now(), ControlPlane: map[string]Deployment{}}
+	for _, o := range []stateOpt{anchor(p.newAnchor), previous(p.oldAnchor), issuer(p.oldIssuer), bundleOf(p.newAnchor, p.oldAnchor),
+		deploy("linkerd-identity", "", true), deploy("linkerd-destination", "", true), deploy("linkerd-proxy-injector", "", true)} {
+		o(s)
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func stepNamed(t *testing.T, name string) workflow.Step[*State] {
+	t.Helper()
+	for _, st := range Rotation(nil) {
+		if st.Name == name {
+			return st
+		}
+	}
+	t.Fatalf("no step %q", name)
+	return workflow.Step[*State]{}
+}
+
+func TestObserve(t *testing.T) {
+	p := newPKI(t)
+	expired := newCert(t, "expired", nil, true, time.Now().Add(-time.Minute))
+	notCA := newCert(t, "leaf", nil, false, time.Now().Add(time.Hour))
+	cases := map[string]struct {
+		step        string
+		state       *State
+		token       string
+		wantOutcome workflow.Outcome
+		wantReason  string
+		wantInMsg   string
+	}{
+		"bootstrap waits, naming the Secret, when the anchor Secret is missing": {
+			step: StepBootstrap, state: rotatingState(p, anchor(nil)),
+			wantOutcome: workflow.Wait, wantReason: "TrustAnchorUnavailable", wantInMsg: "cert-manager/linkerd-trust-anchor not found",
+		},
+		"bootstrap refuses an expired anchor": {
+			step: StepBootstrap, state: rotatingState(p, anchor(expired)),
+			wantOutcome: workflow.Wait, wantReason: "TrustAnchorInvalid", wantInMsg: "expired",
+		},
+		"bootstrap refuses an anchor that is not a CA": {
+			step: StepBootstrap, state: rotatingState(p, anchor(notCA)),
+			wantOutcome: workflow.Wait, wantReason: "TrustAnchorInvalid", wantInMsg: "not a CA",
+		},
+		"bootstrap creates a missing previous anchor": {
+			step: StepBootstrap, state: rotatingState(p, previous(nil)),
+			wantOutcome: workflow.Act, wantReason: "PreviousAnchorMissing",
+		},
+		"bootstrap waits when the previous anchor cannot be chosen from the bundle": {
+			step: StepBootstrap, state: rotatingState(p, previous(nil), bundleOf(p.newAnchor, p.oldAnchor, p.stranger)),
+			wantOutcome: workflow.Wait, wantReason: "AmbiguousTrustBundle", wantInMsg: "2 anchors besides the current one",
+		},
+		"bootstrap creates a missing trust bundle": {
+			step: StepBootstrap, state: rotatingState(p, noBundle()),
+			wantOutcome: workflow.Act, wantReason: "TrustRootsMissing",
+		},
+		"bootstrap is done when both exist": {
+			step: StepBootstrap, state: rotatingState(p), wantOutcome: workflow.Done,
+		},
+		"detect waits quietly while the anchor is unchanged": {
+			step: StepDetectAnchorRotation, state: rotatingState(p, previous(p.newAnchor), bundleOf(p.newAnchor)),
+			wantOutcome: workflow.Wait, wantReason: "TrustAnchorUnchanged",
+		},
+		"detect restores a trust bundle edited by hand": {
+			step: StepDetectAnchorRotation, state: rotatingState(p, previous(p.newAnchor), bundleOf(p.stranger)),
+			wantOutcome: workflow.Act, wantReason: "TrustBundleDrifted",
+		},
+		"detect starts a rotation when the anchor differs from the previous one": {
+			step: StepDetectAnchorRotation, state: rotatingState(p, bundleOf(p.oldAnchor)),
+			wantOutcome: workflow.Done, wantReason: "TrustAnchorRenewed",
+		},
+		"expand writes the bundle when it lacks the new anchor": {
+			step: StepExpandTrustBundle, state: rotatingState(p, bundleOf(p.oldAnchor)),
+			wantOutcome: workflow.Act, wantReason: "TrustBundleOutdated",
+		},
+		"expand is done when the bundle holds both anchors": {
+			step: StepExpandTrustBundle, state: rotatingState(p), wantOutcome: workflow.Done,
+		},
+		"a control-plane restart acts when it has no token yet": {
+			step: StepRefreshControlPlane, state: rotatingState(p),
+			wantOutcome: workflow.Act, wantReason: "RestartNeeded", wantInMsg: "linkerd-destination, linkerd-proxy-injector",
+		},
+		"a control-plane restart acts again, with its token, when the patch did not land": {
+			step: StepRefreshControlPlane, token: "t1", state: rotatingState(p, deploy("linkerd-destination", "t1", false)),
+			wantOutcome: workflow.Act, wantReason: "RestartNeeded", wantInMsg: "linkerd-proxy-injector",
+		},
+		"a control-plane restart waits for the rollout": {
+			step: StepRefreshControlPlane, token: "t1", state: rotatingState(p, deploy("linkerd-destination", "t1", false), deploy("linkerd-proxy-injector", "t1", true)),
+			wantOutcome: workflow.Wait, wantReason: "ControlPlaneRollingOut", wantInMsg: "linkerd/linkerd-destination",
+		},
+		"a control-plane restart is done when restarted with its token and rolled out": {
+			step: StepRefreshControlPlane, token: "t1", state: rotatingState(p, deploy("linkerd-destination", "t1", true), deploy("linkerd-proxy-injector", "t1", true)),
+			wantOutcome: workflow.Done,
+		},
+		"an older restart does not count for this pass": {
+			step: StepRestartIdentity, token: "t2", state: rotatingState(p, issuer(p.newIssuer), deploy("linkerd-identity", "t1", true)),
+			wantOutcome: workflow.Act, wantReason: "RestartNeeded",
+		},
+		"a missing control-plane Deployment is named": {
+			step: StepRefreshControlPlane, state: func() *State { s := rotatingState(p); delete(s.ControlPlane, "linkerd-destination"); return s }(),
+			wantOutcome: workflow.Wait, wantReason: "ControlPlaneMissing", wantInMsg: "linkerd/linkerd-destination not found",
+		},
+		"propagation waits, naming the workloads to restart": {
+			step: StepPropagateTrustRoots, state: rotatingState(p, bundlePods(10, 12, WorkloadCount{"emojivoto/Deployment/web", 2})),
+			wantOutcome: workflow.Wait, wantReason: "TrustBundleConverging", wantInMsg: "Waiting for 2 pod(s) to converge on the expanded trust bundle; restart: emojivoto/Deployment/web (2 pods)",
+		},
+		"propagation is done when every pod has the bundle": {
+			step: StepPropagateTrustRoots, state: rotatingState(p, bundlePods(12, 12)), wantOutcome: workflow.Done,
+		},
+		"the issuer step waits for cmctl renew": {
+			step: StepWaitForIdentityIssuer, state: rotatingState(p),
+			wantOutcome: workflow.Wait, wantReason: "WaitingForIssuerRenewal", wantInMsg: "cmctl renew -n linkerd linkerd-identity-issuer",
+		},
+		"the issuer step reports an issuer from neither anchor": {
+			step: StepWaitForIdentityIssuer, state: rotatingState(p, issuer(newCert(t, "rogue", p.stranger, true, time.Now().Add(time.Hour)))),
+			wantOutcome: workflow.Wait, wantReason: "IssuerUnrelated",
+		},
+		"the issuer step is done once the issuer is signed by the new anchor": {
+			step: StepWaitForIdentityIssuer, state: rotatingState(p, issuer(p.newIssuer)), wantOutcome: workflow.Done,
+		},
+		"certificate renewal waits for pods on the old issuer": {
+			step: StepRenewWorkloadCertificates, state: rotatingState(p, issuer(p.newIssuer), certPods(3, 5)),
+			wantOutcome: workflow.Wait, wantReason: "WorkloadCertificatesRenewing", wantInMsg: "Waiting for 2 pod(s)",
+		},
+		"certificate renewal stops if the issuer left the current anchor": {
+			step: StepRenewWorkloadCertificates, state: rotatingState(p, certPods(5, 5)),
+			wantOutcome: workflow.Wait, wantReason: "IssuerNotOnCurrentAnchor",
+		},
+		"certificate renewal is done when every pod presents a new certificate": {
+			step: StepRenewWorkloadCertificates, state: rotatingState(p, issuer(p.newIssuer), certPods(5, 5)), wantOutcome: workflow.Done,
+		},
+		"retiring copies the current anchor into the previous-anchor Secret": {
+			step: StepRetirePreviousAnchor, state: rotatingState(p, issuer(p.newIssuer)),
+			wantOutcome: workflow.Act, wantReason: "PreviousAnchorOutdated",
+		},
+		"retiring is done when the previous anchor is the current one": {
+			step: StepRetirePreviousAnchor, state: rotatingState(p, previous(p.newAnchor)), wantOutcome: workflow.Done,
+		},
+		"reduction writes the bundle with the new anchor alone": {
+			step: StepReduceTrustBundle, state: rotatingState(p, previous(p.newAnchor)),
+			wantOutcome: workflow.Act, wantReason: "TrustBundleOutdated",
+		},
+		"removal waits for the final data-plane restart": {
+			step: StepRemoveOldTrustRoots, state: rotatingState(p, previous(p.newAnchor), bundleOf(p.newAnchor), bundlePods(0, 3, WorkloadCount{"a/Deployment/x", 3})),
+			wantOutcome: workflow.Wait, wantInMsg: "reduced trust bundle; restart: a/Deployment/x (3 pods)",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := stepNamed(t, tc.step).Observe(tc.state, tc.token)
+			if d.Outcome != tc.wantOutcome || (tc.wantReason != "" && d.Reason != tc.wantReason) || !strings.Contains(d.Message, tc.wantInMsg) {
+				t.Fatalf("got %v %s %q; want %v %s containing %q", d.Outcome, d.Reason, d.Message, tc.wantOutcome, tc.wantReason, tc.wantInMsg)
+			}
+		})
+	}
+}
+
+// fakeWriter applies writes to a State, so a whole rotation can run without a cluster.
+type fakeWriter struct {
+	s        *State
+	restarts map[string]int
+}
+
+func (w *fakeWriter) WritePreviousAnchor(_ context.Context, c *x509.Certificate) error {
+	w.s.Previous.Found, w.s.Previous.Cert = true, c
+	return nil
+}
+
+func (w *fakeWriter) WriteTrustRoots(_ context.Context, b string) error {
+	certs, _ := ParseCertificates([]byte(b))
+	w.s.Bundle = Bundle{Found: true, Data: b, Certs: certs}
+	return nil
+}
+
+func (w *fakeWriter) RestartDeployment(_ context.Context, _, name, token string) error {
+	d := w.s.ControlPlane[name]
+	d.RestartedAt, d.RolledOut = token, true // an instant rollout
+	w.s.ControlPlane[name] = d
+	w.restarts[name]++
+	return nil
+}
+
+// TestRotationOrder drives the whole workflow over a simulated cluster in which pods converge
+// as soon as asked, and checks the phases and restarts it goes through.
+func TestRotationOrder(t *testing.T) {
+	p := newPKI(t)
+	s := rotatingState(p, anchor(p.oldAnchor), previous(nil), noBundle(), bundlePods(4, 4), certPods(4, 4))
+	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	wf, err := workflow.New(Rotation(w)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := workflow.Checkpoint{}
+	n := 0
+	advance := func() workflow.Result {
+		t.Helper()
+		res, err := wf.Advance(context.Background(), cp, s, func(context.Context, workflow.Checkpoint) error { return nil },
+			func() string { n++; return time.Unix(int64(n), 0).String() })
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp = res.Checkpoint
+		return res
+	}
+	until := func(step string) workflow.Result {
+		t.Helper()
+		for range 20 {
+			if res := advance(); !res.Acted {
+				if res.Checkpoint.Step != step {
+					t.Fatalf("stopped at %s (%s), want %s", res.Checkpoint.Step, res.Decision.Message, step)
+				}
+				return res
+			}
+		}
+		t.Fatalf("no progress towards %s", step)
+		return workflow.Result{}
+	}
+
+	until(StepDetectAnchorRotation)
+	if !s.Previous.Usable() || s.Bundle.Data != RenderBundle(p.oldAnchor.cert) {
+		t.Fatal("bootstrap did not create the previous anchor and the bundle")
+	}
+	// cert-manager renews the anchor: the pods have not seen the expanded bundle.
+	s.Anchor = src("cert-manager", "linkerd-trust-anchor", p.newAnchor)
+	s.TrustBundle = Convergence{Converged: 0, Target: 4}
+	if res := until(StepPropagateTrustRoots); res.Phase != "PropagatingTrustRoots" {
+		t.Fatalf("phase %s", res.Phase)
+	}
+	if w.restarts["linkerd-identity"] != 0 || w.restarts["linkerd-destination"] != 1 {
+		t.Fatalf("restarts before the data plane converged: %v (identity must not restart yet)", w.restarts)
+	}
+	s.TrustBundle = Convergence{Converged: 4, Target: 4}
+	until(StepWaitForIdentityIssuer)
+	// cmctl renew the issuer; pods still hold old certificates.
+	s.Issuer = src("linkerd", "linkerd-identity-issuer", p.newIssuer)
+	s.Certificates = Convergence{Converged: 0, Target: 4}
+	if res := until(StepRenewWorkloadCertificates); res.Phase != "RenewingWorkloadCerts" {
+		t.Fatalf("phase %s", res.Phase)
+	}
+	if w.restarts["linkerd-identity"] != 1 || w.restarts["linkerd-destination"] != 2 {
+		t.Fatalf("restarts after the issuer switch: %v", w.restarts)
+	}
+	s.Certificates = Convergence{Converged: 4, Target: 4}
+	s.TrustBundle = Convergence{Converged: 0, Target: 4} // the reduced bundle is new to every pod
+	if res := until(StepRemoveOldTrustRoots); res.Phase != "RemovingOldTrustRoots" {
+		t.Fatalf("phase %s", res.Phase)
+	}
+	if s.Bundle.Data != RenderBundle(p.newAnchor.cert) || Fingerprint(s.Previous.Cert) != Fingerprint(p.newAnchor.cert) {
+		t.Fatal("the bundle was not reduced to the new anchor")
+	}
+	s.TrustBundle = Convergence{Converged: 4, Target: 4}
+	res := until(StepDetectAnchorRotation)
+	if !res.Completed || res.Phase != "Synced" {
+		t.Fatalf("rotation did not complete: %+v", res)
+	}
+	want := map[string]int{"linkerd-identity": 2, "linkerd-destination": 3, "linkerd-proxy-injector": 3}
+	for k, v := range want {
+		if w.restarts[k] != v {
+			t.Errorf("%s restarted %d times, want %d", k, w.restarts[k], v)
+		}
+	}
+}

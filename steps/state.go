@@ -1,0 +1,150 @@
+package steps
+
+import (
+	"crypto/x509"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// State is a snapshot of everything the rotation steps decide on. It is plain data: the
+// operator builds it from informer caches, the CLI from one round of reads, and tests by hand.
+type State struct {
+	Config Config
+	Now    time.Time
+
+	// Anchor is the current trust anchor, from the cert-manager Secret.
+	Anchor Source
+	// Previous is the operator-managed copy of the previous anchor.
+	Previous Source
+	// Issuer is the identity issuer certificate (the first certificate of its Secret's tls.crt).
+	Issuer Source
+	// Bundle is the linkerd-identity-trust-roots ConfigMap.
+	Bundle Bundle
+	// ControlPlane holds the control-plane Deployments by name.
+	ControlPlane map[string]Deployment
+	// TrustBundle counts meshed non-control-plane pods on the DESIRED bundle's hash.
+	TrustBundle Convergence
+	// Certificates counts meshed pods whose live certificate is signed by the issuer.
+	Certificates Convergence
+}
+
+// Source is a certificate read from a Secret.
+type Source struct {
+	Namespace, Name string
+	// Found is false when the object does not exist.
+	Found bool
+	// Cert is the certificate, when the object holds a valid one.
+	Cert *x509.Certificate
+	// Err says what is wrong with the object's content, when it exists but is unusable.
+	Err error
+}
+
+// Ref is namespace/name.
+func (s Source) Ref() string { return s.Namespace + "/" + s.Name }
+
+// Usable reports whether the source holds a certificate.
+func (s Source) Usable() bool { return s.Found && s.Err == nil && s.Cert != nil }
+
+// Fingerprint of the source's certificate, or "".
+func (s Source) Fingerprint() string {
+	if !s.Usable() {
+		return ""
+	}
+	return Fingerprint(s.Cert)
+}
+
+// Problem describes why the source is unusable, naming the object.
+func (s Source) Problem(kind string) string {
+	switch {
+	case !s.Found:
+		return fmt.Sprintf("%s %s not found", kind, s.Ref())
+	case s.Err != nil:
+		return fmt.Sprintf("%s %s: %v", kind, s.Ref(), s.Err)
+	case s.Cert == nil:
+		return fmt.Sprintf("%s %s holds no certificate", kind, s.Ref())
+	}
+	return ""
+}
+
+// Bundle is the trust-roots ConfigMap.
+type Bundle struct {
+	Found bool
+	Data  string
+	// Certs are the certificates in Data (nil when it does not parse).
+	Certs []*x509.Certificate
+}
+
+// Deployment is what the steps need of a control-plane Deployment.
+type Deployment struct {
+	Namespace, Name string
+	Found           bool
+	// RestartedAt is the pod template's kubectl.kubernetes.io/restartedAt annotation.
+	RestartedAt string
+	// RolledOut is true when the Deployment's latest template is fully rolled out: observed,
+	// every replica updated and available, and no replica of an older template left — the
+	// same test as `kubectl rollout status`.
+	RolledOut bool
+	// Progress says what the rollout waits for, when it is not rolled out.
+	Progress string
+}
+
+// Convergence counts the pods of a group that reached a target, with the first few that did not.
+type Convergence struct {
+	Converged, Target int
+	// Behind lists workloads with pods that have not converged, most pods first (the first few).
+	Behind []WorkloadCount
+	// BehindWorkloads is how many workloads have pods that have not converged, in all.
+	BehindWorkloads int
+	// Pods lists the first few pods that have not converged, with why.
+	Pods []PodProblem
+}
+
+// Done reports whether every target pod converged.
+func (c Convergence) Done() bool { return c.Converged >= c.Target }
+
+// WorkloadCount is a workload and how many of its pods have not converged.
+type WorkloadCount struct {
+	// Workload is "namespace/Kind/name", e.g. "emojivoto/Deployment/web".
+	Workload string
+	Pods     int
+}
+
+// PodProblem is a pod that has not converged and why.
+type PodProblem struct {
+	Namespace, Name, Reason string
+}
+
+// SortWorkloads orders workloads by pods behind, most first, then by name: stable messages.
+func SortWorkloads(ws []WorkloadCount) {
+	sort.Slice(ws, func(i, j int) bool {
+		if ws[i].Pods != ws[j].Pods {
+			return ws[i].Pods > ws[j].Pods
+		}
+		return ws[i].Workload < ws[j].Workload
+	})
+}
+
+// describeBehind renders "ns/Deployment/a (3 pods), ns/Deployment/b (1 pod) and 4 more".
+func (c Convergence) describeBehind(limit int) string {
+	var parts []string
+	for i, w := range c.Behind {
+		if i == limit {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d %s)", w.Workload, w.Pods, plural(w.Pods, "pod", "pods")))
+	}
+	total := max(c.BehindWorkloads, len(c.Behind))
+	if shown := len(parts); total > shown {
+		parts = append(parts, fmt.Sprintf("and %d more", total-shown))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,109 @@
+package steps
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// DefaultWorkloadCertificateRefreshInterval is spec.workloadCertificateRefreshInterval's default.
+const DefaultWorkloadCertificateRefreshInterval = 5 * time.Minute
+
+// RefreshInterval is the spec's accelerated refresh interval, defaulted.
+func RefreshInterval(spec v1alpha1.TrustAnchorRotationSpec) time.Duration {
+	if spec.WorkloadCertificateRefreshInterval == nil || spec.WorkloadCertificateRefreshInterval.Duration <= 0 {
+		return DefaultWorkloadCertificateRefreshInterval
+	}
+	return spec.WorkloadCertificateRefreshInterval.Duration
+}
+
+// syncedSteps are the steps at which no rotation is under way.
+var syncedSteps = map[string]bool{StepBootstrap: true, StepDetectAnchorRotation: true}
+
+// beforeIssuerSwitch are the steps during which a renewed issuer is ahead of the trust bundle.
+var beforeIssuerSwitch = map[string]bool{StepExpandTrustBundle: true, StepRefreshControlPlane: true, StepPropagateTrustRoots: true}
+
+// Project computes the status to publish from the previous status, the snapshot the workflow
+// advanced over, and where it stopped. It is pure, so the operator writes status only when the
+// result differs from what is there.
+func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorRotationSpec, generation int64,
+	s *State, res workflow.Result, now time.Time) v1alpha1.TrustAnchorRotationStatus {
+	st := *prev.DeepCopy()
+	phase := v1alpha1.Phase(res.Phase)
+	if st.Phase != phase || st.LastPhaseTransitionTime == nil {
+		t := metav1.NewTime(now)
+		st.LastPhaseTransitionTime = &t
+	}
+	st.Phase = phase
+	st.ObservedGeneration = generation
+	st.BlockingMessage = ""
+	if res.Decision.Outcome == workflow.Wait {
+		st.BlockingMessage = res.Decision.Message
+	}
+	st.ActiveIssuerFingerprint = s.Issuer.Fingerprint()
+	st.PreviousAnchorFingerprint = s.Previous.Fingerprint()
+	st.WorkloadCertificateRefreshInterval = nil
+	if phase == v1alpha1.PhaseRenewingWorkloadCerts {
+		st.WorkloadCertificateRefreshInterval = &metav1.Duration{Duration: RefreshInterval(spec)}
+	}
+	st.TrustBundle = convergenceStatus(s.TrustBundle)
+	st.WorkloadCertificates = convergenceStatus(s.Certificates)
+
+	st.SourceFingerprints = nil
+	for _, src := range []Source{s.Anchor, s.Previous} {
+		if fp := src.Fingerprint(); fp != "" {
+			st.SourceFingerprints = append(st.SourceFingerprints, v1alpha1.SourceFingerprint{
+				Fingerprint: fp, Kind: v1alpha1.SourceKindSecret, Name: src.Name, Namespace: src.Namespace,
+			})
+		}
+	}
+
+	// The checkpoint, with the rotation it belongs to.
+	cp := &v1alpha1.Checkpoint{Step: res.Checkpoint.Step, Token: res.Checkpoint.Token, Acts: res.Checkpoint.Acts}
+	if !syncedSteps[cp.Step] {
+		if prev.Checkpoint != nil && prev.Checkpoint.Rotation != "" {
+			cp.Rotation, cp.StartTime = prev.Checkpoint.Rotation, prev.Checkpoint.StartTime
+		} else {
+			t := metav1.NewTime(now)
+			cp.Rotation, cp.StartTime = s.Anchor.Fingerprint(), &t
+		}
+	}
+	st.Checkpoint = cp
+
+	newRotation := cp.Rotation != "" && (prev.Checkpoint == nil || prev.Checkpoint.Rotation != cp.Rotation)
+	existing := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation)
+	switch {
+	case beforeIssuerSwitch[cp.Step] && s.Rotating() && s.IssuerOnCurrentAnchor():
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionOutOfOrderIssuerRotation, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonIssuerRotatedOutOfOrder, Message: v1alpha1.MessageIssuerRotatedOutOfOrder,
+			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
+		})
+	case existing == nil || newRotation:
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionOutOfOrderIssuerRotation, Status: metav1.ConditionFalse,
+			Reason: v1alpha1.ReasonIssuerRotationInOrder, Message: v1alpha1.MessageIssuerRotationInOrder,
+			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	return st
+}
+
+func convergenceStatus(c Convergence) *v1alpha1.ConvergenceStatus {
+	state := v1alpha1.Converging
+	if c.Done() {
+		state = v1alpha1.Converged
+	}
+	return &v1alpha1.ConvergenceStatus{Status: state, ConvergedPods: int32(c.Converged), TargetPods: int32(c.Target)}
+}
+
+// renewingSteps are the steps during which pods must move onto the new issuer.
+var renewingSteps = map[string]bool{StepRestartIdentity: true, StepRefreshControlPlaneCerts: true, StepRenewWorkloadCertificates: true}
+
+// UrgentCertificates reports whether, at the given step, the operator should probe pods that
+// have not converged on the active issuer often (the rotation waits on them) rather than rarely.
+func UrgentCertificates(step string) bool { return renewingSteps[step] }
