@@ -366,9 +366,11 @@ func describeRetire(s *State) []string {
 // A restart set picks control-plane Deployments from the config, in restart order.
 type restartSet func(Config) []string
 
-func identityOnly(c Config) []string           { return []string{c.IdentityDeployment} }
-func destinationAndInjector(c Config) []string { return []string{c.DestinationDeploy, c.ProxyInjectorDeploy} }
-func wholeControlPlane(c Config) []string      { return c.ControlPlane() }
+func identityOnly(c Config) []string { return []string{c.IdentityDeployment} }
+func destinationAndInjector(c Config) []string {
+	return []string{c.DestinationDeploy, c.ProxyInjectorDeploy}
+}
+func wholeControlPlane(c Config) []string { return c.ControlPlane() }
 
 // observeRestart is done when every Deployment of the set carries this pass's token in its
 // restartedAt annotation and is rolled out. The token tells this pass's restart from any older

@@ -32,9 +32,15 @@ func src(ns, name string, c *testCA) Source {
 	return s
 }
 
-func anchor(c *testCA) stateOpt   { return func(s *State) { s.Anchor = src("cert-manager", "linkerd-trust-anchor", c) } }
-func previous(c *testCA) stateOpt { return func(s *State) { s.Previous = src("linkerd", "linkerd-previous-anchor", c) } }
-func issuer(c *testCA) stateOpt   { return func(s *State) { s.Issuer = src("linkerd", "linkerd-identity-issuer", c) } }
+func anchor(c *testCA) stateOpt {
+	return func(s *State) { s.Anchor = src("cert-manager", "linkerd-trust-anchor", c) }
+}
+func previous(c *testCA) stateOpt {
+	return func(s *State) { s.Previous = src("linkerd", "linkerd-previous-anchor", c) }
+}
+func issuer(c *testCA) stateOpt {
+	return func(s *State) { s.Issuer = src("linkerd", "linkerd-identity-issuer", c) }
+}
 func bundleOf(cs ...*testCA) stateOpt {
 	return func(s *State) {
 		var certs []*x509.Certificate

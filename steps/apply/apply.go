@@ -30,7 +30,9 @@ type KubeWriter struct {
 
 var _ steps.Writer = (*KubeWriter)(nil)
 
-func managedLabels() map[string]string { return map[string]string{steps.ManagedByLabel: steps.ManagedByValue} }
+func managedLabels() map[string]string {
+	return map[string]string{steps.ManagedByLabel: steps.ManagedByValue}
+}
 
 // WritePreviousAnchor applies the previous-anchor Secret with the certificate alone.
 func (w *KubeWriter) WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error {
