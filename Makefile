@@ -38,7 +38,6 @@ bed-figures: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 bed-figures: ## Print the test bed's figures: build times, start-up time, peak RSS, 1,000 pods to Running.
 	scripts/bed-figures.sh
 
-TOOLS_BIN = $(shell scripts/tools.sh bin-dir)
 CONTROLLER_GEN = $(TOOLS_BIN)/controller-gen
 
 .PHONY: generate
