@@ -36,18 +36,19 @@ var serviceIP = net.IPv4(10, 0, 0, 1)
 
 // Cluster is a running local cluster. All methods are safe for concurrent use.
 type Cluster struct {
-	opts       Options
-	binDir     string
-	workDir    string
-	ownWorkDir bool // remove workDir on Stop
-	logDir     string
-	creds      *credentials
-	podNet     *podNet
-	advertise  net.IP
-	etcdPorts  [2]int // client, peer
-	apiPort    int
-	server     string // https://127.0.0.1:<apiPort>
-	kubeconfig string // admin kubeconfig
+	opts        Options
+	binDir      string
+	workDir     string
+	ownWorkDir  bool     // remove workDir on Stop
+	workDirLock *os.File // held while the cluster lives; see createWorkDir
+	logDir      string
+	creds       *credentials
+	podNet      *podNet
+	advertise   net.IP
+	etcdPorts   [2]int // client, peer
+	apiPort     int
+	server      string // https://127.0.0.1:<apiPort>
+	kubeconfig  string // admin kubeconfig
 
 	restConfig  *rest.Config
 	kube        kubernetes.Interface
@@ -125,8 +126,8 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	}
 	c.workDir = c.opts.WorkDir
 	if c.workDir == "" {
-		if c.workDir, err = os.MkdirTemp("", "trust-rotation-cluster-"); err != nil {
-			return fmt.Errorf("creating the work directory: %w", err)
+		if c.workDir, c.workDirLock, err = createWorkDir(); err != nil {
+			return err
 		}
 		c.ownWorkDir = true
 	}
@@ -396,6 +397,7 @@ func (c *Cluster) Stop() error {
 			if err := os.RemoveAll(c.workDir); err != nil {
 				errs = append(errs, fmt.Errorf("removing the work directory: %w", err))
 			}
+			c.workDirLock.Close()
 		}
 		c.stopErr = errors.Join(errs...)
 		klog.V(1).InfoS("Test cluster stopped", "server", c.server)
