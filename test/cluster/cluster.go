@@ -263,8 +263,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	return c.waitAPIServer(ctx)
 }
 
-// startControllers starts kube-controller-manager, kube-scheduler, kwok and — unless disabled —
-// nothing else: cert-manager needs its CRDs first (installCertManager).
+// startControllers starts kube-controller-manager, kube-scheduler and kwok. cert-manager is
+// started later by installCertManager, because it needs its CRDs first.
 func (c *Cluster) startControllers() error {
 	kcm, err := c.componentKubeconfig("system:kube-controller-manager")
 	if err != nil {
