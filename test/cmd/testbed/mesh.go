@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/linkerd/trust-rotation/test/meshsim"
 )
 
 // startMesh starts the Linkerd mesh simulator (package test/meshsim) and a small meshed sample
@@ -10,11 +13,21 @@ import (
 // it after the PKI is issued and before it writes the ready marker, and calls stop before it
 // stops the cluster. It runs only with `testbed up --mesh`.
 //
-// Extension point for the mesh-simulator engineer (test/meshsim): fill in this function — install
-// the control plane, start the injector webhook, identity and proxies with b.Cluster's clients
-// and kubeconfigs, create the sample workloads — and record anything a person needs (addresses,
-// namespaces) in b.Extra, which lands in .local/testbed.json. When it works, make --mesh the
-// default (or pass it from scripts/testbed.sh) so `make cluster-up` brings the mesh up too.
+// The sample: the control plane in linkerd, and namespace emojivoto (annotated
+// linkerd.io/inject=enabled) with three meshed Deployments of two replicas. Linkerd's defaults
+// apply (24h workload certificates, 60s kubelet volume refresh), so the playground behaves like a
+// real cluster for a person trying the product by hand.
 func startMesh(ctx context.Context, b *Bed) (stop func() error, err error) {
-	return nil, errors.New("--mesh is not wired in yet: the mesh simulator's start-up belongs in startMesh (test/cmd/testbed/mesh.go)")
+	m, ws, err := meshsim.StartSample(ctx, meshsim.Config{RESTConfig: b.Cluster.RESTConfig()},
+		meshsim.WorkloadSpec{Prefix: "emojivoto", Namespaces: 1, Deployments: 3, Replicas: 2})
+	if err != nil {
+		return nil, fmt.Errorf("starting the mesh simulator: %w", err)
+	}
+	names := make([]string, 0, len(ws))
+	for _, w := range ws {
+		names = append(names, w.String())
+	}
+	b.Extra["meshWebhook"] = m.WebhookURL()
+	b.Extra["meshWorkloads"] = strings.Join(names, ",")
+	return func() error { m.Stop(); return nil }, nil
 }
