@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/observe"
+)
+
+func bundleCommand(env *Env) *command {
+	fs := newFlagSet("bundle")
+	out := addOutputFlag(fs, "yaml", "json")
+	kf := addKubeFlags(fs)
+	c := &command{
+		name:  "bundle",
+		short: "Print the linkerd-identity-trust-roots ConfigMap rendered from cert-manager's trust anchor",
+		long: `Print the linkerd-identity-trust-roots ConfigMap that Linkerd reads its trust roots from,
+rendered from cert-manager's trust-anchor Secret and, when it exists, the operator-managed
+previous anchor. The ca-bundle.crt value has exactly the bytes the operator writes, so applying it
+before the operator runs (or while it is away) changes nothing the operator would change back, and
+Linkerd's proxy-injector stamps the same linkerd.io/trust-root-sha256 either way.
+
+It fails, writing nothing to standard output, when the anchor Secret is missing, its tls.crt is
+not PEM, is not a CA certificate or is outside its validity period.`,
+		example: `  # Seed the trust bundle before installing Linkerd
+  linkerd trust bundle | kubectl apply -f -
+
+  # As JSON, with non-default object names
+  linkerd trust bundle -o json --cert-manager-namespace pki --trust-anchor-secret root-ca`,
+		flags: fs,
+	}
+	c.run = func(ctx context.Context, args []string) error {
+		if len(args) > 0 {
+			return usagef("bundle takes no arguments, got %q", args)
+		}
+		if err := kf.validate(); err != nil {
+			return err
+		}
+		cl, err := env.clients(kf)
+		if err != nil {
+			return err
+		}
+		bundle, err := renderBundle(ctx, cl, kf.Config, env)
+		if err != nil {
+			return err
+		}
+		doc, err := bundleManifest(kf.Config, bundle, out.value)
+		if err != nil {
+			return err
+		}
+		_, err = env.Out.Write(doc)
+		return err
+	}
+	return c
+}
+
+// renderBundle reads the anchor and the previous anchor and returns the bundle the operator
+// would write (steps.State.DesiredBundle), or an error that names the object and what is wrong.
+func renderBundle(ctx context.Context, cl *Clients, cfg steps.Config, env *Env) (string, error) {
+	s := &steps.State{Config: cfg, Now: env.now()}
+	var err error
+	if s.Anchor, err = getSource(ctx, cl, cfg.CertManagerNamespace, cfg.AnchorSecret); err != nil {
+		return "", err
+	}
+	if !s.Anchor.Usable() {
+		problem := s.Anchor.Problem("trust-anchor Secret")
+		if !s.Anchor.Found {
+			problem += fmt.Sprintf(" (cert-manager writes it when it issues the Certificate %s/%s)", cfg.CertManagerNamespace, cfg.AnchorSecret)
+		}
+		return "", fmt.Errorf("%s", problem)
+	}
+	if err := steps.CheckAnchor(s.Anchor.Cert, s.Now); err != nil {
+		return "", fmt.Errorf("trust-anchor Secret %s: %w", s.Anchor.Ref(), err)
+	}
+	if s.Previous, err = getSource(ctx, cl, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret); err != nil {
+		return "", err
+	}
+	if s.Previous.Found && !s.Previous.Usable() {
+		return "", fmt.Errorf("%s; fix or delete it", s.Previous.Problem("previous-anchor Secret"))
+	}
+	return s.DesiredBundle(), nil
+}
+
+// getSource reads a certificate Secret the way the operator does; a missing Secret is a Source
+// that is not Found.
+func getSource(ctx context.Context, cl *Clients, ns, name string) (steps.Source, error) {
+	sec, err := cl.Kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return observe.SourceFromSecret(ns, name, nil), nil
+	}
+	if err != nil {
+		return steps.Source{}, fmt.Errorf("reading Secret %s/%s: %w", ns, name, err)
+	}
+	return observe.SourceFromSecret(ns, name, sec), nil
+}
+
+// configMapManifest is the ConfigMap as kubectl applies it: only the fields that matter, in
+// kubectl's order, without the empty metadata a typed object would print.
+type configMapManifest struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   manifestMetadata  `json:"metadata"`
+	Data       map[string]string `json:"data"`
+}
+
+type manifestMetadata struct {
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// bundleManifest renders the ConfigMap the operator writes (same name, namespace, label and
+// data) as YAML or JSON.
+func bundleManifest(cfg steps.Config, bundle, format string) ([]byte, error) {
+	m := configMapManifest{
+		APIVersion: "v1",
+		Kind:       "ConfigMap",
+		Metadata: manifestMetadata{
+			Name:      cfg.TrustRootsConfigMap,
+			Namespace: cfg.LinkerdNamespace,
+			Labels:    map[string]string{steps.ManagedByLabel: steps.ManagedByValue},
+		},
+		Data: map[string]string{steps.TrustRootsKey: bundle},
+	}
+	if format == "json" {
+		b, err := json.MarshalIndent(m, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		return append(b, '\n'), nil
+	}
+	return yaml.Marshal(m)
+}

@@ -1,0 +1,235 @@
+// Package cli implements the linkerd-trust commands: a Linkerd CLI extension (`linkerd trust …`
+// runs `linkerd-trust …`) that renders the trust bundle, checks the installation, inspects and
+// plans a trust-anchor rotation. Every command reads the cluster through the same converters
+// and rotation steps as the operator (packages steps, steps/observe, workflow), so the CLI never
+// holds a second copy of the rotation's logic.
+//
+// Commands are plain values with their own pflag FlagSet; Main dispatches on the first argument.
+// Human output goes to the command's streams; nothing is logged.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+const binary = "linkerd-trust"
+
+// Env is what the commands need from the outside world. Tests replace every field.
+type Env struct {
+	Out, Err io.Writer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Clients builds the cluster clients from the common flags; nil means real clients.
+	Clients func(*KubeFlags) (*Clients, error)
+	// IsTerminal reports whether Out is a terminal (progress bars, redraws); nil means a check
+	// of the file descriptor when Out is an *os.File.
+	IsTerminal func() bool
+	// NewAnchor synthesises the throwaway anchor of `plan --assume-anchor-renewed`; nil means a
+	// fresh in-memory CA (see synthesiseAnchor).
+	NewAnchor anchorSynthesiser
+	// Probe probes pods' live certificates; nil means observe.ProbeAll over the dialer the
+	// flags choose.
+	Probe prober
+}
+
+func (e *Env) now() time.Time {
+	if e.Now == nil {
+		return time.Now()
+	}
+	return e.Now()
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	short   string // one line for the command list
+	long    string // what it does, for its help
+	example string
+	hidden  bool
+	flags   *pflag.FlagSet
+	// run runs the command with the arguments left after the flags.
+	run func(ctx context.Context, args []string) error
+}
+
+// usageError is bad usage: exit code 2, with a pointer to the help.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// errReported is returned by a command that already said why it failed (a failed check prints
+// its results, not an error line): exit 1, print nothing more.
+var errReported = errors.New("failure already reported")
+
+// Main runs the command line args (without the program name) and returns the exit code.
+func Main(ctx context.Context, args []string, env *Env) int {
+	cmds := commands(env)
+	byName := map[string]*command{}
+	for _, c := range cmds {
+		byName[c.name] = c
+	}
+	if len(args) == 0 {
+		printRootHelp(env.Err, cmds)
+		return ExitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "-h", "--help":
+		printRootHelp(env.Out, cmds)
+		return ExitOK
+	case "help":
+		if len(rest) == 0 {
+			printRootHelp(env.Out, cmds)
+			return ExitOK
+		}
+		c, ok := byName[rest[0]]
+		if !ok {
+			fmt.Fprintf(env.Err, "Error: unknown command %q\nRun '%s --help' for the list of commands.\n", rest[0], binary)
+			return ExitUsage
+		}
+		printHelp(env.Out, c)
+		return ExitOK
+	}
+	c, ok := byName[name]
+	if !ok {
+		fmt.Fprintf(env.Err, "Error: unknown command %q\nRun '%s --help' for the list of commands.\n", name, binary)
+		return ExitUsage
+	}
+	c.flags.SetOutput(io.Discard)
+	c.flags.Usage = func() {}
+	if err := c.flags.Parse(rest); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			printHelp(env.Out, c)
+			return ExitOK
+		}
+		fmt.Fprintf(env.Err, "Error: %v\nRun '%s %s --help' for usage.\n", err, binary, c.name)
+		return ExitUsage
+	}
+	if help, _ := c.flags.GetBool("help"); help {
+		printHelp(env.Out, c)
+		return ExitOK
+	}
+	err := c.run(ctx, c.flags.Args())
+	var u usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &u):
+		fmt.Fprintf(env.Err, "Error: %v\nRun '%s %s --help' for usage.\n", err, binary, c.name)
+		return ExitUsage
+	case errors.Is(err, errReported):
+		return ExitFailure
+	default:
+		fmt.Fprintf(env.Err, "Error: %v\n", err)
+		return ExitFailure
+	}
+}
+
+// commands returns every command, in the order the help lists them.
+func commands(env *Env) []*command {
+	return []*command{
+		bundleCommand(env),
+		checkCommand(env),
+		inspectCommand(env),
+		planCommand(env),
+		versionCommand(env),
+		metadataCommand(env),
+	}
+}
+
+func printRootHelp(w io.Writer, cmds []*command) {
+	fmt.Fprintf(w, `%s rotates Linkerd's trust anchor with the trust-rotation operator on top of cert-manager.
+It is a Linkerd CLI extension: "linkerd trust <command>" runs "%s <command>".
+
+Usage:
+  %s <command> [flags]
+
+Commands:
+`, binary, binary, binary)
+	visible := make([]*command, 0, len(cmds))
+	for _, c := range cmds {
+		if !c.hidden {
+			visible = append(visible, c)
+		}
+	}
+	for _, c := range visible {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.short)
+	}
+	fmt.Fprintf(w, "  %-10s %s\n", "help", "Help about any command")
+	fmt.Fprintf(w, `
+Examples:
+  # Seed Linkerd's trust bundle from cert-manager's trust anchor
+  linkerd trust bundle | kubectl apply -f -
+
+  # Check cert-manager, the Linkerd PKI and the operator
+  linkerd trust check
+
+Run '%s <command> --help' for the flags of a command.
+`, binary)
+}
+
+func printHelp(w io.Writer, c *command) {
+	fmt.Fprintf(w, "%s\n\nUsage:\n  %s %s [flags]\n", strings.TrimSpace(c.long), binary, c.name)
+	if c.example != "" {
+		fmt.Fprintf(w, "\nExamples:\n%s\n", strings.TrimRight(c.example, "\n"))
+	}
+	fmt.Fprintf(w, "\nFlags:\n%s", c.flags.FlagUsages())
+}
+
+// newFlagSet returns a FlagSet for a command that reports errors instead of exiting, with -h.
+func newFlagSet(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.BoolP("help", "h", false, "help for "+name)
+	return fs
+}
+
+// outputFlag validates -o/--output against the formats a command supports.
+type outputFlag struct {
+	value   string
+	formats []string
+}
+
+func (o *outputFlag) String() string { return o.value }
+func (o *outputFlag) Type() string   { return "string" }
+func (o *outputFlag) Set(v string) error {
+	for _, f := range o.formats {
+		if v == f {
+			o.value = v
+			return nil
+		}
+	}
+	return fmt.Errorf("output format %q is not supported: use one of %s", v, strings.Join(o.formats, ", "))
+}
+
+func addOutputFlag(fs *pflag.FlagSet, formats ...string) *outputFlag {
+	o := &outputFlag{value: formats[0], formats: formats}
+	fs.VarP(o, "output", "o", "output format, one of: "+strings.Join(formats, "|"))
+	return o
+}
+
+// isTerminal reports whether w is a terminal.
+func (e *Env) isTerminal() bool {
+	if e.IsTerminal != nil {
+		return e.IsTerminal()
+	}
+	f, ok := e.Out.(*os.File)
+	return ok && isTerminalFile(f)
+}

@@ -1,0 +1,402 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+func inspectCommand(env *Env) *command {
+	fs := newFlagSet("inspect")
+	out := addOutputFlag(fs, "table", "json")
+	watch := fs.BoolP("watch", "w", false, "redraw a live view until the rotation is Synced and converged, or until interrupted")
+	interval := fs.Duration("interval", 2*time.Second, "with --watch, time between two observations")
+	kf := addKubeFlags(fs)
+	pf := addProbeFlags(fs)
+	c := &command{
+		name:  "inspect",
+		short: "Show where the rotation stands and which meshed pods have not converged",
+		long: `Show the rotation's phase, last transition, convergence summary, blocking message and conditions
+from the TrustAnchorRotation status, then what this command observes itself: every meshed
+non-control-plane pod that has not converged, and why. A pod has not converged when its
+linkerd.io/trust-root-sha256 annotation differs from the hash of the trust bundle the rotation
+wants, or when the live certificate its proxy presents is not signed by the active identity
+issuer. Live certificates are read over TLS from each pod's linkerd-admin port with the pod's
+identity as SNI, as "linkerd identity" does: directly at the pod's IP, or through the
+apiserver's port-forward with --port-forward when you run outside the cluster network.
+
+--watch redraws the view, with progress bars for the trust bundle and the workload certificates
+on a terminal, or one line per change otherwise, until the rotation is Synced and every pod has
+converged, or until interrupted.`,
+		example: `  linkerd trust inspect
+  linkerd trust inspect --output json
+  linkerd trust inspect --concurrency 50 --timeout 10s
+
+  # Follow a rotation from a laptop
+  linkerd trust inspect --watch --port-forward`,
+		flags: fs,
+	}
+	c.run = func(ctx context.Context, args []string) error {
+		if len(args) > 0 {
+			return usagef("inspect takes no arguments, got %q", args)
+		}
+		if err := kf.validate(); err != nil {
+			return err
+		}
+		if err := pf.validate(); err != nil {
+			return err
+		}
+		if *watch && out.value != "table" {
+			return usagef("--watch draws a live view: it cannot be combined with --output %s", out.value)
+		}
+		if *interval <= 0 {
+			return usagef("--interval must be positive")
+		}
+		cl, err := env.clients(kf)
+		if err != nil {
+			return err
+		}
+		if *watch {
+			return watchRotation(ctx, env, cl, kf, pf, *interval)
+		}
+		in, err := inspect(ctx, env, cl, kf, pf, nil)
+		if err != nil {
+			return err
+		}
+		if out.value == "json" {
+			b, err := json.MarshalIndent(in, "", "  ")
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(env.Out, "%s\n", b)
+			return err
+		}
+		return renderInspection(env.Out, in, env.now())
+	}
+	return c
+}
+
+// inspection is the output of inspect.
+type inspection struct {
+	Rotation string `json:"rotation"`
+	// Found is false when the TrustAnchorRotation does not exist.
+	Found                     bool                        `json:"found"`
+	Phase                     string                      `json:"phase,omitempty"`
+	Step                      string                      `json:"step,omitempty"`
+	LastPhaseTransitionTime   *metav1.Time                `json:"lastPhaseTransitionTime,omitempty"`
+	BlockingMessage           string                      `json:"blockingMessage,omitempty"`
+	TrustBundle               *v1alpha1.ConvergenceStatus `json:"trustBundle,omitempty"`
+	WorkloadCertificates      *v1alpha1.ConvergenceStatus `json:"workloadCertificates,omitempty"`
+	ActiveIssuerFingerprint   string                      `json:"activeIssuerFingerprint,omitempty"`
+	PreviousAnchorFingerprint string                      `json:"previousAnchorFingerprint,omitempty"`
+	Conditions                []metav1.Condition          `json:"conditions,omitempty"`
+	Live                      liveView                    `json:"live"`
+	Pods                      []podView                   `json:"pods"`
+}
+
+// liveView is what this command observed itself.
+type liveView struct {
+	// TrustBundleSHA256 is the hash of the bundle the rotation wants, which pods must carry.
+	TrustBundleSHA256 string `json:"trustBundleSHA256,omitempty"`
+	// ActiveIssuer is the fingerprint of the identity issuer live certificates must come from.
+	ActiveIssuer         string `json:"activeIssuer,omitempty"`
+	TrustBundle          count  `json:"trustBundle"`
+	WorkloadCertificates count  `json:"workloadCertificates"`
+	// Problems are what kept the command from observing everything (an unusable anchor...).
+	Problems []string `json:"problems,omitempty"`
+}
+
+type count struct {
+	Converged int `json:"convergedPods"`
+	Target    int `json:"targetPods"`
+}
+
+// podView is a meshed non-control-plane pod that has not converged.
+type podView struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Workload  string   `json:"workload"`
+	Problems  []string `json:"problems"`
+}
+
+// inspect reads the TrustAnchorRotation and the cluster, probes the meshed pods and lists those
+// that have not converged. progress reports the probes.
+func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, progress func(done, total int)) (*inspection, error) {
+	in := &inspection{Rotation: kf.RotationName, Pods: []podView{}}
+	tar, err := cl.Rotations.Get(ctx, kf.RotationName)
+	switch {
+	case err == nil:
+		st := tar.Status
+		in.Found = true
+		in.Phase = string(st.Phase)
+		if in.Phase == "" {
+			in.Phase = string(v1alpha1.PhaseSynced)
+		}
+		if st.Checkpoint != nil {
+			in.Step = st.Checkpoint.Step
+		}
+		in.LastPhaseTransitionTime = st.LastPhaseTransitionTime
+		in.BlockingMessage = st.BlockingMessage
+		in.TrustBundle, in.WorkloadCertificates = st.TrustBundle, st.WorkloadCertificates
+		in.ActiveIssuerFingerprint, in.PreviousAnchorFingerprint = st.ActiveIssuerFingerprint, st.PreviousAnchorFingerprint
+		in.Conditions = st.Conditions
+	case apierrors.IsNotFound(err):
+	default:
+		return nil, fmt.Errorf("reading TrustAnchorRotation %s: %w", kf.RotationName, err)
+	}
+
+	snap, err := observe.Read(ctx, cl.Kube, kf.Config, env.now())
+	if err != nil {
+		return nil, err
+	}
+	s := snap.State
+	hash := ""
+	if desired := s.DesiredBundle(); desired != "" {
+		hash = steps.BundleHash(desired)
+		in.Live.TrustBundleSHA256 = hash
+	} else {
+		in.Live.Problems = append(in.Live.Problems, s.Anchor.Problem("trust-anchor Secret")+": the desired trust bundle is unknown")
+	}
+	active := s.Issuer.Fingerprint()
+	in.Live.ActiveIssuer = active
+	if active == "" {
+		in.Live.Problems = append(in.Live.Problems, s.Issuer.Problem("identity-issuer Secret")+": the active issuer is unknown")
+	}
+	results, err := env.probe(ctx, cl, pf, snap.Pods, progress)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	certs := observe.CertificateConvergence(snap.Pods, results, active)
+	in.Live.WorkloadCertificates = count{certs.Converged, certs.Target}
+	in.Live.TrustBundle = count{s.TrustBundle.Converged, s.TrustBundle.Target}
+
+	for _, p := range snap.Pods {
+		if !p.Meshed || !p.Alive || p.ControlPlane {
+			continue
+		}
+		var problems []string
+		if hash != "" {
+			if why := observe.BundleProblem(p, hash); why != "" {
+				problems = append(problems, why)
+			}
+		}
+		var r *observe.ProbeResult
+		if got, ok := results[p.Key()]; ok {
+			r = &got
+		}
+		if active != "" {
+			if why := observe.CertificateProblem(p, r, active); why != "" {
+				problems = append(problems, why)
+			}
+		}
+		if len(problems) > 0 {
+			in.Pods = append(in.Pods, podView{Namespace: p.Namespace, Name: p.Name, Workload: workloadName(p), Problems: problems})
+		}
+	}
+	sort.Slice(in.Pods, func(i, j int) bool {
+		a, b := in.Pods[i], in.Pods[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	return in, nil
+}
+
+// workloadName drops the namespace from the pod's "namespace/Kind/name" workload.
+func workloadName(p *observe.Pod) string {
+	return strings.TrimPrefix(p.Workload, p.Namespace+"/")
+}
+
+// converged reports whether the rotation is at rest: Synced, not blocked, every pod converged.
+func (in *inspection) converged() bool {
+	return in.Found && in.Phase == string(v1alpha1.PhaseSynced) && in.BlockingMessage == "" && len(in.Pods) == 0 &&
+		in.Live.TrustBundle.Converged >= in.Live.TrustBundle.Target &&
+		in.Live.WorkloadCertificates.Converged >= in.Live.WorkloadCertificates.Target
+}
+
+func renderInspection(w io.Writer, in *inspection, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if !in.Found {
+		fmt.Fprintf(tw, "TrustAnchorRotation %s not found: is the trust-rotation operator installed?\n", in.Rotation)
+	} else {
+		fmt.Fprintf(tw, "TrustAnchorRotation %s\n", in.Rotation)
+		phase := in.Phase
+		if in.Step != "" {
+			phase += " (step " + in.Step + ")"
+		}
+		fmt.Fprintf(tw, "  Phase:\t%s\n", phase)
+		if t := in.LastPhaseTransitionTime; t != nil {
+			fmt.Fprintf(tw, "  Last transition:\t%s (%s ago)\n", t.UTC().Format(time.RFC3339), age(now.Sub(t.Time)))
+		}
+		blocking := in.BlockingMessage
+		if blocking == "" {
+			blocking = "none"
+		}
+		fmt.Fprintf(tw, "  Blocking:\t%s\n", blocking)
+		fmt.Fprintf(tw, "  Trust bundle:\t%s\n", convergenceLine(in.TrustBundle))
+		fmt.Fprintf(tw, "  Workload certificates:\t%s\n", convergenceLine(in.WorkloadCertificates))
+		fmt.Fprintf(tw, "  Active issuer:\t%s\n", orNone(short(in.ActiveIssuerFingerprint)))
+		fmt.Fprintf(tw, "  Previous anchor:\t%s\n", orNone(short(in.PreviousAnchorFingerprint)))
+		if len(in.Conditions) == 0 {
+			fmt.Fprintf(tw, "  Conditions:\tnone\n")
+		} else {
+			fmt.Fprintf(tw, "  Conditions:\t\n")
+			for _, c := range in.Conditions {
+				fmt.Fprintf(tw, "    %s=%s\t%s: %s (since %s)\n", c.Type, c.Status, c.Reason, c.Message, c.LastTransitionTime.UTC().Format(time.RFC3339))
+			}
+		}
+	}
+	fmt.Fprintf(tw, "\nObserved now\n")
+	fmt.Fprintf(tw, "  Trust bundle:\t%d/%d pods on sha256 %s\n", in.Live.TrustBundle.Converged, in.Live.TrustBundle.Target, orNone(short(in.Live.TrustBundleSHA256)))
+	fmt.Fprintf(tw, "  Workload certificates:\t%d/%d pods on issuer %s\n", in.Live.WorkloadCertificates.Converged, in.Live.WorkloadCertificates.Target, orNone(short(in.Live.ActiveIssuer)))
+	for _, p := range in.Live.Problems {
+		fmt.Fprintf(tw, "  Problem:\t%s\n", p)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(in.Pods) == 0 {
+		_, err := fmt.Fprintf(w, "\nEvery meshed pod has converged.\n")
+		return err
+	}
+	fmt.Fprintf(w, "\nPods that have not converged (%d):\n", len(in.Pods))
+	return renderPods(w, in.Pods, 0)
+}
+
+// renderPods prints the pods as a table; limit > 0 prints that many at most.
+func renderPods(w io.Writer, pods []podView, limit int) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tPOD\tWORKLOAD\tPROBLEM")
+	for i, p := range pods {
+		if limit > 0 && i == limit {
+			fmt.Fprintf(tw, "... and %d more\t\t\t\n", len(pods)-limit)
+			break
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Workload, strings.Join(p.Problems, "; "))
+	}
+	return tw.Flush()
+}
+
+func convergenceLine(c *v1alpha1.ConvergenceStatus) string {
+	if c == nil {
+		return "not reported yet"
+	}
+	return fmt.Sprintf("%d/%d pods converged (%s)", c.ConvergedPods, c.TargetPods, c.Status)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// --- watch ------------------------------------------------------------------------------------
+
+// watchRotation observes the rotation every interval and redraws until it is Synced and
+// converged, or ctx ends (Ctrl-C), which is not a failure.
+func watchRotation(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, interval time.Duration) error {
+	tty := env.isTerminal()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	last := ""
+	for {
+		var progress func(done, total int)
+		if tty {
+			progress = func(done, total int) {
+				// One line, redrawn in place, while the probes of this round run.
+				fmt.Fprintf(env.Out, "\r\x1b[Kprobing live certificates %s", bar(done, total, 20))
+			}
+		}
+		in, err := inspect(ctx, env, cl, kf, pf, progress)
+		if ctx.Err() != nil {
+			if tty {
+				fmt.Fprintln(env.Out)
+			}
+			return nil
+		}
+		if err != nil {
+			// A failed round (an apiserver hiccup) is reported and retried at the next tick.
+			if tty {
+				fmt.Fprintf(env.Out, "\r\x1b[K%s: %v\n", env.now().UTC().Format(time.RFC3339), err)
+			} else {
+				fmt.Fprintf(env.Err, "%s: %v\n", env.now().UTC().Format(time.RFC3339), err)
+			}
+		} else if tty {
+			drawLive(env.Out, in, env.now())
+		} else if line := summaryLine(in); line != last {
+			fmt.Fprintf(env.Out, "%s %s\n", env.now().UTC().Format(time.RFC3339), line)
+			last = line
+		}
+		if err == nil && in.converged() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// drawLive clears the terminal and draws the view with progress bars.
+func drawLive(w io.Writer, in *inspection, now time.Time) {
+	fmt.Fprint(w, "\x1b[H\x1b[2J")
+	phase := in.Phase
+	if !in.Found {
+		phase = "TrustAnchorRotation " + in.Rotation + " not found"
+	} else if in.Step != "" {
+		phase += " (step " + in.Step + ")"
+	}
+	fmt.Fprintf(w, "%s  %s\n\n", now.UTC().Format(time.RFC3339), phase)
+	fmt.Fprintf(w, "Trust bundle           %s\n", bar(in.Live.TrustBundle.Converged, in.Live.TrustBundle.Target, 40))
+	fmt.Fprintf(w, "Workload certificates  %s\n\n", bar(in.Live.WorkloadCertificates.Converged, in.Live.WorkloadCertificates.Target, 40))
+	if in.BlockingMessage != "" {
+		fmt.Fprintf(w, "Blocking: %s\n\n", in.BlockingMessage)
+	}
+	if len(in.Pods) > 0 {
+		fmt.Fprintf(w, "Pods that have not converged (%d):\n", len(in.Pods))
+		_ = renderPods(w, in.Pods, 15)
+	}
+	fmt.Fprintf(w, "\nPress Ctrl-C to stop watching.\n")
+}
+
+// bar renders "[#######-------]  7/14".
+func bar(done, total, width int) string {
+	filled := width
+	if total > 0 {
+		filled = min(done*width/total, width)
+	}
+	return fmt.Sprintf("[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat("-", width-filled), done, total)
+}
+
+// summaryLine is the plain-text view of one observation, printed when it changes.
+func summaryLine(in *inspection) string {
+	phase := in.Phase
+	if !in.Found {
+		phase = "(no TrustAnchorRotation)"
+	}
+	line := fmt.Sprintf("phase=%s trust-bundle=%d/%d certificates=%d/%d not-converged=%d", phase,
+		in.Live.TrustBundle.Converged, in.Live.TrustBundle.Target,
+		in.Live.WorkloadCertificates.Converged, in.Live.WorkloadCertificates.Target, len(in.Pods))
+	if in.BlockingMessage != "" {
+		line += fmt.Sprintf(" blocking=%q", in.BlockingMessage)
+	}
+	return line
+}

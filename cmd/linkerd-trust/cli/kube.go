@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/linkerd/trust-rotation/workflow/client"
+)
+
+// KubeFlags are the flags every command that reads the cluster shares: how to reach the
+// apiserver (the flags `linkerd check` passes to extensions) and the names of the Linkerd PKI
+// objects (the operator's own flags, from steps.Config).
+type KubeFlags struct {
+	Kubeconfig   string
+	Context      string
+	As           string
+	AsGroups     []string
+	APIAddr      string
+	Config       steps.Config
+	RotationName string
+}
+
+func addKubeFlags(fs *pflag.FlagSet) *KubeFlags {
+	k := &KubeFlags{Config: steps.DefaultConfig(), RotationName: steps.DefaultRotationName}
+	fs.StringVar(&k.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file to use for CLI requests")
+	fs.StringVar(&k.Context, "context", "", "name of the kubeconfig context to use")
+	fs.StringVar(&k.As, "as", "", "username to impersonate for Kubernetes operations")
+	fs.StringArrayVar(&k.AsGroups, "as-group", nil, "group to impersonate for Kubernetes operations (repeatable)")
+	fs.StringVar(&k.APIAddr, "api-addr", "", "override the kubeconfig and talk to the Kubernetes API at this address (for testing)")
+	k.Config.AddFlags(fs)
+	fs.StringVar(&k.RotationName, "rotation-name", k.RotationName, "name of the TrustAnchorRotation the operator drives")
+	return k
+}
+
+func (k *KubeFlags) validate() error {
+	if err := k.Config.Validate(); err != nil {
+		return usageError{err}
+	}
+	if k.RotationName == "" {
+		return usagef("--rotation-name must not be empty")
+	}
+	return nil
+}
+
+// RotationReader reads TrustAnchorRotations; *client.Client is one, tests use a fake.
+type RotationReader interface {
+	Get(ctx context.Context, name string) (*v1alpha1.TrustAnchorRotation, error)
+}
+
+// Clients are the cluster clients of a command.
+type Clients struct {
+	// REST is the client configuration, for port-forwarding; nil in tests.
+	REST        *rest.Config
+	Kube        kubernetes.Interface
+	CertManager cmclient.Interface
+	Rotations   RotationReader
+}
+
+// clients builds the clients from the flags, through env.Clients when set.
+func (e *Env) clients(k *KubeFlags) (*Clients, error) {
+	if e.Clients != nil {
+		return e.Clients(k)
+	}
+	return NewClients(k)
+}
+
+// NewClients builds real clients: the kubeconfig (KUBECONFIG or ~/.kube/config unless
+// --kubeconfig), its context unless --context, with --as/--as-group impersonation and --api-addr.
+func NewClients(k *KubeFlags) (*Clients, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = k.Kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.Context}
+	overrides.AuthInfo.Impersonate = k.As
+	overrides.AuthInfo.ImpersonateGroups = k.AsGroups
+	if k.APIAddr != "" {
+		overrides.ClusterInfo.Server = k.APIAddr
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
+	}
+	cfg.UserAgent = binary
+	// One command makes a burst of reads (one GET per object, a LIST of pods): let it through.
+	cfg.QPS, cfg.Burst = 50, 100
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	cm, err := cmclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the cert-manager client: %w", err)
+	}
+	tars, err := client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the TrustAnchorRotation client: %w", err)
+	}
+	return &Clients{REST: cfg, Kube: kube, CertManager: cm, Rotations: tars}, nil
+}
+
+func isTerminalFile(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

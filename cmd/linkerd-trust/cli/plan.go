@@ -1,0 +1,446 @@
+package cli
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"regexp"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/yaml"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/apply"
+	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// anchorSynthesiser makes the stand-in for a renewed trust anchor: a new CA certificate like
+// the current one.
+type anchorSynthesiser func(current *x509.Certificate, now time.Time) (*x509.Certificate, error)
+
+// synthesiseAnchor makes a self-signed CA certificate with the current anchor's subject and
+// lifetime and a fresh key, as cert-manager would on renewal with rotationPolicy Always. It only
+// ever lives in this process's memory; its key is dropped at once.
+func synthesiseAnchor(current *x509.Certificate, now time.Time) (*x509.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               current.Subject,
+		NotBefore:             now,
+		NotAfter:              now.Add(current.NotAfter.Sub(current.NotBefore)),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	return x509.ParseCertificate(der)
+}
+
+func planCommand(env *Env) *command {
+	fs := newFlagSet("plan")
+	out := addOutputFlag(fs, "text", "json", "yaml")
+	assume := fs.Bool("assume-anchor-renewed", false, "plan the whole rotation as if the trust anchor had just been renewed (cmctl renew), with a throwaway anchor made in memory")
+	kf := addKubeFlags(fs)
+	pf := addProbeFlags(fs)
+	c := &command{
+		name:  "plan",
+		short: "Show what the operator would do next, step by step, without changing anything",
+		long: `Show, without changing anything, where the trust-anchor rotation stands and what remains: the
+operator's steps in order, from the checkpoint in the TrustAnchorRotation status, each with what
+it observes in the cluster now, what it would change (the trust bundle before -> after with
+fingerprints, the Deployments it would restart), the workloads that need a restart, and the
+manual actions that are yours.
+
+The plan is computed by the very steps the operator runs, observing the same state, with a
+recorder in place of every write. --assume-anchor-renewed shows the whole rotation before you run
+"cmctl renew" on the trust anchor: a throwaway CA certificate stands in for the renewed anchor, in
+memory only.
+
+Live certificates are read from each meshed pod's linkerd-admin port, as inspect does.`,
+		example: `  # What remains of the rotation under way
+  linkerd trust plan
+
+  # The whole rotation, before renewing the trust anchor
+  linkerd trust plan --assume-anchor-renewed
+
+  # As YAML, reaching pods through the apiserver
+  linkerd trust plan -o yaml --port-forward`,
+		flags: fs,
+	}
+	c.run = func(ctx context.Context, args []string) error {
+		if len(args) > 0 {
+			return usagef("plan takes no arguments, got %q", args)
+		}
+		if err := kf.validate(); err != nil {
+			return err
+		}
+		if err := pf.validate(); err != nil {
+			return err
+		}
+		cl, err := env.clients(kf)
+		if err != nil {
+			return err
+		}
+		p, err := buildPlan(ctx, env, cl, kf, pf, *assume)
+		if err != nil {
+			return err
+		}
+		return renderPlan(env.Out, p, out.value)
+	}
+	return c
+}
+
+// plan is the output of the plan command.
+type plan struct {
+	Rotation string `json:"rotation"`
+	// Phase and Step are where the checkpoint stands.
+	Phase               string   `json:"phase"`
+	Step                string   `json:"step"`
+	AssumeAnchorRenewed bool     `json:"assumeAnchorRenewed,omitempty"`
+	Notes               []string `json:"notes,omitempty"`
+
+	TrustAnchor    certView   `json:"trustAnchor"`
+	PreviousAnchor certView   `json:"previousAnchor"`
+	IdentityIssuer certView   `json:"identityIssuer"`
+	TrustBundle    bundleView `json:"trustBundle"`
+
+	Steps []planStep `json:"steps"`
+	// ManualActions are the user's, in order.
+	ManualActions []string `json:"manualActions,omitempty"`
+}
+
+type certView struct {
+	Ref         string `json:"ref"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	NotAfter    string `json:"notAfter,omitempty"`
+	Problem     string `json:"problem,omitempty"`
+	// Synthetic marks the in-memory stand-in of --assume-anchor-renewed.
+	Synthetic bool `json:"synthetic,omitempty"`
+}
+
+type bundleView struct {
+	Ref     string   `json:"ref"`
+	Found   bool     `json:"found"`
+	SHA256  string   `json:"sha256,omitempty"`
+	Anchors []string `json:"anchors,omitempty"`
+}
+
+// Step statuses in a plan.
+const (
+	stepDone    = "done"    // passed: before the checkpoint, or done at it
+	stepNext    = "next"    // where the operator acts or waits now
+	stepPending = "pending" // after that
+)
+
+type planStep struct {
+	Index   int    `json:"index"`
+	Name    string `json:"name"`
+	Phase   string `json:"phase"`
+	Doc     string `json:"doc"`
+	Status  string `json:"status"`
+	Outcome string `json:"outcome,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Changes are what the step's act would change (its Describe).
+	Changes []string `json:"changes,omitempty"`
+	// Writes are the exact writes of the next step's act, as recorded.
+	Writes []apply.Write `json:"writes,omitempty"`
+	// Manual is the user's part in a step the operator only waits on.
+	Manual string `json:"manual,omitempty"`
+	// PodsToRestart are the workloads whose pods the next step waits on.
+	PodsToRestart          []steps.WorkloadCount `json:"podsToRestart,omitempty"`
+	MoreWorkloadsToRestart int                   `json:"moreWorkloadsToRestart,omitempty"`
+}
+
+// placeholderToken stands for the idempotency token the operator will choose when it acts.
+const placeholderToken = "<new token>"
+
+// buildPlan reads the cluster once and walks the operator's steps over it with workflow.Plan.
+func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, assumeRenewed bool) (*plan, error) {
+	cfg := kf.Config
+	recorder := &apply.Recorder{Config: cfg}
+	wf, err := workflow.New(steps.Rotation(recorder)...)
+	if err != nil {
+		return nil, err
+	}
+	p := &plan{Rotation: kf.RotationName, AssumeAnchorRenewed: assumeRenewed}
+
+	cp := workflow.Checkpoint{}
+	tar, err := cl.Rotations.Get(ctx, kf.RotationName)
+	switch {
+	case err == nil:
+		if c := tar.Status.Checkpoint; c != nil {
+			cp = workflow.Checkpoint{Step: c.Step, Token: c.Token, Acts: c.Acts}
+		}
+	case apierrors.IsNotFound(err):
+		p.Notes = append(p.Notes, fmt.Sprintf("TrustAnchorRotation %s not found (is the operator installed?): planning from the first step", kf.RotationName))
+	default:
+		return nil, fmt.Errorf("reading TrustAnchorRotation %s: %w", kf.RotationName, err)
+	}
+	if cp.Step == "" {
+		cp.Step = wf.Steps()[0].Name
+	}
+	at, ok := wf.Step(cp.Step)
+	if !ok {
+		return nil, fmt.Errorf("TrustAnchorRotation %s is at step %q, which this version of linkerd-trust does not know: upgrade it to the operator's version", kf.RotationName, cp.Step)
+	}
+	p.Step, p.Phase = at.Name, at.Phase
+
+	snap, err := observe.Read(ctx, cl.Kube, cfg, env.now())
+	if err != nil {
+		return nil, err
+	}
+	s := snap.State
+	if assumeRenewed {
+		if at.Phase != string(v1alpha1.PhaseSynced) || s.Rotating() {
+			return nil, fmt.Errorf("a rotation is already under way (TrustAnchorRotation %s is at step %s, phase %s): run plan without --assume-anchor-renewed", kf.RotationName, at.Name, at.Phase)
+		}
+		if !s.Anchor.Usable() {
+			return nil, fmt.Errorf("cannot assume a renewal: %s", s.Anchor.Problem("trust-anchor Secret"))
+		}
+		synth := env.NewAnchor
+		if synth == nil {
+			synth = synthesiseAnchor
+		}
+		renewed, err := synth(s.Anchor.Cert, s.Now)
+		if err != nil {
+			return nil, fmt.Errorf("making a stand-in for the renewed trust anchor: %w", err)
+		}
+		s.Anchor.Cert = renewed
+		snap.Recount()
+		p.Notes = append(p.Notes, fmt.Sprintf("assuming `cmctl renew -n %s %s` just happened: the renewed trust anchor %s is a stand-in made in memory, written nowhere",
+			cfg.CertManagerNamespace, cfg.AnchorSecret, short(steps.Fingerprint(renewed))))
+	}
+	results, err := env.probe(ctx, cl, pf, snap.Pods, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.Certificates = observe.CertificateConvergence(snap.Pods, results, s.Issuer.Fingerprint())
+
+	p.TrustAnchor = viewCert(s.Anchor)
+	p.TrustAnchor.Synthetic = assumeRenewed
+	p.PreviousAnchor = viewCert(s.Previous)
+	p.IdentityIssuer = viewCert(s.Issuer)
+	p.TrustBundle = bundleView{Ref: cfg.LinkerdNamespace + "/" + cfg.TrustRootsConfigMap, Found: s.Bundle.Found}
+	if s.Bundle.Found {
+		p.TrustBundle.SHA256 = steps.BundleHash(s.Bundle.Data)
+		for _, c := range s.Bundle.Certs {
+			p.TrustBundle.Anchors = append(p.TrustBundle.Anchors, steps.Fingerprint(c))
+		}
+	}
+
+	planned, err := wf.Plan(cp, s)
+	if err != nil {
+		return nil, err
+	}
+	if assumeRenewed {
+		p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s (assumed done)", cfg.CertManagerNamespace, cfg.AnchorSecret))
+	}
+	all := wf.Steps()
+	first := len(all) - len(planned)
+	for i := 0; i < first; i++ {
+		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: all[i].Name, Phase: all[i].Phase, Doc: all[i].Doc, Status: stepDone})
+	}
+	next := false
+	for j, ps := range planned {
+		st := all[first+j]
+		v := planStep{
+			Index: first + j + 1, Name: ps.Name, Phase: ps.Phase, Doc: ps.Doc, Status: stepPending,
+			Outcome: ps.Decision.Outcome.String(), Reason: ps.Decision.Reason, Message: ps.Decision.Message,
+		}
+		switch {
+		case !next && ps.Decision.Outcome == workflow.Done:
+			v.Status = stepDone
+		case !next:
+			v.Status, next = stepNext, true
+			p.Step, p.Phase = ps.Name, ps.Phase
+		}
+		if v.Status != stepDone && ps.Decision.Outcome == workflow.Act {
+			v.Changes = ps.Changes
+		}
+		if st.Act == nil {
+			v.Manual = manualAction(st.Doc)
+			if v.Manual != "" && v.Status != stepDone {
+				p.ManualActions = append(p.ManualActions, fmt.Sprintf("%s (step %d, %s)", v.Manual, v.Index, v.Name))
+			}
+		}
+		if v.Status == stepNext {
+			if st.Act != nil && ps.Decision.Outcome == workflow.Act {
+				token := cp.Token
+				if ps.Name != cp.Step || token == "" {
+					token = placeholderToken
+				}
+				before := len(recorder.Writes())
+				if err := st.Act(ctx, s, token); err != nil {
+					return nil, fmt.Errorf("recording the writes of step %s: %w", st.Name, err)
+				}
+				v.Writes = recorder.Writes()[before:]
+			}
+			if waitsOnTrustBundle(ps.Name) && !s.TrustBundle.Done() {
+				v.PodsToRestart = s.TrustBundle.Behind
+				v.MoreWorkloadsToRestart = max(s.TrustBundle.BehindWorkloads-len(s.TrustBundle.Behind), 0)
+			}
+		}
+		p.Steps = append(p.Steps, v)
+	}
+	if !next {
+		p.Notes = append(p.Notes, "every step is done: the operator is idle until the trust anchor is renewed")
+	}
+	return p, nil
+}
+
+// waitsOnTrustBundle reports whether the step waits for pods to be injected with the trust
+// bundle, so that the plan names the workloads to restart.
+func waitsOnTrustBundle(step string) bool {
+	return step == steps.StepPropagateTrustRoots || step == steps.StepRemoveOldTrustRoots
+}
+
+var docAside = regexp.MustCompile(`\(([^()]*)\)\.?$`)
+
+// manualAction is the user's part in a step the operator only waits on: the aside at the end of
+// the step's Doc, e.g. "restart your workloads".
+func manualAction(doc string) string {
+	if m := docAside.FindStringSubmatch(doc); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+func viewCert(s steps.Source) certView {
+	v := certView{Ref: s.Ref()}
+	if !s.Usable() {
+		v.Problem = s.Problem("Secret")
+		return v
+	}
+	v.Fingerprint = steps.Fingerprint(s.Cert)
+	v.NotAfter = s.Cert.NotAfter.UTC().Format(time.RFC3339)
+	return v
+}
+
+func renderPlan(w io.Writer, p *plan, format string) error {
+	switch format {
+	case "json":
+		b, err := json.MarshalIndent(p, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(p)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	case "text":
+		return renderPlanText(w, p)
+	}
+	return errors.New("unknown output format " + format)
+}
+
+func renderPlanText(w io.Writer, p *plan) error {
+	fmt.Fprintf(w, "TrustAnchorRotation %s: phase %s, step %s\n", p.Rotation, p.Phase, p.Step)
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "Note: %s\n", n)
+	}
+	fmt.Fprintln(w)
+	cert := func(label string, v certView) {
+		switch {
+		case v.Problem != "":
+			fmt.Fprintf(w, "  %-16s %s\n", label, v.Problem)
+		case v.Synthetic:
+			fmt.Fprintf(w, "  %-16s %s  %s (stand-in)  expires %s\n", label, v.Ref, short(v.Fingerprint), v.NotAfter)
+		default:
+			fmt.Fprintf(w, "  %-16s %s  %s  expires %s\n", label, v.Ref, short(v.Fingerprint), v.NotAfter)
+		}
+	}
+	cert("trust anchor", p.TrustAnchor)
+	cert("previous anchor", p.PreviousAnchor)
+	cert("identity issuer", p.IdentityIssuer)
+	if p.TrustBundle.Found {
+		fps := make([]string, len(p.TrustBundle.Anchors))
+		for i, a := range p.TrustBundle.Anchors {
+			fps[i] = short(a)
+		}
+		fmt.Fprintf(w, "  %-16s %s  [%s]  sha256 %s\n", "trust bundle", p.TrustBundle.Ref, strings.Join(fps, ", "), short(p.TrustBundle.SHA256))
+	} else {
+		fmt.Fprintf(w, "  %-16s %s not found\n", "trust bundle", p.TrustBundle.Ref)
+	}
+
+	fmt.Fprintf(w, "\nSteps, in the operator's order:\n")
+	for _, st := range p.Steps {
+		mark := " "
+		switch st.Status {
+		case stepDone:
+			mark = "√"
+		case stepNext:
+			mark = ">"
+		}
+		fmt.Fprintf(w, "%s %2d. %-36s %-28s %s\n", mark, st.Index, st.Name, st.Phase, st.Status)
+		if st.Status == stepDone {
+			continue
+		}
+		fmt.Fprintf(w, "      %s\n", st.Doc)
+		label := "now"
+		if st.Status == stepPending {
+			label = "observed now"
+		}
+		line := fmt.Sprintf("%s: %s (%s)", label, st.Outcome, st.Reason)
+		if st.Message != "" {
+			line += " " + st.Message
+		}
+		fmt.Fprintf(w, "      %s\n", line)
+		for _, ch := range st.Changes {
+			fmt.Fprintf(w, "      would %s\n", ch)
+		}
+		for _, wr := range st.Writes {
+			fmt.Fprintf(w, "      write: %s %s %s/%s (%s)\n", wr.Verb, wr.Kind, wr.Namespace, wr.Name, wr.Detail)
+		}
+		if st.Manual != "" {
+			fmt.Fprintf(w, "      manual: %s\n", st.Manual)
+		}
+		for _, wl := range st.PodsToRestart {
+			fmt.Fprintf(w, "      restart: %s (%d %s)\n", wl.Workload, wl.Pods, plural(wl.Pods, "pod", "pods"))
+		}
+		if st.MoreWorkloadsToRestart > 0 {
+			fmt.Fprintf(w, "      restart: and %d more workload(s)\n", st.MoreWorkloadsToRestart)
+		}
+	}
+	if len(p.ManualActions) > 0 {
+		fmt.Fprintf(w, "\nManual actions, in order:\n")
+		for i, a := range p.ManualActions {
+			fmt.Fprintf(w, "  %d. %s\n", i+1, a)
+		}
+	}
+	_, err := fmt.Fprintf(w, "\nNothing was changed: this is a plan.\n")
+	return err
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,228 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport/spdy"
+
+	"github.com/linkerd/trust-rotation/steps/observe"
+)
+
+// portForwardProtocol is the apiserver's port-forward subprotocol (client-go tools/portforward).
+const portForwardProtocol = "portforward.k8s.io"
+
+// probeFlags tune the live-certificate probes of inspect and plan.
+type probeFlags struct {
+	concurrency int
+	timeout     time.Duration
+	portForward bool
+}
+
+func addProbeFlags(fs *pflag.FlagSet) *probeFlags {
+	p := &probeFlags{}
+	fs.IntVar(&p.concurrency, "concurrency", 20, "live-certificate probes to run at once")
+	fs.DurationVar(&p.timeout, "timeout", 5*time.Second, "timeout of one live-certificate probe")
+	fs.BoolVar(&p.portForward, "port-forward", false, "reach each pod's linkerd-admin port through the apiserver's port-forward instead of its IP (from outside the cluster network)")
+	return p
+}
+
+func (p *probeFlags) validate() error {
+	if p.concurrency < 1 {
+		return usagef("--concurrency must be at least 1")
+	}
+	if p.timeout <= 0 {
+		return usagef("--timeout must be positive")
+	}
+	return nil
+}
+
+// prober probes the live certificates of pods; progress, when set, is called after each probe.
+type prober func(ctx context.Context, pods []*observe.Pod, progress func(done, total int)) map[string]observe.ProbeResult
+
+// probe reads the live certificates of the meshed pods, with env.Probe in tests.
+func (e *Env) probe(ctx context.Context, cl *Clients, pf *probeFlags, pods []*observe.Pod, progress func(done, total int)) (map[string]observe.ProbeResult, error) {
+	if e.Probe != nil {
+		return e.Probe(ctx, pods, progress), nil
+	}
+	var dial observe.DialFunc
+	if pf.portForward {
+		if cl.REST == nil {
+			return nil, errors.New("--port-forward needs a Kubernetes client configuration")
+		}
+		d, err := newPortForwardDialer(cl.REST, pods)
+		if err != nil {
+			return nil, err
+		}
+		dial = d
+	}
+	total := 0
+	for _, p := range pods {
+		if observe.Probeable(p) {
+			total++
+		}
+	}
+	var done atomic.Int64
+	return observe.ProbeAll(ctx, dial, pods, pf.concurrency, pf.timeout, func(*observe.Pod, observe.ProbeResult) {
+		n := done.Add(1)
+		if progress != nil {
+			progress(int(n), total)
+		}
+	}), nil
+}
+
+// newPortForwardDialer returns a dialer that reaches "podIP:port" through the apiserver's
+// port-forward subresource of the pod with that IP, the way `kubectl port-forward` (and
+// `linkerd identity`) do, without a local listener: each dial is one SPDY connection with one
+// data stream.
+func newPortForwardDialer(cfg *rest.Config, pods []*observe.Pod) (observe.DialFunc, error) {
+	transport, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("port-forward transport: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	byIP := map[string]*observe.Pod{}
+	for _, p := range pods {
+		if p.IP != "" {
+			byIP[p.IP] = p
+		}
+	}
+	return func(ctx context.Context, _, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		p, ok := byIP[host]
+		if !ok {
+			return nil, fmt.Errorf("no meshed pod has IP %s", host)
+		}
+		url := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.Namespace).Name(p.Name).SubResource("portforward").URL()
+		dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
+		type result struct {
+			conn httpstream.Connection
+			err  error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			conn, _, err := dialer.Dial(portForwardProtocol)
+			ch <- result{conn, err}
+		}()
+		var conn httpstream.Connection
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return nil, fmt.Errorf("port-forward to pod %s: %w", p.Key(), r.err)
+			}
+			conn = r.conn
+		case <-ctx.Done():
+			go func() {
+				if r := <-ch; r.conn != nil {
+					r.conn.Close()
+				}
+			}()
+			return nil, ctx.Err()
+		}
+		return openForwardedPort(conn, p.Key(), port)
+	}, nil
+}
+
+// openForwardedPort opens the error and data streams of one port-forward request.
+func openForwardedPort(conn httpstream.Connection, pod, port string) (net.Conn, error) {
+	if _, err := strconv.Atoi(port); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("invalid port %q", port)
+	}
+	headers := http.Header{}
+	headers.Set(corev1.StreamType, corev1.StreamTypeError)
+	headers.Set(corev1.PortHeader, port)
+	headers.Set(corev1.PortForwardRequestIDHeader, "0")
+	errStream, err := conn.CreateStream(headers)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("port-forward to pod %s: error stream: %w", pod, err)
+	}
+	errStream.Close() // nothing is sent on it; the server reports failures there
+	headers.Set(corev1.StreamType, corev1.StreamTypeData)
+	data, err := conn.CreateStream(headers)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("port-forward to pod %s: data stream: %w", pod, err)
+	}
+	c := &forwardedConn{conn: conn, data: data, pod: pod}
+	go func() {
+		msg, _ := io.ReadAll(errStream)
+		if len(msg) > 0 {
+			c.setErr(fmt.Errorf("port-forward to pod %s port %s: %s", pod, port, msg))
+			conn.Close()
+		}
+	}()
+	return c, nil
+}
+
+// forwardedConn is a net.Conn over a port-forward data stream. Deadlines are not supported:
+// the TLS handshake that uses it is bounded by its context, which closes the connection.
+type forwardedConn struct {
+	conn httpstream.Connection
+	data httpstream.Stream
+	pod  string
+
+	mu  sync.Mutex
+	err error
+}
+
+func (c *forwardedConn) setErr(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.err = err
+}
+
+func (c *forwardedConn) wrap(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil && err != nil {
+		return c.err
+	}
+	return err
+}
+
+func (c *forwardedConn) Read(b []byte) (int, error) {
+	n, err := c.data.Read(b)
+	return n, c.wrap(err)
+}
+
+func (c *forwardedConn) Write(b []byte) (int, error) {
+	n, err := c.data.Write(b)
+	return n, c.wrap(err)
+}
+
+func (c *forwardedConn) Close() error {
+	c.data.Reset()
+	return c.conn.Close()
+}
+
+func (c *forwardedConn) LocalAddr() net.Addr                { return forwardAddr("local") }
+func (c *forwardedConn) RemoteAddr() net.Addr               { return forwardAddr(c.pod) }
+func (c *forwardedConn) SetDeadline(time.Time) error        { return nil }
+func (c *forwardedConn) SetReadDeadline(time.Time) error    { return nil }
+func (c *forwardedConn) SetWriteDeadline(t time.Time) error { return nil }
+
+type forwardAddr string
+
+func (a forwardAddr) Network() string { return "port-forward" }
+func (a forwardAddr) String() string  { return string(a) }

@@ -1,0 +1,116 @@
+package observe
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+// Snapshot is one round of reads of everything the rotation decides on: the State the operator
+// would build from its informers at the same moment, and the meshed pods behind its counts.
+type Snapshot struct {
+	State *steps.State
+	// Pods are the meshed pods (control plane included), in the order the apiserver listed them.
+	Pods []*Pod
+}
+
+// Read builds a Snapshot with one GET per PKI object and control-plane Deployment and one LIST
+// of meshed pods (label selector linkerd.io/control-plane-ns), through the same converters the
+// operator's informers feed, so a CLI sees what the operator sees. The trust-bundle convergence
+// is counted against the desired bundle, as the operator counts it; State.Certificates is left
+// empty: it needs live probes (see ProbeAll and CertificateConvergence).
+//
+// A missing object is not an error (the State says it is missing); any other failed read is.
+func Read(ctx context.Context, kube kubernetes.Interface, cfg steps.Config, now time.Time) (*Snapshot, error) {
+	s := &steps.State{Config: cfg, Now: now, ControlPlane: map[string]steps.Deployment{}}
+	var err error
+	if s.Anchor, err = readSource(ctx, kube, cfg.CertManagerNamespace, cfg.AnchorSecret); err != nil {
+		return nil, err
+	}
+	if s.Previous, err = readSource(ctx, kube, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret); err != nil {
+		return nil, err
+	}
+	if s.Issuer, err = readSource(ctx, kube, cfg.LinkerdNamespace, cfg.IssuerSecret); err != nil {
+		return nil, err
+	}
+	cm, err := kube.CoreV1().ConfigMaps(cfg.LinkerdNamespace).Get(ctx, cfg.TrustRootsConfigMap, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		s.Bundle = BundleFromConfigMap(nil)
+	case err != nil:
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", cfg.LinkerdNamespace, cfg.TrustRootsConfigMap, err)
+	default:
+		s.Bundle = BundleFromConfigMap(cm)
+	}
+	for _, name := range cfg.ControlPlane() {
+		d, err := kube.AppsV1().Deployments(cfg.LinkerdNamespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			d = nil
+		case err != nil:
+			return nil, fmt.Errorf("reading Deployment %s/%s: %w", cfg.LinkerdNamespace, name, err)
+		}
+		s.ControlPlane[name] = DeploymentFrom(cfg.LinkerdNamespace, name, d)
+	}
+	pods, err := ListMeshedPods(ctx, kube, cfg)
+	if err != nil {
+		return nil, err
+	}
+	snap := &Snapshot{State: s, Pods: pods}
+	snap.Recount()
+	return snap, nil
+}
+
+// Recount counts the trust-bundle convergence again against the State's desired bundle, after a
+// caller changed the State (a plan that pretends the anchor was renewed, say).
+func (s *Snapshot) Recount() {
+	s.State.TrustBundle = IndexOf(s.Pods).TrustBundle(steps.BundleHash(s.State.DesiredBundle()))
+}
+
+// readSource reads a certificate Secret; a missing one is a Source that is not Found. The
+// Secret's private key, if any, is dropped with the object as soon as the certificate is parsed.
+func readSource(ctx context.Context, kube kubernetes.Interface, ns, name string) (steps.Source, error) {
+	sec, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return SourceFromSecret(ns, name, nil), nil
+	}
+	if err != nil {
+		return steps.Source{}, fmt.Errorf("reading Secret %s/%s: %w", ns, name, err)
+	}
+	return SourceFromSecret(ns, name, sec), nil
+}
+
+// ListMeshedPods lists the meshed pods of every namespace (label linkerd.io/control-plane-ns) in
+// pages, in their slim form.
+func ListMeshedPods(ctx context.Context, kube kubernetes.Interface, cfg steps.Config) ([]*Pod, error) {
+	var out []*Pod
+	opts := metav1.ListOptions{LabelSelector: MeshedPodSelector, Limit: 500}
+	for {
+		list, err := kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing meshed pods (label %s): %w", MeshedPodSelector, err)
+		}
+		for i := range list.Items {
+			out = append(out, SlimPod(cfg, &list.Items[i]))
+		}
+		if list.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// IndexOf returns a PodIndex holding pods.
+func IndexOf(pods []*Pod) *PodIndex {
+	x := NewPodIndex(nil)
+	for _, p := range pods {
+		x.Upsert(p)
+	}
+	return x
+}
