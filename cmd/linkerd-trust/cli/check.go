@@ -187,21 +187,30 @@ func (j *jsonRenderer) finish(success bool) error {
 	return err
 }
 
-// age renders a duration for check messages: "3d4h", "5m", "20s".
+// age renders a duration for messages: "3d4h", "1h30m", "5m", "20s".
 func age(d time.Duration) string {
 	d = d.Round(time.Second)
-	switch {
-	case d >= 48*time.Hour:
-		days := d / (24 * time.Hour)
-		hours := (d - days*24*time.Hour) / time.Hour
+	if d >= 48*time.Hour {
+		days, hours := d/(24*time.Hour), (d%(24*time.Hour))/time.Hour
 		if hours == 0 {
 			return fmt.Sprintf("%dd", days)
 		}
 		return fmt.Sprintf("%dd%dh", days, hours)
-	case d >= time.Hour:
-		return strings.TrimSuffix(strings.TrimSuffix(d.Round(time.Minute).String(), "0s"), "0m")
-	case d >= time.Minute:
-		return strings.TrimSuffix(d.Round(time.Second).String(), "0s")
 	}
-	return d.String()
+	if d >= time.Hour {
+		d = d.Round(time.Minute)
+	}
+	return compactDuration(d)
+}
+
+// compactDuration is time.Duration's String without zero trailing units: "1h", "1h30m", "90s".
+func compactDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

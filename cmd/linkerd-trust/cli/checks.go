@@ -521,9 +521,12 @@ func (c *checks) issuerValidity(ctx context.Context) error {
 	if !iss.Cert.IsCA {
 		return fmt.Errorf("identity issuer in Secret %s is not a CA certificate: it cannot sign workload certificates", iss.Ref())
 	}
-	crt, err := c.certificate(ctx, c.cfg.LinkerdNamespace, c.o.identityIssuerCert)
+	crt, err := c.cl.CertManager.CertmanagerV1().Certificates(c.cfg.LinkerdNamespace).Get(ctx, c.o.identityIssuerCert, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // the Certificate's own check reports it
+	}
 	if err != nil {
-		return err
+		return notFound("Certificate", c.cfg.LinkerdNamespace+"/"+c.o.identityIssuerCert, err)
 	}
 	if rt := crt.Status.RenewalTime; rt != nil && c.now.Sub(rt.Time) > c.o.issuerRenewalTolerance {
 		return warnf("cert-manager should have renewed Certificate %s/%s at %s (%s ago); it expires at %s",
@@ -744,5 +747,5 @@ func (d *duration) String() string {
 	if v > 0 && v%(24*time.Hour) == 0 {
 		return fmt.Sprintf("%dd", v/(24*time.Hour))
 	}
-	return v.String()
+	return compactDuration(v)
 }

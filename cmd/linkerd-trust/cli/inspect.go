@@ -255,10 +255,14 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 		fmt.Fprintf(tw, "  Previous anchor:\t%s\n", orNone(short(in.PreviousAnchorFingerprint)))
 		if len(in.Conditions) == 0 {
 			fmt.Fprintf(tw, "  Conditions:\tnone\n")
-		} else {
-			fmt.Fprintf(tw, "  Conditions:\t\n")
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(in.Conditions) > 0 {
+			fmt.Fprintf(w, "  Conditions:\n")
 			for _, c := range in.Conditions {
-				fmt.Fprintf(tw, "    %s=%s\t%s: %s (since %s)\n", c.Type, c.Status, c.Reason, c.Message, c.LastTransitionTime.UTC().Format(time.RFC3339))
+				fmt.Fprintf(w, "    %s=%s %s: %s (since %s)\n", c.Type, c.Status, c.Reason, c.Message, c.LastTransitionTime.UTC().Format(time.RFC3339))
 			}
 		}
 	}

@@ -285,6 +285,9 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 				p.ManualActions = append(p.ManualActions, fmt.Sprintf("%s (step %d, %s)", v.Manual, v.Index, v.Name))
 			}
 		}
+		if v.Status == stepNext && ps.Name == steps.StepDetectAnchorRotation && ps.Decision.Outcome == workflow.Wait {
+			p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s, when you want to rotate the trust anchor (starts a rotation)", cfg.CertManagerNamespace, cfg.AnchorSecret))
+		}
 		if v.Status == stepNext {
 			if st.Act != nil && ps.Decision.Outcome == workflow.Act {
 				token := cp.Token

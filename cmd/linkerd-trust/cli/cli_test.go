@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestGolden renders every command's every output format over fixed fixtures.
+func TestGolden(t *testing.T) {
+	cases := map[string]struct {
+		setup    func(*fixture)
+		args     []string
+		wantCode int
+	}{
+		"bundle-yaml":          {args: []string{"bundle"}},
+		"bundle-json":          {args: []string{"bundle", "-o", "json"}},
+		"bundle-expanded-yaml": {setup: (*fixture).midRotation, args: []string{"bundle"}},
+		"check-table":          {args: []string{"check"}},
+		"check-json":           {args: []string{"check", "-o", "json"}},
+		"check-pre-table":      {args: []string{"check", "--pre"}},
+		"check-proxy-table":    {setup: (*fixture).midRotation, args: []string{"check", "--proxy"}},
+		"check-failing-table":  {setup: breakInstall, args: []string{"check"}, wantCode: 1},
+		"check-failing-json":   {setup: breakInstall, args: []string{"check", "--output=json"}, wantCode: 1},
+		"check-no-crds-table":  {setup: func(f *fixture) { f.discovery = f.discovery[1:] }, args: []string{"check", "--pre"}, wantCode: 1},
+		"inspect-table":        {setup: (*fixture).midRotation, args: []string{"inspect"}},
+		"inspect-json":         {setup: (*fixture).midRotation, args: []string{"inspect", "-o", "json"}},
+		"inspect-synced-table": {args: []string{"inspect"}},
+		"plan-text":            {setup: (*fixture).midRotation, args: []string{"plan"}},
+		"plan-json":            {setup: (*fixture).midRotation, args: []string{"plan", "-o", "json"}},
+		"plan-yaml":            {setup: (*fixture).midRotation, args: []string{"plan", "-o", "yaml"}},
+		"plan-synced-text":     {args: []string{"plan"}},
+		"plan-assume-text":     {args: []string{"plan", "--assume-anchor-renewed"}},
+		"plan-assume-json":     {args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
+		"plan-assume-yaml":     {args: []string{"plan", "--assume-anchor-renewed", "-o", "yaml"}},
+		"extension-metadata":   {args: []string{"_extension-metadata"}},
+		"inspect-watch-plain":  {args: []string{"inspect", "--watch"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			out, errOut, code := f.run(tc.args...)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d; stderr:\n%s", code, tc.wantCode, errOut)
+			}
+			if errOut != "" {
+				t.Errorf("unexpected stderr:\n%s", errOut)
+			}
+			golden(t, name, out)
+		})
+	}
+}
+
+// breakInstall removes the identity-issuer Certificate, sets rotationPolicy Never on the anchor,
+// makes the anchor expire within the warning window, stops the operator and blocks the rotation.
+func breakInstall(f *fixture) {
+	t := f.t
+	f.remove(&cmapi.Certificate{}, "linkerd", "linkerd-identity-issuer")
+	for _, o := range f.cm {
+		if c, ok := o.(*cmapi.Certificate); ok && c.Name == "linkerd-trust-anchor" {
+			c.Spec.PrivateKey.RotationPolicy = cmapi.RotationPolicyNever
+		}
+	}
+	f.replace(secret("cert-manager", "linkerd-trust-anchor", certPEM(t, "anchor-soon")))
+	d := deployment("linkerd", DefaultOperatorDeployment, nil)
+	d.Status.Conditions = nil
+	f.replace(d)
+	since := metav1.NewTime(testNow.Add(-3 * 24 * 3600 * 1e9))
+	tar := f.rotations["cluster"]
+	tar.Status.Phase = v1alpha1.PhaseWaitingForIdentityRotation
+	tar.Status.LastPhaseTransitionTime = &since
+	tar.Status.BlockingMessage = "Waiting for the identity issuer to be renewed onto the new trust anchor: cmctl renew -n linkerd linkerd-identity-issuer"
+}
+
+// TestBundleErrors checks that each broken anchor fails with exit 1, a message naming the
+// Secret and what is wrong, and nothing on stdout.
+func TestBundleErrors(t *testing.T) {
+	cases := map[string]struct {
+		setup func(*fixture)
+		want  string
+	}{
+		"the anchor Secret is missing": {
+			setup: func(f *fixture) { f.remove(&corev1.Secret{}, "cert-manager", "linkerd-trust-anchor") },
+			want:  "trust-anchor Secret cert-manager/linkerd-trust-anchor not found",
+		},
+		"tls.crt is not PEM": {
+			setup: func(f *fixture) { f.replace(secret("cert-manager", "linkerd-trust-anchor", []byte("garbage"))) },
+			want:  "trust-anchor Secret cert-manager/linkerd-trust-anchor: tls.crt: no PEM CERTIFICATE block",
+		},
+		"the anchor is not a CA": {
+			setup: func(f *fixture) { f.replace(secret("cert-manager", "linkerd-trust-anchor", certPEM(f.t, "not-ca"))) },
+			want:  "is not a CA certificate",
+		},
+		"the anchor expired": {
+			setup: func(f *fixture) {
+				f.replace(secret("cert-manager", "linkerd-trust-anchor", certPEM(f.t, "anchor-expired")))
+			},
+			want: "expired at 2025-01-01T00:00:00Z",
+		},
+		"the previous anchor is broken": {
+			setup: func(f *fixture) { f.replace(secret("linkerd", "linkerd-previous-anchor", []byte("garbage"))) },
+			want:  "previous-anchor Secret linkerd/linkerd-previous-anchor: tls.crt: no PEM CERTIFICATE block (data is not PEM-encoded certificates); fix or delete it",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			tc.setup(f)
+			out, errOut, code := f.run("bundle")
+			if code != ExitFailure {
+				t.Errorf("exit code %d, want %d", code, ExitFailure)
+			}
+			if out != "" {
+				t.Errorf("stdout should be empty, got:\n%s", out)
+			}
+			if !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr %q does not say %q", errOut, tc.want)
+			}
+		})
+	}
+}
+
+// TestUsage checks help and exit codes of bad usage.
+func TestUsage(t *testing.T) {
+	f := newFixture(t)
+	for _, cmd := range []string{"bundle", "check", "inspect", "plan", "version", "_extension-metadata"} {
+		for _, flag := range []string{"--help", "-h"} {
+			out, _, code := f.run(cmd, flag)
+			if code != ExitOK {
+				t.Errorf("%s %s: exit code %d", cmd, flag, code)
+			}
+			if !strings.Contains(out, "Usage:") || (cmd != "_extension-metadata" && !strings.Contains(out, "Examples:")) {
+				t.Errorf("%s %s: help without usage or examples:\n%s", cmd, flag, out)
+			}
+		}
+		out, _, code := f.run("help", cmd)
+		if code != ExitOK || !strings.Contains(out, "Usage:") {
+			t.Errorf("help %s: exit code %d:\n%s", cmd, code, out)
+		}
+	}
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"check", "--no-such-flag"},
+		{"check", "-o", "xml"},
+		{"plan", "-o", "table"},
+		{"inspect", "--watch", "-o", "json"},
+		{"bundle", "extra"},
+		{"check", "--expiry-warning", "soon"},
+		{"inspect", "--concurrency", "0"},
+		{"bundle", "--linkerd-namespace", ""},
+	} {
+		_, errOut, code := f.run(args...)
+		if code != ExitUsage {
+			t.Errorf("%q: exit code %d, want %d; stderr:\n%s", args, code, ExitUsage, errOut)
+		}
+	}
+	if out, _, code := f.run("--help"); code != ExitOK || !strings.Contains(out, "Commands:") {
+		t.Errorf("--help: exit code %d:\n%s", code, out)
+	}
+}
+
+// TestHintsExist checks that every hint anchor of every check is a section of
+// docs/troubleshooting.md.
+func TestHintsExist(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "troubleshooting.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t)
+	o := &checkOptions{kube: addKubeFlags(newFlagSet("t")), proxy: true}
+	cl, err := f.env(nil, nil).clients(o.kube)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, cat := range newChecks(o, cl, f.env(nil, nil)).categories() {
+		for _, ch := range cat.checkers {
+			n++
+			if !strings.Contains(string(doc), `<a id="`+ch.hint+`"></a>`) {
+				t.Errorf("check %q: hint anchor %q is not in docs/troubleshooting.md", ch.description, ch.hint)
+			}
+		}
+	}
+	if n < 15 {
+		t.Errorf("only %d checks listed", n)
+	}
+}

@@ -1,0 +1,295 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	cmfake "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/ with the current output")
+
+// testNow is the clock of every fixture: the fixture certificates (testdata/pki, certificates
+// only, no keys) are valid then.
+var testNow = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+
+// golden compares got with testdata/<name>.golden, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/linkerd-trust/... -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("output differs from %s (run with -update to accept it):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func certPEM(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "pki", name+".pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func cert(t *testing.T, name string) *x509.Certificate {
+	t.Helper()
+	certs, err := steps.ParseCertificates(certPEM(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs[0]
+}
+
+// fakeRotations serves TrustAnchorRotations from a map.
+type fakeRotations map[string]*v1alpha1.TrustAnchorRotation
+
+func (f fakeRotations) Get(_ context.Context, name string) (*v1alpha1.TrustAnchorRotation, error) {
+	if tar, ok := f[name]; ok {
+		return tar.DeepCopy(), nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Group: v1alpha1.GroupName, Resource: v1alpha1.Resource}, name)
+}
+
+// fixture is a fake cluster with a healthy installation: cert-manager, the Linkerd PKI on
+// anchor-old and issuer-old, the bundle, the control plane, the operator, and meshed pods.
+type fixture struct {
+	t         *testing.T
+	kube      []runtime.Object
+	cm        []runtime.Object
+	rotations fakeRotations
+	// discovery lists the served API groups; tests remove entries to simulate missing CRDs.
+	discovery []*metav1.APIResourceList
+	// probes are the live-certificate probe results by pod key; a missing pod is unreachable.
+	probes map[string]observe.ProbeResult
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{t: t, rotations: fakeRotations{}, probes: map[string]observe.ProbeResult{}}
+	f.discovery = []*metav1.APIResourceList{
+		{GroupVersion: "cert-manager.io/v1", APIResources: []metav1.APIResource{{Name: "certificates"}, {Name: "issuers"}, {Name: "clusterissuers"}}},
+		{GroupVersion: "trust.linkerd.io/v1alpha1", APIResources: []metav1.APIResource{{Name: "trustanchorrotations"}}},
+	}
+	oldAnchor := certPEM(t, "anchor-old")
+	f.kube = append(f.kube,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "linkerd"}},
+		secret("cert-manager", "linkerd-trust-anchor", oldAnchor),
+		secret("linkerd", "linkerd-previous-anchor", oldAnchor),
+		secret("linkerd", "linkerd-identity-issuer", certPEM(t, "issuer-old")),
+		bundleConfigMap(steps.RenderBundle(cert(t, "anchor-old"))),
+		available(deployment("cert-manager", "cert-manager", map[string]string{"app.kubernetes.io/name": "cert-manager", "app.kubernetes.io/component": "controller"})),
+		available(deployment("linkerd", DefaultOperatorDeployment, nil)),
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "linkerd", Name: DefaultOperatorLease},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("operator-0_1"), RenewTime: &metav1.MicroTime{Time: testNow.Add(-5 * time.Second)}}},
+	)
+	for _, name := range steps.DefaultConfig().ControlPlane() {
+		f.kube = append(f.kube, available(deployment("linkerd", name, nil)))
+	}
+	ready := cmapi.CertificateCondition{Type: cmapi.CertificateConditionReady, Status: cmmeta.ConditionTrue, Reason: "Ready", Message: "Certificate is up to date and has not expired", ObservedGeneration: 1}
+	issuerReady := cmapi.IssuerCondition{Type: cmapi.IssuerConditionReady, Status: cmmeta.ConditionTrue, Reason: "IsReady", ObservedGeneration: 1}
+	renewal := metav1.NewTime(time.Date(2026, 6, 2, 0, 0, 0, 0, time.UTC))
+	f.cm = append(f.cm,
+		&cmapi.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: "cert-manager", Name: "linkerd-trust-root-issuer", Generation: 1},
+			Spec:   cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{SelfSigned: &cmapi.SelfSignedIssuer{}}},
+			Status: cmapi.IssuerStatus{Conditions: []cmapi.IssuerCondition{issuerReady}}},
+		&cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "cert-manager", Name: "linkerd-trust-anchor", Generation: 1},
+			Spec: cmapi.CertificateSpec{IsCA: true, SecretName: "linkerd-trust-anchor", PrivateKey: &cmapi.CertificatePrivateKey{RotationPolicy: cmapi.RotationPolicyAlways},
+				IssuerRef: cmmeta.IssuerReference{Name: "linkerd-trust-root-issuer", Kind: cmapi.IssuerKind}},
+			Status: cmapi.CertificateStatus{Conditions: []cmapi.CertificateCondition{ready}}},
+		&cmapi.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "linkerd-identity-issuer", Generation: 1},
+			Spec:   cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: "linkerd-trust-anchor"}}},
+			Status: cmapi.IssuerStatus{Conditions: []cmapi.IssuerCondition{issuerReady}}},
+		&cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "linkerd", Name: "linkerd-identity-issuer", Generation: 1},
+			Spec: cmapi.CertificateSpec{IsCA: true, SecretName: "linkerd-identity-issuer",
+				IssuerRef: cmmeta.IssuerReference{Name: "linkerd-identity-issuer", Kind: cmapi.ClusterIssuerKind}},
+			Status: cmapi.CertificateStatus{Conditions: []cmapi.CertificateCondition{ready}, RenewalTime: &renewal}},
+	)
+	since := metav1.NewTime(testNow.Add(-72 * time.Hour))
+	f.rotations["cluster"] = &v1alpha1.TrustAnchorRotation{
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
+		Status: v1alpha1.TrustAnchorRotationStatus{
+			Phase: v1alpha1.PhaseSynced, LastPhaseTransitionTime: &since,
+			ActiveIssuerFingerprint:   steps.Fingerprint(cert(t, "issuer-old")),
+			PreviousAnchorFingerprint: steps.Fingerprint(cert(t, "anchor-old")),
+			TrustBundle:               &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 3, TargetPods: 3},
+			WorkloadCertificates:      &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 4, TargetPods: 4},
+			Checkpoint:                &v1alpha1.Checkpoint{Step: steps.StepDetectAnchorRotation},
+			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionOutOfOrderIssuerRotation, Status: metav1.ConditionFalse,
+				Reason: v1alpha1.ReasonIssuerRotationInOrder, Message: v1alpha1.MessageIssuerRotationInOrder, LastTransitionTime: since}},
+		},
+	}
+	hash := steps.BundleHash(steps.RenderBundle(cert(t, "anchor-old")))
+	f.addPod("linkerd", "linkerd-identity-5d8f9c7b6-aaaaa", "linkerd-identity", "identity", hash, "127.1.0.2")
+	f.addPod("emojivoto", "web-7c9d8f6b5-qx2lp", "web", "", hash, "127.1.0.3")
+	f.addPod("emojivoto", "web-7c9d8f6b5-zt7wn", "web", "", hash, "127.1.0.4")
+	f.addPod("emojivoto", "voting-6b4d9f8c7-m2k9s", "voting", "", hash, "127.1.0.5")
+	return f
+}
+
+// addPod adds a running meshed pod of a Deployment, and a probe that finds issuer-old.
+func (f *fixture) addPod(ns, name, deploy, component, hash, ip string) {
+	hashSuffix := name[len(deploy)+1 : strings.LastIndex(name, "-")]
+	labels := map[string]string{steps.ControlPlaneNSLabel: "linkerd", "pod-template-hash": hashSuffix}
+	if component != "" {
+		labels[steps.ControlPlaneComponentLabel] = component
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Labels: labels,
+			Annotations:     map[string]string{steps.TrustRootSHA256Annotation: hash},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: deploy + "-" + hashSuffix, Controller: ptr.To(true), APIVersion: "apps/v1"}}},
+		Spec: corev1.PodSpec{ServiceAccountName: deploy, Containers: []corev1.Container{
+			{Name: "app"},
+			{Name: steps.ProxyContainerName, Ports: []corev1.ContainerPort{{Name: steps.AdminPortName, ContainerPort: 4191}}},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
+	}
+	f.kube = append(f.kube, pod)
+	f.probes[ns+"/"+name] = observe.ProbeResult{Issuer: steps.Fingerprint(cert(f.t, "issuer-old"))}
+}
+
+// replace swaps the object of the same kind, namespace and name.
+func (f *fixture) replace(obj runtime.Object) {
+	m := obj.(metav1.Object)
+	for i, o := range f.kube {
+		if om := o.(metav1.Object); om.GetName() == m.GetName() && om.GetNamespace() == m.GetNamespace() && sameKind(o, obj) {
+			f.kube[i] = obj
+			return
+		}
+	}
+	f.kube = append(f.kube, obj)
+}
+
+// remove deletes a Kubernetes or cert-manager object by kind, namespace and name.
+func (f *fixture) remove(kind runtime.Object, ns, name string) {
+	drop := func(objs []runtime.Object) []runtime.Object {
+		var out []runtime.Object
+		for _, o := range objs {
+			if om := o.(metav1.Object); om.GetName() == name && om.GetNamespace() == ns && sameKind(o, kind) {
+				continue
+			}
+			out = append(out, o)
+		}
+		return out
+	}
+	f.kube, f.cm = drop(f.kube), drop(f.cm)
+}
+
+func sameKind(a, b runtime.Object) bool { return reflect.TypeOf(a) == reflect.TypeOf(b) }
+
+func secret(ns, name string, crt []byte) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": crt, "tls.key": []byte("not a key")}}
+}
+
+func bundleConfigMap(bundle string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "linkerd", Name: "linkerd-identity-trust-roots"},
+		Data: map[string]string{"ca-bundle.crt": bundle}}
+}
+
+func deployment(ns, name string, labels map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, Generation: 1},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1))}}
+}
+
+func available(d *appsv1.Deployment) *appsv1.Deployment {
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
+		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
+	return d
+}
+
+// env returns an Env over the fixture's fake clients, with a fixed clock, anchor stand-in and
+// probe results.
+func (f *fixture) env(out, errOut *bytes.Buffer) *Env {
+	return &Env{
+		Out: out, Err: errOut,
+		Now: func() time.Time { return testNow },
+		Clients: func(*KubeFlags) (*Clients, error) {
+			kube := kubefake.NewClientset(f.kube...)
+			kube.Resources = f.discovery
+			return &Clients{Kube: kube, CertManager: cmfake.NewClientset(f.cm...), Rotations: f.rotations}, nil
+		},
+		IsTerminal: func() bool { return false },
+		NewAnchor: func(*x509.Certificate, time.Time) (*x509.Certificate, error) {
+			return cert(f.t, "anchor-new"), nil
+		},
+		Probe: func(_ context.Context, pods []*observe.Pod, progress func(int, int)) map[string]observe.ProbeResult {
+			out := map[string]observe.ProbeResult{}
+			for _, p := range pods {
+				if !observe.Probeable(p) {
+					continue
+				}
+				r, ok := f.probes[p.Key()]
+				if !ok {
+					r = observe.ProbeResult{Err: errors.New("dial tcp " + p.IP + ":4191: connect: connection refused")}
+				}
+				out[p.Key()] = r
+			}
+			return out
+		},
+	}
+}
+
+// run runs the CLI over the fixture and returns its stdout, stderr and exit code.
+func (f *fixture) run(args ...string) (string, string, int) {
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), args, f.env(&out, &errOut))
+	return out.String(), errOut.String(), code
+}
+
+// midRotation puts the fixture in PropagatingTrustRoots: the anchor renewed to anchor-new, the
+// bundle expanded, the control plane restarted, one workload not restarted yet.
+func (f *fixture) midRotation() {
+	t := f.t
+	f.replace(secret("cert-manager", "linkerd-trust-anchor", certPEM(t, "anchor-new")))
+	expanded := steps.RenderBundle(cert(t, "anchor-new"), cert(t, "anchor-old"))
+	f.replace(bundleConfigMap(expanded))
+	hash := steps.BundleHash(expanded)
+	for i, o := range f.kube {
+		if p, ok := o.(*corev1.Pod); ok && !strings.HasPrefix(p.Name, "voting-") {
+			p.Annotations[steps.TrustRootSHA256Annotation] = hash
+			f.kube[i] = p
+		}
+	}
+	delete(f.probes, "emojivoto/web-7c9d8f6b5-zt7wn") // its proxy does not answer
+	since := metav1.NewTime(testNow.Add(-90 * time.Minute))
+	tar := f.rotations["cluster"]
+	tar.Status.Phase = v1alpha1.PhasePropagatingTrustRoots
+	tar.Status.LastPhaseTransitionTime = &since
+	tar.Status.BlockingMessage = "Waiting for 1 pod(s) to converge on the expanded trust bundle; restart: emojivoto/Deployment/voting (1 pod)"
+	tar.Status.TrustBundle = &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging, ConvergedPods: 2, TargetPods: 3}
+	tar.Status.Checkpoint = &v1alpha1.Checkpoint{Step: steps.StepPropagateTrustRoots, Rotation: steps.Fingerprint(cert(t, "anchor-new")), StartTime: &since}
+}

@@ -1,0 +1,119 @@
+package observe
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+func newCert(t *testing.T, cn string, ca bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: ca, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, DNSNames: []string{cn}}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return c, key
+}
+
+// serveAdmin serves a leaf signed by issuer on a loopback port, answering only the SNI identity,
+// like a proxy's admin port; it returns the port.
+func serveAdmin(t *testing.T, identity string, issuer *x509.Certificate, issuerKey *ecdsa.PrivateKey) int32 {
+	t.Helper()
+	leaf, key := newCert(t, identity, false, issuer, issuerKey)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if h.ServerName != identity {
+				return nil, net.ErrClosed
+			}
+			return &tls.Certificate{Certificate: [][]byte{leaf.Raw, issuer.Raw}, PrivateKey: key}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _ = c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	n, _ := strconv.Atoi(port)
+	return int32(n)
+}
+
+// TestProbeAllReadsLiveIssuers probes pods on the active issuer, on another issuer, and one
+// that does not answer, and counts convergence as the operator does.
+func TestProbeAllReadsLiveIssuers(t *testing.T) {
+	anchor, anchorKey := newCert(t, "root", true, nil, nil)
+	active, activeKey := newCert(t, "identity-new", true, anchor, anchorKey)
+	old, oldKey := newCert(t, "identity-old", true, anchor, anchorKey)
+	pod := func(name string, port int32) *Pod {
+		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, Meshed: true, Alive: true, Running: true,
+			IP: "127.0.0.1", AdminPort: port, Identity: name + ".app.serviceaccount.identity.linkerd.cluster.local"}
+	}
+	onActive := pod("on-active", 0)
+	onActive.AdminPort = serveAdmin(t, onActive.Identity, active, activeKey)
+	onOld := pod("on-old", 0)
+	onOld.AdminPort = serveAdmin(t, onOld.Identity, old, oldKey)
+	closed := pod("closed", 1) // nothing listens on port 1
+	pending := pod("pending", 0)
+	pending.Running = false
+	pods := []*Pod{onActive, onOld, closed, pending}
+
+	var calls atomic.Int32
+	results := ProbeAll(t.Context(), nil, pods, 2, 2*time.Second, func(*Pod, ProbeResult) { calls.Add(1) })
+	if calls.Load() != 3 || len(results) != 3 {
+		t.Fatalf("probed %d pods (%d results), want the 3 running ones", calls.Load(), len(results))
+	}
+	if r := results["app/on-active"]; r.Err != nil || r.Issuer != steps.Fingerprint(active) {
+		t.Errorf("on-active: %+v", r)
+	}
+	if r := results["app/on-old"]; r.Err != nil || r.Issuer != steps.Fingerprint(old) {
+		t.Errorf("on-old: %+v", r)
+	}
+	if r := results["app/closed"]; r.Err == nil {
+		t.Errorf("closed: probe succeeded")
+	}
+
+	c := CertificateConvergence(pods, results, steps.Fingerprint(active))
+	if c.Converged != 1 || c.Target != 4 {
+		t.Errorf("converged %d of %d, want 1 of 4", c.Converged, c.Target)
+	}
+	reasons := map[string]string{}
+	for _, p := range c.Pods {
+		reasons[p.Name] = p.Reason
+	}
+	for name, want := range map[string]string{"on-old": "certificate issued by", "closed": "probe failed", "pending": "not running"} {
+		if !strings.HasPrefix(reasons[name], want) {
+			t.Errorf("pod %s: reason %q, want %q…", name, reasons[name], want)
+		}
+	}
+}
