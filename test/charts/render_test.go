@@ -1,0 +1,339 @@
+package charts
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/linkerd/trust-rotation/test/cluster"
+)
+
+// helms returns Helm 3 and Helm 4. The tests run real helm binaries, which a fresh machine must
+// build first (minutes), so like the other tests of the test bed they are skipped under -short.
+func helms(t *testing.T) []Helm {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping: runs the helm binaries the test bed builds; run without -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	hs, err := Helms(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// allFeatures turns on every optional part of the operator chart.
+var allFeatures = []string{
+	"metrics.serviceMonitor.enabled=true",
+	"metrics.prometheusRule.enabled=true",
+	"dashboard.enabled=true",
+}
+
+func TestLint(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	for _, h := range helms(t) {
+		for _, chart := range []string{CRDChart, OperatorChart} {
+			t.Run(h.Name+"/"+chart, func(t *testing.T) {
+				path, err := ChartPath(chart)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out, err := h.Run(ctx, "", "lint", "--strict", path); err != nil {
+					t.Fatalf("%v\n%s", err, out)
+				}
+			})
+		}
+	}
+}
+
+// Helm 3 and Helm 4 render the same objects (whitespace aside), and each renders the same bytes
+// twice: no random values, no lookups, nothing that would make a GitOps tool see drift.
+func TestRenderIsDeterministic(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	hs := helms(t)
+	for _, tc := range []struct {
+		chart string
+		set   []string
+	}{{CRDChart, nil}, {OperatorChart, nil}, {OperatorChart, allFeatures}} {
+		t.Run(tc.chart+"/"+strings.Join(tc.set, ","), func(t *testing.T) {
+			var first []*unstructured.Unstructured
+			for _, h := range hs {
+				a, err := h.Template(ctx, tc.chart, tc.chart, "linkerd", tc.set...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := h.Template(ctx, tc.chart, tc.chart, "linkerd", tc.set...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(a, b) {
+					t.Errorf("%s renders %s differently twice", h.Name, tc.chart)
+				}
+				objs, err := Decode(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if first == nil {
+					first = objs
+				} else if !reflect.DeepEqual(first, objs) {
+					t.Errorf("%s and %s render %s to different objects", hs[0].Name, h.Name, tc.chart)
+				}
+			}
+		})
+	}
+}
+
+// The committed plain manifests are what `make manifests` renders now.
+func TestManifestsAreRenderedFromTheChart(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	h := helms(t)[0]
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := os.ReadFile(filepath.Join(root, "manifests", "trust-rotation-operator.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Decode(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Error("manifests/trust-rotation-operator.yaml is stale: run make manifests")
+	}
+}
+
+// The CRD chart installs exactly the CRD controller-gen generates, plus its labels and the keep
+// policy.
+func TestCRDChartShipsTheGeneratedCRD(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	generated, err := os.ReadFile(filepath.Join(root, "manifests", "crds", "trust.linkerd.io_trustanchorrotations.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Decode(generated)
+	if err != nil || len(want) != 1 {
+		t.Fatalf("decoding the generated CRD: %v (%d objects)", err, len(want))
+	}
+	for _, h := range helms(t) {
+		for _, keep := range []bool{true, false} {
+			out, err := h.Template(ctx, CRDChart, CRDChart, "linkerd", "keep="+map[bool]string{true: "true", false: "false"}[keep])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Decode(out)
+			if err != nil || len(got) != 1 {
+				t.Fatalf("%s: decoding the rendered CRD: %v (%d objects)", h.Name, err, len(got))
+			}
+			crd := got[0]
+			if policy := crd.GetAnnotations()["helm.sh/resource-policy"]; (policy == "keep") != keep {
+				t.Errorf("%s keep=%v: resource-policy %q", h.Name, keep, policy)
+			}
+			if crd.GetLabels()["app.kubernetes.io/name"] != CRDChart {
+				t.Errorf("%s: CRD labels %v", h.Name, crd.GetLabels())
+			}
+			if !reflect.DeepEqual(crd.Object["spec"], want[0].Object["spec"]) {
+				t.Errorf("%s: the chart's CRD spec differs from manifests/crds: run make generate", h.Name)
+			}
+			if crd.GetName() != want[0].GetName() {
+				t.Errorf("%s: CRD name %s, want %s", h.Name, crd.GetName(), want[0].GetName())
+			}
+		}
+	}
+}
+
+func TestSchemaRejectsBadValues(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	hs := helms(t)
+	for name, tc := range map[string]struct {
+		set  string
+		want string // in helm's error
+	}{
+		"a replica count that is not a number":   {"replicaCount=two", "replicaCount"},
+		"zero replicas":                          {"replicaCount=0", "replicaCount"},
+		"an unknown pull policy":                 {"image.pullPolicy=Sometimes", "pullPolicy"},
+		"a misspelt top-level value":             {"replicas=2", "replicas"},
+		"a misspelt nested value":                {"rotation.crate=false", "crate"},
+		"a refresh interval that is no duration": {"rotation.spec.workloadCertificateRefreshInterval=5 minutes", "workloadCertificateRefreshInterval"},
+		"a digest that is a tag":                 {"image.digest=latest", "digest"},
+		"a port out of range":                    {"metrics.service.port=70000", "port"},
+		"a boolean that is a string":             {"rotation.create=maybe", "create"},
+		"a lease duration without unit":          {"operator.leaderElection.leaseDuration=15", "leaseDuration"},
+	} {
+		for _, h := range hs {
+			t.Run(h.Name+"/"+name, func(t *testing.T) {
+				_, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", tc.set)
+				if err == nil {
+					t.Fatalf("--set %s rendered; want a schema error", tc.set)
+				}
+				if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("--set %s: want a schema error naming %s, got: %v", tc.set, tc.want, err)
+				}
+			})
+		}
+	}
+	// And good values pass.
+	for _, h := range hs {
+		if _, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", append(allFeatures,
+			"image.digest=sha256:"+strings.Repeat("ab", 32), "replicaCount=3", "rotation.spec.workloadCertificateRefreshInterval=90s")...); err != nil {
+			t.Errorf("%s: good values rejected: %v", h.Name, err)
+		}
+	}
+}
+
+func toTyped[T any](t *testing.T, u *unstructured.Unstructured) *T {
+	t.Helper()
+	if u == nil {
+		t.Fatalf("missing %T", new(T))
+	}
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The Deployment meets the restricted Pod Security Standard, probes the admin endpoint and
+// passes every PKI name to the operator; the RBAC follows the values.
+func TestOperatorChartRendersWhatTheOperatorNeeds(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	h := helms(t)[0]
+	out, err := h.Template(ctx, OperatorChart, "tro", "ops",
+		"linkerd.namespace=mesh", "certManager.namespace=pki", "certManager.trustAnchorSecret=root",
+		"linkerd.identityIssuerSecret=issuer", "linkerd.previousAnchorSecret=prev", "linkerd.trustRootsConfigMap=roots",
+		"linkerd.controlPlane.identity=id", "rotation.name=main", "operator.leaderElection.name=lock",
+		"image.digest=sha256:"+strings.Repeat("01", 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := "tro-trust-rotation-operator"
+	dep := toTyped[appsv1.Deployment](t, Find(objs, "Deployment", full))
+	if *dep.Spec.Replicas != 2 {
+		t.Errorf("replicas %d, want 2", *dep.Spec.Replicas)
+	}
+	pod := dep.Spec.Template.Spec
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v is not restricted", psc)
+	}
+	ctr := pod.Containers[0]
+	sc := ctr.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("container security context %+v is not restricted", sc)
+	}
+	if ctr.Image != "ghcr.io/linkerd/trust-rotation@sha256:"+strings.Repeat("01", 32) {
+		t.Errorf("image %s, want the digest", ctr.Image)
+	}
+	if ctr.Resources.Requests.Memory().IsZero() || ctr.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources %+v: want memory requests and limits", ctr.Resources)
+	}
+	if p := ctr.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "admin" {
+		t.Errorf("liveness probe %+v", p)
+	}
+	if p := ctr.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" || p.HTTPGet.Port.String() != "admin" {
+		t.Errorf("readiness probe %+v", p)
+	}
+	if len(ctr.Env) == 0 || ctr.Env[0].Name != "POD_NAMESPACE" || ctr.Env[0].ValueFrom == nil || ctr.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+		t.Errorf("env %+v: want POD_NAMESPACE from the downward API", ctr.Env)
+	}
+	for _, arg := range []string{"--linkerd-namespace=mesh", "--cert-manager-namespace=pki", "--trust-anchor-secret=root",
+		"--identity-issuer-secret=issuer", "--previous-anchor-secret=prev", "--trust-roots-configmap=roots",
+		"--identity-deployment=id", "--rotation-name=main", "--leader-election-name=lock", "--leader-election-namespace=ops"} {
+		if !slices.Contains(ctr.Args, arg) {
+			t.Errorf("args %v lack %s", ctr.Args, arg)
+		}
+	}
+
+	// Every namespaced permission is in a Role of its namespace, named after the values.
+	rules := map[string][]rbacv1.PolicyRule{}
+	for _, o := range objs {
+		if o.GetKind() == "Role" {
+			rules[o.GetNamespace()] = append(rules[o.GetNamespace()], toTyped[rbacv1.Role](t, o).Rules...)
+		}
+	}
+	named := func(ns, resource, verb string) []string {
+		var names []string
+		for _, r := range rules[ns] {
+			if slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) {
+				if len(r.ResourceNames) == 0 {
+					return []string{"*"}
+				}
+				names = append(names, r.ResourceNames...)
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	for _, tc := range []struct {
+		ns, resource, verb string
+		want               []string
+	}{
+		{"pki", "secrets", "get", []string{"root"}},
+		{"pki", "secrets", "list", []string{"root"}},
+		{"pki", "secrets", "create", nil},
+		{"mesh", "secrets", "watch", []string{"issuer", "prev"}},
+		{"mesh", "secrets", "patch", []string{"prev"}},
+		{"mesh", "configmaps", "patch", []string{"roots"}},
+		{"mesh", "deployments", "patch", []string{"id", "linkerd-destination", "linkerd-proxy-injector"}},
+		{"mesh", "secrets", "delete", nil},
+		{"ops", "leases", "update", []string{"lock"}},
+		{"default", "events", "create", []string{"*"}},
+		{"default", "secrets", "get", nil},
+	} {
+		if got := named(tc.ns, tc.resource, tc.verb); !slices.Equal(got, tc.want) {
+			t.Errorf("%s %s in %s: names %v, want %v", tc.verb, tc.resource, tc.ns, got, tc.want)
+		}
+	}
+	cr := toTyped[rbacv1.ClusterRole](t, Find(objs, "ClusterRole", full))
+	for _, r := range cr.Rules {
+		if slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "configmaps") || slices.Contains(r.Resources, "deployments") {
+			t.Errorf("ClusterRole grants %v cluster-wide", r)
+		}
+		if slices.Contains(r.Resources, "trustanchorrotations") && !slices.Contains(r.Verbs, "create") && !slices.Equal(r.ResourceNames, []string{"main"}) {
+			t.Errorf("ClusterRole rule %v is not limited to the rotation main", r)
+		}
+	}
+	if tar := Find(objs, "TrustAnchorRotation", "main"); tar == nil {
+		t.Error("no TrustAnchorRotation main")
+	} else if v, _, _ := unstructured.NestedString(tar.Object, "spec", "workloadCertificateRefreshInterval"); v != "5m" {
+		t.Errorf("TrustAnchorRotation spec.workloadCertificateRefreshInterval %q, want 5m", v)
+	}
+}
