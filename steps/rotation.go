@@ -21,6 +21,9 @@ type Writer interface {
 	// RestartDeployment sets the pod-template annotation kubectl.kubernetes.io/restartedAt to
 	// token, as `kubectl rollout restart` does; a no-op when it already has that value.
 	RestartDeployment(ctx context.Context, namespace, name, token string) error
+	// DeletePods deletes the named pods (a pod already gone is fine), for their controller to
+	// replace them all at once rather than one by one.
+	DeletePods(ctx context.Context, namespace string, names []string) error
 }
 
 // Step names: public API (checkpoints, plans, events). Never rename one.
@@ -30,8 +33,9 @@ const (
 	StepExpandTrustBundle          = "expand-trust-bundle"
 	StepRefreshControlPlane        = "refresh-control-plane"
 	StepPropagateTrustRoots        = "propagate-trust-roots"
-	StepWaitForIdentityIssuer      = "wait-for-identity-issuer"
 	StepRestartIdentity            = "restart-identity"
+	StepWaitForIdentityIssuer      = "wait-for-identity-issuer"
+	StepRestartIdentityOnNewIssuer = "restart-identity-on-new-issuer"
 	StepRefreshControlPlaneCerts   = "refresh-control-plane-certificates"
 	StepRenewWorkloadCertificates  = "renew-workload-certificates"
 	StepRetirePreviousAnchor       = "retire-previous-anchor"
@@ -46,6 +50,8 @@ const (
 // hot-reloaded issuer against the roots it loaded at start-up, so it is restarted only once the
 // data plane has converged on the expanded bundle (restart-identity); until then a renewal of
 // the issuer, early or on cert-manager's own schedule, is skipped by identity and harmless.
+// Identity's own pods are meshed pods too: see restart-identity for how an old identity pod,
+// which trusts only the old anchor, never runs beside one that signs with the new issuer.
 func Rotation(w Writer) []workflow.Step[*State] {
 	p := func(ph v1alpha1.Phase) string { return string(ph) }
 	return []workflow.Step[*State]{
@@ -75,13 +81,18 @@ func Rotation(w Writer) []workflow.Step[*State] {
 			Observe: observePropagated("expanded"),
 		},
 		{
+			Name: StepRestartIdentity, Phase: p(v1alpha1.PhasePropagatingTrustRoots),
+			Doc:     "Restart linkerd-identity now that every pod trusts the new anchor: it loads the expanded roots, so it will accept the renewed issuer.",
+			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestart(identityOnly), Token: identityToken,
+		},
+		{
 			Name: StepWaitForIdentityIssuer, Phase: p(v1alpha1.PhaseWaitingForIdentityRotation),
 			Doc:     "Wait for the identity issuer to be renewed onto the new anchor (cmctl renew -n linkerd linkerd-identity-issuer).",
 			Observe: observeIssuerOnNewAnchor,
 		},
 		{
-			Name: StepRestartIdentity, Phase: p(v1alpha1.PhaseRenewingWorkloadCerts),
-			Doc:     "Restart linkerd-identity: it loads the expanded roots and the new issuer, and signs new certificates with it.",
+			Name: StepRestartIdentityOnNewIssuer, Phase: p(v1alpha1.PhaseRenewingWorkloadCerts),
+			Doc:     "Restart linkerd-identity so that every identity replica signs with the new issuer, its own proxy included.",
 			Observe: observeRestart(identityOnly), Act: actRestart(w, identityOnly), Describe: describeRestart(identityOnly),
 		},
 		{
@@ -359,6 +370,85 @@ func actRetire(w Writer) func(context.Context, *State, string) error {
 
 func describeRetire(s *State) []string {
 	return []string{fmt.Sprintf("write Secret %s: certificate %s -> %s (no key)", s.Previous.Ref(), short(s.Previous.Fingerprint()), short(s.Anchor.Fingerprint()))}
+}
+
+// --- identity ---------------------------------------------------------------------------------
+
+// replaceSep separates the stamp from the pods to replace in restart-identity's token.
+const replaceSep = " replace "
+
+// identityToken decides how restart-identity restarts identity, once, when it first acts. While
+// the issuer is still signed by the old anchor, a rolling restart is safe: the new pods sign
+// with the old issuer and trust both anchors. Once the issuer is already on the new anchor (it
+// was renewed early), a new identity pod loads it at start-up and its own proxy presents a
+// new-anchor certificate at once — which the old identity pods, started before the bundle
+// expanded, do not trust. Then the old pods are all deleted at once instead of rolled, and the
+// token remembers exactly which ones, so that an act repeated after a crash never deletes
+// their replacements.
+func identityToken(s *State, stamp string) string {
+	if !s.IssuerOnCurrentAnchor() {
+		return stamp
+	}
+	return stamp + replaceSep + strings.Join(s.ControlPlane[s.Config.IdentityDeployment].Pods, ",")
+}
+
+// podsToReplace parses a replace token; ok is false for a plain restart token.
+func podsToReplace(token string) (pods []string, ok bool) {
+	_, list, ok := strings.Cut(token, replaceSep)
+	if !ok {
+		return nil, false
+	}
+	if list == "" {
+		return nil, true
+	}
+	return strings.Split(list, ","), true
+}
+
+// remaining returns the pods of the list that are still alive.
+func remaining(list, alive []string) []string {
+	set := map[string]bool{}
+	for _, p := range alive {
+		set[p] = true
+	}
+	var out []string
+	for _, p := range list {
+		if set[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func observeRestartIdentity(s *State, token string) workflow.Decision {
+	replace, ok := podsToReplace(token)
+	if !ok {
+		return observeRestart(identityOnly)(s, token)
+	}
+	d, found := s.ControlPlane[s.Config.IdentityDeployment]
+	if !found || !d.Found {
+		return workflow.Waiting("ControlPlaneMissing", fmt.Sprintf("Deployment %s/%s not found", s.Config.LinkerdNamespace, s.Config.IdentityDeployment))
+	}
+	if left := remaining(replace, d.Pods); len(left) > 0 {
+		return workflow.ActNeeded("ReplacingIdentityPods", fmt.Sprintf(
+			"the identity issuer was renewed before the data plane trusted the new anchor: replace the identity pods at once (%s)", strings.Join(left, ", ")))
+	}
+	if !d.RolledOut || d.RunningPods < int(d.Replicas) {
+		return workflow.Waiting("ControlPlaneRollingOut", fmt.Sprintf("Waiting for Deployment %s/%s to replace its pods: %d of %d running",
+			d.Namespace, d.Name, d.RunningPods, d.Replicas))
+	}
+	return workflow.Completed("ControlPlaneRestarted", "replaced the identity pods: "+strings.Join(replace, ", "))
+}
+
+func actRestartIdentity(w Writer) func(context.Context, *State, string) error {
+	plain := actRestart(w, identityOnly)
+	return func(ctx context.Context, s *State, token string) error {
+		replace, ok := podsToReplace(token)
+		if !ok {
+			return plain(ctx, s, token)
+		}
+		left := remaining(replace, s.ControlPlane[s.Config.IdentityDeployment].Pods)
+		return w.DeletePods(ctx, s.Config.LinkerdNamespace, left)
+	}
 }
 
 // --- control-plane restarts --------------------------------------------------------------------

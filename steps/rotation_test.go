@@ -56,6 +56,14 @@ func deploy(name, restartedAt string, rolledOut bool) stateOpt {
 		s.ControlPlane[name] = Deployment{Namespace: "linkerd", Name: name, Found: true, RestartedAt: restartedAt, RolledOut: rolledOut, Progress: "1 of 1 updated replicas are available"}
 	}
 }
+func identityPods(running int, names ...string) stateOpt {
+	return func(s *State) {
+		d := s.ControlPlane["linkerd-identity"]
+		d.Pods, d.RunningPods, d.Replicas = names, running, 1
+		s.ControlPlane["linkerd-identity"] = d
+	}
+}
+
 func bundlePods(converged, target int, behind ...WorkloadCount) stateOpt {
 	return func(s *State) {
 		s.TrustBundle = Convergence{Converged: converged, Target: target, Behind: behind, BehindWorkloads: len(behind)}
@@ -171,6 +179,21 @@ func TestObserve(t *testing.T) {
 			step: StepRefreshControlPlane, state: func() *State { s := rotatingState(p); delete(s.ControlPlane, "linkerd-destination"); return s }(),
 			wantOutcome: workflow.Wait, wantReason: "ControlPlaneMissing", wantInMsg: "linkerd/linkerd-destination not found",
 		},
+		"restart-identity rolls identity while the issuer is still on the old anchor": {
+			step: StepRestartIdentity, state: rotatingState(p), wantOutcome: workflow.Act, wantReason: "RestartNeeded",
+		},
+		"restart-identity deletes the identity pods named in its token that are still there": {
+			step: StepRestartIdentity, token: "t1 replace id-a,id-b", state: rotatingState(p, issuer(p.newIssuer), identityPods(1, "id-b", "id-c")),
+			wantOutcome: workflow.Act, wantReason: "ReplacingIdentityPods", wantInMsg: "(id-b)",
+		},
+		"restart-identity waits for the replacements to run": {
+			step: StepRestartIdentity, token: "t1 replace id-a", state: rotatingState(p, issuer(p.newIssuer), identityPods(0, "id-c")),
+			wantOutcome: workflow.Wait, wantReason: "ControlPlaneRollingOut",
+		},
+		"restart-identity is done once every named pod was replaced": {
+			step: StepRestartIdentity, token: "t1 replace id-a", state: rotatingState(p, issuer(p.newIssuer), identityPods(1, "id-c")),
+			wantOutcome: workflow.Done,
+		},
 		"propagation waits, naming the workloads to restart": {
 			step: StepPropagateTrustRoots, state: rotatingState(p, bundlePods(10, 12, WorkloadCount{"emojivoto/Deployment/web", 2})),
 			wantOutcome: workflow.Wait, wantReason: "TrustBundleConverging", wantInMsg: "Waiting for 2 pod(s) to converge on the expanded trust bundle; restart: emojivoto/Deployment/web (2 pods)",
@@ -226,10 +249,22 @@ func TestObserve(t *testing.T) {
 	}
 }
 
+func TestIdentityTokenRemembersThePodsToReplace(t *testing.T) {
+	p := newPKI(t)
+	if got := identityToken(rotatingState(p, identityPods(2, "a", "b")), "t1"); got != "t1" {
+		t.Errorf("issuer on the old anchor: token %q, want a plain restart", got)
+	}
+	got := identityToken(rotatingState(p, issuer(p.newIssuer), identityPods(2, "a", "b")), "t1")
+	if pods, ok := podsToReplace(got); !ok || strings.Join(pods, ",") != "a,b" {
+		t.Errorf("issuer already renewed: token %q, want the pods a and b to replace", got)
+	}
+}
+
 // fakeWriter applies writes to a State, so a whole rotation can run without a cluster.
 type fakeWriter struct {
 	s        *State
 	restarts map[string]int
+	deleted  []string
 }
 
 func (w *fakeWriter) WritePreviousAnchor(_ context.Context, c *x509.Certificate) error {
@@ -240,6 +275,14 @@ func (w *fakeWriter) WritePreviousAnchor(_ context.Context, c *x509.Certificate)
 func (w *fakeWriter) WriteTrustRoots(_ context.Context, b string) error {
 	certs, _ := ParseCertificates([]byte(b))
 	w.s.Bundle = Bundle{Found: true, Data: b, Certs: certs}
+	return nil
+}
+
+func (w *fakeWriter) DeletePods(_ context.Context, _ string, names []string) error {
+	d := w.s.ControlPlane["linkerd-identity"]
+	d.Pods = remaining(d.Pods, nil) // every named pod is gone and replaced at once
+	w.deleted = append(w.deleted, names...)
+	w.s.ControlPlane["linkerd-identity"] = d
 	return nil
 }
 
@@ -302,13 +345,16 @@ func TestRotationOrder(t *testing.T) {
 	}
 	s.TrustBundle = Convergence{Converged: 4, Target: 4}
 	until(StepWaitForIdentityIssuer)
+	if w.restarts["linkerd-identity"] != 1 || len(w.deleted) != 0 {
+		t.Fatalf("identity was not rolled once the data plane converged: %v, deleted %v", w.restarts, w.deleted)
+	}
 	// cmctl renew the issuer; pods still hold old certificates.
 	s.Issuer = src("linkerd", "linkerd-identity-issuer", p.newIssuer)
 	s.Certificates = Convergence{Converged: 0, Target: 4}
 	if res := until(StepRenewWorkloadCertificates); res.Phase != "RenewingWorkloadCerts" {
 		t.Fatalf("phase %s", res.Phase)
 	}
-	if w.restarts["linkerd-identity"] != 1 || w.restarts["linkerd-destination"] != 2 {
+	if w.restarts["linkerd-identity"] != 2 || w.restarts["linkerd-destination"] != 2 {
 		t.Fatalf("restarts after the issuer switch: %v", w.restarts)
 	}
 	s.Certificates = Convergence{Converged: 4, Target: 4}
@@ -324,7 +370,7 @@ func TestRotationOrder(t *testing.T) {
 	if !res.Completed || res.Phase != "Synced" {
 		t.Fatalf("rotation did not complete: %+v", res)
 	}
-	want := map[string]int{"linkerd-identity": 2, "linkerd-destination": 3, "linkerd-proxy-injector": 3}
+	want := map[string]int{"linkerd-identity": 3, "linkerd-destination": 3, "linkerd-proxy-injector": 3}
 	for k, v := range want {
 		if w.restarts[k] != v {
 			t.Errorf("%s restarted %d times, want %d", k, w.restarts[k], v)

@@ -88,6 +88,12 @@ type Deployment struct {
 	RolledOut bool
 	// Progress says what the rollout waits for, when it is not rolled out.
 	Progress string
+	// Replicas is the desired number of replicas.
+	Replicas int32
+	// Pods are the names of the Deployment's pods that are alive, and RunningPods how many of
+	// them run (from the meshed-pod index: control-plane pods are meshed).
+	Pods        []string
+	RunningPods int
 }
 
 // Convergence counts the pods of a group that reached a target, with the first few that did not.

@@ -25,7 +25,7 @@ func RefreshInterval(spec v1alpha1.TrustAnchorRotationSpec) time.Duration {
 var syncedSteps = map[string]bool{StepBootstrap: true, StepDetectAnchorRotation: true}
 
 // beforeIssuerSwitch are the steps during which a renewed issuer is ahead of the trust bundle.
-var beforeIssuerSwitch = map[string]bool{StepExpandTrustBundle: true, StepRefreshControlPlane: true, StepPropagateTrustRoots: true}
+var beforeIssuerSwitch = map[string]bool{StepExpandTrustBundle: true, StepRefreshControlPlane: true, StepPropagateTrustRoots: true, StepRestartIdentity: true}
 
 // Project computes the status to publish from the previous status, the snapshot the workflow
 // advanced over, and where it stopped. It is pure, so the operator writes status only when the
@@ -102,7 +102,7 @@ func convergenceStatus(c Convergence) *v1alpha1.ConvergenceStatus {
 }
 
 // renewingSteps are the steps during which pods must move onto the new issuer.
-var renewingSteps = map[string]bool{StepRestartIdentity: true, StepRefreshControlPlaneCerts: true, StepRenewWorkloadCertificates: true}
+var renewingSteps = map[string]bool{StepRestartIdentityOnNewIssuer: true, StepRefreshControlPlaneCerts: true, StepRenewWorkloadCertificates: true}
 
 // UrgentCertificates reports whether, at the given step, the operator should probe pods that
 // have not converged on the active issuer often (the rotation waits on them) rather than rarely.

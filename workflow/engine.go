@@ -129,6 +129,9 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, snap S, save S
 			}
 			if cp.Token == "" {
 				cp.Token = newToken()
+				if st.Token != nil {
+					cp.Token = st.Token(snap, cp.Token)
+				}
 			}
 			cp.Acts++
 			if err := save(ctx, cp); err != nil {

@@ -62,4 +62,9 @@ type Step[S any] struct {
 	Act func(ctx context.Context, s S, token string) error
 	// Describe says, for a plan, what Act would change given the snapshot. Optional.
 	Describe func(s S) []string
+	// Token mints the step's idempotency token from a fresh unique stamp, for a step whose act
+	// must remember more than when it started — for example which objects it set out to
+	// replace, so that a repeated act never touches their replacements. Optional: the stamp
+	// itself is the token by default.
+	Token func(s S, stamp string) string
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -70,9 +72,28 @@ func (w *KubeWriter) RestartDeployment(ctx context.Context, namespace, name, tok
 	if err != nil {
 		return err
 	}
+	// Read first: an act repeated on a stale cache then writes nothing at all.
+	d, err := w.Client.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("restarting Deployment %s/%s: %w", namespace, name, err)
+	}
+	if d.Spec.Template.Annotations[steps.RestartedAtAnnotation] == token {
+		return nil
+	}
 	_, err = w.Client.AppsV1().Deployments(namespace).Patch(ctx, name, types.MergePatchType, patch, patchOptions())
 	if err != nil {
 		return fmt.Errorf("restarting Deployment %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// DeletePods deletes pods with their default grace period; a pod already gone is fine.
+func (w *KubeWriter) DeletePods(ctx context.Context, namespace string, names []string) error {
+	for _, name := range names {
+		err := w.Client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting Pod %s/%s: %w", namespace, name, err)
+		}
 	}
 	return nil
 }
@@ -117,6 +138,15 @@ func (r *Recorder) WritePreviousAnchor(_ context.Context, cert *x509.Certificate
 
 func (r *Recorder) WriteTrustRoots(_ context.Context, bundle string) error {
 	return r.record(Write{"apply", "ConfigMap", r.Config.LinkerdNamespace, r.Config.TrustRootsConfigMap, "bundle sha256 " + steps.BundleHash(bundle)})
+}
+
+func (r *Recorder) DeletePods(_ context.Context, namespace string, names []string) error {
+	for _, n := range names {
+		if err := r.record(Write{"delete", "Pod", namespace, n, "replaced by its ReplicaSet"}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *Recorder) RestartDeployment(_ context.Context, namespace, name, token string) error {

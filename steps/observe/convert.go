@@ -56,6 +56,7 @@ func DeploymentFrom(namespace, name string, d *appsv1.Deployment) steps.Deployme
 	if d.Spec.Replicas != nil {
 		want = *d.Spec.Replicas
 	}
+	out.Replicas = want
 	st := d.Status
 	switch {
 	case d.Generation > st.ObservedGeneration:

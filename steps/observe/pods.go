@@ -91,14 +91,42 @@ func workloadOf(pod *corev1.Pod) string {
 	return pod.Namespace + "/" + owner.Kind + "/" + owner.Name
 }
 
-// TransformPod is a cache.TransformFunc that replaces pods by their slim form.
-func TransformPod(cfg steps.Config) func(obj any) (any, error) {
-	return func(obj any) (any, error) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			return SlimPod(cfg, pod), nil
-		}
-		return obj, nil // a DeletedFinalStateUnknown tombstone, or a slim pod already
+// TransformPod is a cache.TransformFunc that strips a pod to what SlimPod reads, so the
+// informer's cache holds a few hundred bytes per meshed pod instead of a full pod. It stays a
+// *corev1.Pod because the cache keys objects by their metadata.
+func TransformPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a DeletedFinalStateUnknown tombstone
 	}
+	slim := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			OwnerReferences: pod.OwnerReferences, DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec:   corev1.PodSpec{ServiceAccountName: pod.Spec.ServiceAccountName},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},
+	}
+	keep := func(m map[string]string, keys ...string) map[string]string {
+		var out map[string]string
+		for _, k := range keys {
+			if v, ok := m[k]; ok {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+			}
+		}
+		return out
+	}
+	slim.Labels = keep(pod.Labels, steps.ControlPlaneNSLabel, steps.ControlPlaneComponentLabel, "pod-template-hash")
+	slim.Annotations = keep(pod.Annotations, steps.TrustRootSHA256Annotation)
+	for _, c := range pod.Spec.Containers {
+		if c.Name == steps.ProxyContainerName {
+			slim.Spec.Containers = []corev1.Container{{Name: c.Name, Ports: c.Ports}}
+		}
+	}
+	return slim, nil
 }
 
 // PodIndex keeps the meshed pods and the per-hash counts the trust-bundle convergence needs,
@@ -112,13 +140,15 @@ type PodIndex struct {
 	dataPlane int
 	// meshed is the number of alive meshed pods, control plane included.
 	meshed int
+	// controlPlane holds the alive control-plane pods by workload.
+	controlPlane map[string]map[string]*Pod
 	// onChange is called, outside the lock, after every change.
 	onChange func(old, new *Pod)
 }
 
 // NewPodIndex returns an empty index. onChange, if set, sees every change.
 func NewPodIndex(onChange func(old, new *Pod)) *PodIndex {
-	return &PodIndex{pods: map[string]*Pod{}, byHash: map[string]int{}, onChange: onChange}
+	return &PodIndex{pods: map[string]*Pod{}, byHash: map[string]int{}, controlPlane: map[string]map[string]*Pod{}, onChange: onChange}
 }
 
 func (x *PodIndex) count(p *Pod, delta int) {
@@ -126,6 +156,18 @@ func (x *PodIndex) count(p *Pod, delta int) {
 		return
 	}
 	x.meshed += delta
+	if p.ControlPlane {
+		set := x.controlPlane[p.Workload]
+		if set == nil {
+			set = map[string]*Pod{}
+			x.controlPlane[p.Workload] = set
+		}
+		if delta > 0 {
+			set[p.Key()] = p
+		} else {
+			delete(set, p.Key())
+		}
+	}
 	if !p.ControlPlane {
 		x.dataPlane += delta
 		x.byHash[p.TrustRootHash] += delta
@@ -184,6 +226,29 @@ func (x *PodIndex) MeshedPods() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.meshed
+}
+
+// ControlPlanePods returns the names of a control-plane Deployment's alive pods, sorted, and how
+// many of them run.
+func (x *PodIndex) ControlPlanePods(namespace, deployment string) (names []string, running int) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, p := range x.controlPlane[namespace+"/Deployment/"+deployment] {
+		names = append(names, p.Name)
+		if p.Running {
+			running++
+		}
+	}
+	sort.Strings(names)
+	return names, running
+}
+
+// FillControlPlane adds to the State's control-plane Deployments their pods from the index.
+func (x *PodIndex) FillControlPlane(s *steps.State) {
+	for name, d := range s.ControlPlane {
+		d.Pods, d.RunningPods = x.ControlPlanePods(d.Namespace, name)
+		s.ControlPlane[name] = d
+	}
 }
 
 // behindLimit is how many workloads and pods a convergence lists by name.

@@ -70,7 +70,9 @@ func Read(ctx context.Context, kube kubernetes.Interface, cfg steps.Config, now 
 // Recount counts the trust-bundle convergence again against the State's desired bundle, after a
 // caller changed the State (a plan that pretends the anchor was renewed, say).
 func (s *Snapshot) Recount() {
-	s.State.TrustBundle = IndexOf(s.Pods).TrustBundle(steps.BundleHash(s.State.DesiredBundle()))
+	index := IndexOf(s.Pods)
+	s.State.TrustBundle = index.TrustBundle(steps.BundleHash(s.State.DesiredBundle()))
+	index.FillControlPlane(s.State)
 }
 
 // readSource reads a certificate Secret; a missing one is a Source that is not Found. The

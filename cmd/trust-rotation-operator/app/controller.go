@@ -112,7 +112,7 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 			return kube.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}, &corev1.Pod{}, 0, cache.Indexers{})
-	must(c.pods.SetTransform(observe.TransformPod(cfg)))
+	must(c.pods.SetTransform(observe.TransformPod))
 	c.rotation = cache.NewSharedIndexInformer(
 		tars.ListWatch(fields.OneTermEqualSelector("metadata.name", opts.RotationName)),
 		&v1alpha1.TrustAnchorRotation{}, 0, cache.Indexers{})
@@ -131,14 +131,15 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 		}
 	}
 	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.index.Upsert(obj.(*observe.Pod)) },
-		UpdateFunc: func(_, obj any) { c.index.Upsert(obj.(*observe.Pod)) },
+		AddFunc:    func(obj any) { c.index.Upsert(observe.SlimPod(cfg, obj.(*corev1.Pod))) },
+		UpdateFunc: func(_, obj any) { c.index.Upsert(observe.SlimPod(cfg, obj.(*corev1.Pod))) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				c.index.Delete(t.Key)
 				return
 			}
-			c.index.Delete(obj.(*observe.Pod).Key())
+			pod := obj.(*corev1.Pod)
+			c.index.Delete(pod.Namespace + "/" + pod.Name)
 		},
 	}); err != nil {
 		return nil, err
@@ -193,9 +194,11 @@ func (c *Controller) Run(ctx context.Context) error {
 			delay, _ = failures.Next()
 			log.Error(err, "Reconcile failed; retrying", "after", delay)
 		case acted:
+			// Observe the act's effect: its own write wakes us through the informers (the
+			// cache may not hold it yet right now); the poll is the fallback.
 			failures = retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
 			poll = c.newPollBackoff()
-			continue // observe the act's effect at once
+			delay, _ = poll.Next()
 		default:
 			delay, _ = poll.Next()
 		}
@@ -337,6 +340,7 @@ func (c *Controller) snapshot(now time.Time, step string) *steps.State {
 		}
 		s.ControlPlane[name] = observe.DeploymentFrom(cfg.LinkerdNamespace, name, d)
 	}
+	c.index.FillControlPlane(s)
 	s.TrustBundle = c.index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
 	c.certs.SetActive(s.Issuer.Fingerprint(), steps.UrgentCertificates(step))
 	s.Certificates = c.certs.Certificates()
