@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+# The trust-rotation image: the operator (the entrypoint) and the linkerd-trust CLI, both static
+# binaries on distroless's nonroot base (no shell, no package manager, user 65532), as the
+# operator chart's restricted security context expects.
+#
+#   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/linkerd/trust-rotation:v0.1.0 .
+
+# The Go toolchain of go.mod.
+ARG GO_VERSION=1.26
+
+# Build on the builder's own platform and cross-compile: CGO is off, so no C toolchain is needed.
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
+ARG TARGETOS
+ARG TARGETARCH
+WORKDIR /src
+# Dependencies first, so that a source change reuses the module download layer.
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+# Only the product's packages: the test bed (test/) is not part of the image.
+COPY cmd/ cmd/
+COPY steps/ steps/
+COPY workflow/ workflow/
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/trust-rotation-operator ./cmd/linkerd-trust
+
+FROM gcr.io/distroless/static:nonroot
+COPY --from=build /out/trust-rotation-operator /out/linkerd-trust /usr/local/bin/
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/trust-rotation-operator"]
