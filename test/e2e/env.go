@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"context"
+	"crypto/x509"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/meshsim"
+	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/linkerd/trust-rotation/workflow/client"
+)
+
+// Env is a cluster with Linkerd's PKI, the TrustAnchorRotation CRD, a simulated Linkerd control
+// plane and meshed workloads.
+type Env struct {
+	T       testing.TB
+	Ctx     context.Context
+	Cluster *cluster.Cluster
+	PKI     *pki.PKI
+	Mesh    *meshsim.Mesh
+	TARs    *client.Client
+	Apps    []meshsim.Workload
+	// Operator is the operator process the environment was bootstrapped with.
+	Operator *Operator
+}
+
+// EnvOptions size the environment.
+type EnvOptions struct {
+	Namespaces, Deployments int
+	Replicas                int32
+}
+
+// NewEnv installs the PKI and the CRD, then runs bootstrap through the given operator start
+// function (the operator creates linkerd-identity-trust-roots, which the control plane needs),
+// then the mesh, its control plane and the workloads, and waits until every proxy holds a
+// certificate.
+func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptions, startOperator func() *Operator) *Env {
+	t.Helper()
+	kube := c.Kube()
+	e := &Env{T: t, Ctx: ctx, Cluster: c}
+	var err error
+	if e.PKI, err = pki.Install(ctx, kube, c.CertManager(), pki.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallCRD(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if e.TARs, err = client.NewForConfig(c.RESTConfig()); err != nil {
+		t.Fatal(err)
+	}
+	e.Operator = startOperator()
+	if _, err := WaitRotation(ctx, e.TARs, steps.DefaultRotationName, 2*time.Minute, "bootstrap",
+		func(tar *v1alpha1.TrustAnchorRotation) bool {
+			return tar.Status.Checkpoint != nil && tar.Status.Checkpoint.Step == steps.StepDetectAnchorRotation
+		}); err != nil {
+		t.Fatal(err)
+	}
+
+	e.Mesh, err = meshsim.Start(ctx, meshsim.Config{
+		RESTConfig:         c.RESTConfig(),
+		VolumeRefreshDelay: meshsim.Never, // the injector sees a new bundle only when restarted
+		OracleTick:         200 * time.Millisecond,
+		Registerer:         prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Mesh.Stop)
+	if err := meshsim.InstallControlPlane(ctx, kube, meshsim.ControlPlaneOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := meshsim.WaitForRollouts(ctx, kube, e.Mesh.ControlPlane()); err != nil {
+		t.Fatal(err)
+	}
+	e.Apps, err = meshsim.CreateMeshedWorkloads(ctx, kube, meshsim.WorkloadSpec{
+		Prefix: "app", Namespaces: opts.Namespaces, Deployments: opts.Deployments, Replicas: opts.Replicas,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := meshsim.WaitForRollouts(ctx, kube, e.Apps); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitCertificates()
+	return e
+}
+
+// MeshedPods is the number of meshed pods the environment runs, control plane included.
+func (e *Env) MeshedPods() int { return len(e.Mesh.Pods()) }
+
+// WaitCertificates waits until every running proxy holds a certificate.
+func (e *Env) WaitCertificates() {
+	e.T.Helper()
+	ctx, cancel := context.WithTimeout(e.Ctx, 2*time.Minute)
+	defer cancel()
+	if err := e.Mesh.WaitForCertificates(ctx, 0, nil); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+// RestartApps restarts every application workload as `kubectl rollout restart` does and waits
+// for the rollouts and the new proxies' certificates.
+func (e *Env) RestartApps() {
+	e.T.Helper()
+	if err := e.Mesh.RolloutRestartAll(e.Ctx, e.Apps); err != nil {
+		e.T.Fatal(err)
+	}
+	if err := meshsim.WaitForRollouts(e.Ctx, e.Cluster.Kube(), e.Apps); err != nil {
+		e.T.Fatal(err)
+	}
+	e.WaitCertificates()
+}
+
+// Renew renews a cert-manager Certificate as `cmctl renew` does and waits for its new Secret.
+func (e *Env) Renew(namespace, name string) *x509.Certificate {
+	e.T.Helper()
+	old := e.SecretCert(namespace, name)
+	if err := pki.Renew(e.Ctx, e.Cluster.CertManager(), namespace, name); err != nil {
+		e.T.Fatal(err)
+	}
+	if _, err := pki.WaitRenewed(e.Ctx, e.Cluster.Kube(), e.Cluster.CertManager(), namespace, name, steps.Fingerprint(old), 2*time.Minute); err != nil {
+		e.T.Fatal(err)
+	}
+	return e.SecretCert(namespace, name)
+}
+
+// SecretCert returns the first certificate of a Secret's tls.crt.
+func (e *Env) SecretCert(namespace, name string) *x509.Certificate {
+	e.T.Helper()
+	sec, err := e.Cluster.Kube().CoreV1().Secrets(namespace).Get(e.Ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	certs, err := steps.ParseCertificates(sec.Data["tls.crt"])
+	if err != nil {
+		e.T.Fatalf("Secret %s/%s: %v", namespace, name, err)
+	}
+	return certs[0]
+}

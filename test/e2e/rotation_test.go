@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+const rotationName = steps.DefaultRotationName
+
+// TestRotation performs full rotations as the user guide's user would, with the operator
+// running out of cluster and the oracle watching the whole mesh throughout: first in order,
+// then with the issuer renewed right after the anchor.
+func TestRotation(t *testing.T) {
+	c := cluster.Shared(t)
+	cluster.DumpLogsOnFailure(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2}, func() *Operator {
+		return StartOperator(t, c.Kubeconfig(), "--leader-election-namespace", "linkerd", "--max-poll-interval", "500ms")
+	})
+	start := time.Now()
+
+	t.Run("InOrder", func(t *testing.T) {
+		e := *e
+		e.T = t
+		rotateInOrder(&e, false)
+	})
+	if t.Failed() {
+		return
+	}
+	t.Run("IssuerRenewedRightAfterAnchor", func(t *testing.T) {
+		e := *e
+		e.T = t
+		rotateInOrder(&e, true)
+	})
+	if err := e.Mesh.Oracle().CheckNoViolationsSince(start); err != nil {
+		t.Fatalf("mTLS violations during the rotations: %v", err)
+	}
+	t.Logf("oracle: %+v", e.Mesh.Oracle().Status())
+}
+
+// rotateInOrder renews the anchor and walks the guide's steps, checking the status at each
+// phase; with earlyIssuer, the issuer is renewed right after the anchor, before the data plane
+// trusts the new anchor.
+func rotateInOrder(e *Env, earlyIssuer bool) {
+	t, ctx := e.T, e.Ctx
+	oracleStart := time.Now()
+	pods := e.MeshedPods()
+	apps := pods - 3 // the control plane runs one replica of each of its three Deployments
+
+	oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+	newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
+	if steps.Fingerprint(oldAnchor) == steps.Fingerprint(newAnchor) {
+		t.Fatal("renewing the anchor did not change it")
+	}
+	if earlyIssuer {
+		e.Renew("linkerd", "linkerd-identity-issuer")
+	}
+
+	// Step 1 of the guide: the operator expands the bundle, refreshes the control plane and
+	// waits for the data plane.
+	tar, err := WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhasePropagatingTrustRoots, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := e.bundle()
+	if want := steps.RenderBundle(newAnchor, oldAnchor); bundle != want {
+		t.Fatalf("expanded bundle:\n%s\nwant new + old anchor:\n%s", bundle, want)
+	}
+	if tb := tar.Status.TrustBundle; tb == nil || tb.TargetPods != int32(apps) || tb.Status != v1alpha1.Converging {
+		t.Fatalf("trustBundle = %+v, want %d target pods converging", tb, apps)
+	}
+	if !strings.Contains(tar.Status.BlockingMessage, "restart: app-") {
+		t.Errorf("blockingMessage %q does not name the workloads to restart", tar.Status.BlockingMessage)
+	}
+	if tar.Status.PreviousAnchorFingerprint != steps.Fingerprint(oldAnchor) {
+		t.Errorf("previousAnchorFingerprint = %s, want the old anchor %s", tar.Status.PreviousAnchorFingerprint, steps.Fingerprint(oldAnchor))
+	}
+	e.checkMetric("trust_rotation_phase{phase=\"PropagatingTrustRoots\"} 1")
+	e.checkMetric(fmt.Sprintf("trust_rotation_trust_bundle_target_pods %d", apps))
+
+	// Step 2: restart the data plane.
+	e.RestartApps()
+	if earlyIssuer {
+		// The issuer is already on the new anchor: the operator restarts identity once the data
+		// plane converged, and goes straight on to the certificates.
+		tar, err = WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhaseRenewingWorkloadCerts, 2*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cond := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation)
+		if cond == nil || cond.Status != metav1.ConditionTrue {
+			t.Fatalf("OutOfOrderIssuerRotation = %+v, want True", cond)
+		}
+	} else {
+		tar, err = WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhaseWaitingForIdentityRotation, 2*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tb := tar.Status.TrustBundle; tb.ConvergedPods != int32(apps) || tb.Status != v1alpha1.Converged {
+			t.Fatalf("trustBundle = %+v, want %d converged", tb, apps)
+		}
+		if !strings.Contains(tar.Status.BlockingMessage, "cmctl renew -n linkerd linkerd-identity-issuer") {
+			t.Errorf("blockingMessage %q does not say how to renew the issuer", tar.Status.BlockingMessage)
+		}
+		// Step 3: renew the issuer.
+		e.Renew("linkerd", "linkerd-identity-issuer")
+		tar, err = WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhaseRenewingWorkloadCerts, 2*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cond := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation)
+		if cond == nil || cond.Status != metav1.ConditionFalse {
+			t.Fatalf("OutOfOrderIssuerRotation = %+v, want False", cond)
+		}
+	}
+	issuer := e.SecretCert("linkerd", "linkerd-identity-issuer")
+	if tar.Status.ActiveIssuerFingerprint != steps.Fingerprint(issuer) {
+		t.Errorf("activeIssuerFingerprint = %s, want %s", tar.Status.ActiveIssuerFingerprint, steps.Fingerprint(issuer))
+	}
+	if tar.Status.WorkloadCertificateRefreshInterval == nil || tar.Status.WorkloadCertificateRefreshInterval.Duration != 5*time.Minute {
+		t.Errorf("workloadCertificateRefreshInterval = %v, want 5m", tar.Status.WorkloadCertificateRefreshInterval)
+	}
+	// The control plane moves onto the new issuer by itself; the workloads need a restart.
+	tar, err = WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "the control plane on the new issuer",
+		func(tar *v1alpha1.TrustAnchorRotation) bool {
+			return stepOf(tar) == steps.StepRenewWorkloadCertificates && tar.Status.WorkloadCertificates != nil &&
+				tar.Status.WorkloadCertificates.ConvergedPods == 3
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wc := tar.Status.WorkloadCertificates; wc.TargetPods != int32(pods) || wc.Status != v1alpha1.Converging {
+		t.Fatalf("workloadCertificates = %+v, want 3 of %d converging", wc, pods)
+	}
+	e.checkMetric("trust_rotation_workload_certificate_refresh_interval_seconds 300")
+
+	// Step 3b: restart the data plane for new certificates.
+	e.RestartApps()
+	tar, err = WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhaseRemovingOldTrustRoots, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := e.bundle(); b != steps.RenderBundle(newAnchor) {
+		t.Fatalf("reduced bundle holds more than the new anchor:\n%s", b)
+	}
+	prev, err := e.Cluster.Kube().CoreV1().Secrets("linkerd").Get(ctx, "linkerd-previous-anchor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prev.Data) != 1 || string(prev.Data["tls.crt"]) != string(steps.EncodePEM(newAnchor)) {
+		t.Fatalf("linkerd-previous-anchor holds keys %v; want only tls.crt with the new anchor", keys(prev.Data))
+	}
+
+	// Step 4: the final data-plane restart.
+	e.RestartApps()
+	tar, err = WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhaseSynced, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tar.Status.BlockingMessage != "" || tar.Status.WorkloadCertificateRefreshInterval != nil {
+		t.Errorf("Synced with blockingMessage %q, refresh interval %v", tar.Status.BlockingMessage, tar.Status.WorkloadCertificateRefreshInterval)
+	}
+	if tar.Status.PreviousAnchorFingerprint != steps.Fingerprint(newAnchor) {
+		t.Errorf("previousAnchorFingerprint = %s, want the new anchor", tar.Status.PreviousAnchorFingerprint)
+	}
+	e.checkMetric("trust_rotation_phase{phase=\"Synced\"} 1")
+	e.checkMetric("trust_rotation_workload_certificate_refresh_interval_seconds 0")
+	if err := e.Mesh.Oracle().CheckNoViolationsSince(oracleStart); err != nil {
+		t.Fatalf("mTLS violations: %v", err)
+	}
+}
+
+func (e *Env) bundle() string {
+	e.T.Helper()
+	cm, err := e.Cluster.Kube().CoreV1().ConfigMaps("linkerd").Get(e.Ctx, "linkerd-identity-trust-roots", metav1.GetOptions{})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return cm.Data["ca-bundle.crt"]
+}
+
+// checkMetric fails the test unless the operator's /metrics has the line.
+func (e *Env) checkMetric(line string) {
+	e.T.Helper()
+	text, err := e.Operator.Metrics(e.Ctx)
+	if err != nil {
+		e.T.Fatalf("reading metrics: %v", err)
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if l == line {
+			return
+		}
+	}
+	e.T.Errorf("metrics lack %q", line)
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
