@@ -79,3 +79,27 @@ verify: generate ## Fail when generated files differ from what make generate wri
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "generated files are not committed"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt"; exit 1; }
 	go vet ./...
+
+GO_TEST_FLAGS ?= -count=1
+
+.PHONY: build
+build: ## Build the operator and the linkerd-trust CLI into bin/.
+	go build -o $(BIN)/ ./cmd/trust-rotation-operator ./cmd/linkerd-trust
+
+.PHONY: unit
+unit: ## Run the unit tests only, no cluster (go test -short).
+	go test -short $(GO_TEST_FLAGS) ./...
+
+.PHONY: e2e
+e2e: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
+e2e: ## Run the operator's and the CLI's end-to-end tests on local clusters.
+	go test $(GO_TEST_FLAGS) -p 1 -timeout 40m ./test/e2e/... ./cmd/...
+
+# Test binaries are compiled in parallel first (cached), then the packages run one at a time:
+# each package with end-to-end tests starts its own real cluster, and two at once on a 2-core
+# machine only slow each other down.
+.PHONY: test
+test: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
+test: verify ## Everything CI runs: make verify, then every test, unit and end to end, on real clusters.
+	go test -count=1 -run '^$$' ./... > /dev/null
+	go test $(GO_TEST_FLAGS) -p 1 -timeout 80m ./...
