@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +60,19 @@ func TestGolden(t *testing.T) {
 			golden(t, name, out)
 		})
 	}
+}
+
+// TestWatchOnTerminal draws the live view with progress bars once and stops: the rotation is
+// Synced and converged.
+func TestWatchOnTerminal(t *testing.T) {
+	f := newFixture(t)
+	var out, errOut bytes.Buffer
+	env := f.env(&out, &errOut)
+	env.IsTerminal = func() bool { return true }
+	if code := Main(context.Background(), []string{"inspect", "--watch"}, env); code != ExitOK {
+		t.Fatalf("exit code %d: %s", code, errOut.String())
+	}
+	golden(t, "inspect-watch-tty", out.String())
 }
 
 // breakInstall removes the identity-issuer Certificate, sets rotationPolicy Never on the anchor,
