@@ -148,6 +148,48 @@ func TestInstallAndBootstrapUnderTheChartsIdentity(t *testing.T) {
 	if op.exited() {
 		t.Errorf("the operator exited:\n%s", op.log(40))
 	}
+
+	t.Run("helm4 upgrades the releases helm3 installed", func(t *testing.T) {
+		hs, err := Helms(ctx, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		up, err := Install(ctx, c, InstallOptions{Helm: hs[1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if up.Deployment.Status.ReadyReplicas != 2 || up.ServiceAccount != rel.ServiceAccount {
+			t.Errorf("after the upgrade: %d ready replicas, ServiceAccount %s", up.Deployment.Status.ReadyReplicas, up.ServiceAccount)
+		}
+		got, err := tars.Get(ctx, steps.DefaultRotationName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase != v1alpha1.PhaseSynced || got.Status.Checkpoint == nil || got.Status.Checkpoint.Step != tar.Status.Checkpoint.Step {
+			t.Errorf("the upgrade changed the rotation's status: %+v", got.Status)
+		}
+	})
+
+	t.Run("uninstalling keeps the TrustAnchorRotation and the CRD", func(t *testing.T) {
+		op.stop(t)
+		hs, err := Helms(ctx, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Uninstall(ctx, c, hs[0], rel.Namespace); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tars.Get(ctx, steps.DefaultRotationName); err != nil {
+			t.Errorf("the TrustAnchorRotation is gone: %v", err)
+		}
+		if _, err := kube.AppsV1().Deployments(rel.Namespace).Get(ctx, rel.Deployment.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the operator Deployment survived the uninstall: %v", err)
+		}
+		// Installing again adopts the kept objects.
+		if _, err := Install(ctx, c, InstallOptions{}); err != nil {
+			t.Errorf("reinstalling: %v", err)
+		}
+	})
 }
 
 func keys[V any](m map[string]V) []string {
@@ -362,18 +404,28 @@ func startOperator(t *testing.T, ctx context.Context, rel *Release) *operator {
 		close(o.done)
 	}()
 	t.Cleanup(func() {
-		_ = o.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-o.done:
-		case <-time.After(15 * time.Second):
-			_ = o.cmd.Process.Kill()
-			<-o.done
-		}
+		o.stop(t)
 		if t.Failed() {
 			t.Logf("operator log:\n%s", o.log(60))
 		}
 	})
 	return o
+}
+
+// stop sends SIGTERM (the leader releases its Lease), and SIGKILL if the operator has not exited
+// within 15 seconds; it returns once the process is gone.
+func (o *operator) stop(t *testing.T) {
+	if o.exited() {
+		return
+	}
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-o.done:
+	case <-time.After(15 * time.Second):
+		t.Log("the operator ignored SIGTERM for 15s: killing it")
+		_ = o.cmd.Process.Kill()
+		<-o.done
+	}
 }
 
 func (o *operator) exited() bool {
