@@ -159,9 +159,9 @@ type Release struct {
 	// Deployment is the operator Deployment as installed.
 	Deployment *appsv1.Deployment
 	// OperatorArgs are the operator container's arguments in the installed Deployment, without
-	// --admin-addr: append them to --kubeconfig=Kubeconfig and an admin address of your own to
-	// run the operator out of cluster as the chart configures it. Run it with POD_NAMESPACE set
-	// to Namespace, as the Deployment does.
+	// --admin-addr and --v (log verbosity): add --kubeconfig=Kubeconfig, an admin address and a
+	// verbosity of your own to run the operator out of cluster as the chart configures it. Run it
+	// with POD_NAMESPACE set to Namespace, as the Deployment does.
 	OperatorArgs []string
 }
 
@@ -240,7 +240,7 @@ func Install(ctx context.Context, c *cluster.Cluster, opts InstallOptions) (*Rel
 			continue
 		}
 		for _, a := range ctr.Args {
-			if !strings.HasPrefix(a, "--admin-addr") {
+			if !strings.HasPrefix(a, "--admin-addr") && !strings.HasPrefix(a, "--v=") {
 				r.OperatorArgs = append(r.OperatorArgs, a)
 			}
 		}

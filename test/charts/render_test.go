@@ -3,6 +3,7 @@ package charts
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -100,6 +101,55 @@ func TestRenderIsDeterministic(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The dashboard is valid JSON with the release's PKI names, and the alerts name the metrics the
+// operator exports.
+func TestDashboardAndAlerts(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	h := helms(t)[0]
+	out, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", append(allFeatures, "certManager.namespace=pki")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := toTyped[corev1.ConfigMap](t, Find(objs, "ConfigMap", "trust-rotation-operator-dashboard"))
+	var dash struct {
+		Panels     []struct{ Title string }
+		Templating struct {
+			List []struct{ Name, Query any }
+		}
+	}
+	if err := json.Unmarshal([]byte(cm.Data["linkerd-trust-rotation.json"]), &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	if len(dash.Panels) < 5 {
+		t.Errorf("dashboard has %d panels", len(dash.Panels))
+	}
+	for _, v := range dash.Templating.List {
+		if v.Name == "anchor_namespace" && v.Query != "pki" {
+			t.Errorf("anchor_namespace defaults to %v, want pki", v.Query)
+		}
+	}
+	if strings.Contains(cm.Data["linkerd-trust-rotation.json"], "__") {
+		t.Error("the dashboard has a placeholder left")
+	}
+	if cm.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("dashboard labels %v", cm.Labels)
+	}
+	rule := Find(objs, "PrometheusRule", "trust-rotation-operator")
+	if rule == nil {
+		t.Fatal("no PrometheusRule")
+	}
+	text, _ := json.Marshal(rule.Object)
+	for _, want := range []string{"TrustRotationBlocked", "trust_rotation_phase", "TrustAnchorExpiringSoon", "IdentityIssuerExpiringSoon", `namespace=\"pki\"`} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("PrometheusRule lacks %s", want)
+		}
 	}
 }
 
@@ -329,6 +379,11 @@ func TestOperatorChartRendersWhatTheOperatorNeeds(t *testing.T) {
 		}
 		if slices.Contains(r.Resources, "trustanchorrotations") && !slices.Contains(r.Verbs, "create") && !slices.Equal(r.ResourceNames, []string{"main"}) {
 			t.Errorf("ClusterRole rule %v is not limited to the rotation main", r)
+		}
+	}
+	for _, leftover := range []string{"__", "{{", "<no value>"} {
+		if strings.Contains(string(out), leftover) {
+			t.Errorf("the rendered chart contains %q", leftover)
 		}
 	}
 	if tar := Find(objs, "TrustAnchorRotation", "main"); tar == nil {
