@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -135,7 +136,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 			t.Errorf("anchor_namespace defaults to %v, want pki", v.Query)
 		}
 	}
-	if strings.Contains(cm.Data["linkerd-trust-rotation.json"], "__") {
+	if regexp.MustCompile(`__[A-Z_]+__`).MatchString(cm.Data["linkerd-trust-rotation.json"]) {
 		t.Error("the dashboard has a placeholder left")
 	}
 	if cm.Labels["grafana_dashboard"] != "1" {
