@@ -103,3 +103,8 @@ test: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 test: verify ## Everything CI runs: make verify, then every test, unit and end to end, on real clusters.
 	go test -count=1 -run '^$$' ./... > /dev/null
 	go test $(GO_TEST_FLAGS) -p 1 -timeout 80m ./...
+
+.PHONY: demo
+demo: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
+demo: ## Run a full trust-anchor rotation on an embedded local cluster, as the user guide's user would.
+	go run ./test/cmd/demo
