@@ -62,7 +62,8 @@ func (w *KubeWriter) WriteTrustRoots(ctx context.Context, bundle string) error {
 }
 
 // RestartDeployment patches the pod-template annotation as `kubectl rollout restart` does.
-// A merge patch of one annotation: with the same token it changes nothing and starts no rollout.
+// A merge patch of one annotation: with the same token it changes nothing — the apiserver
+// does not even bump the resourceVersion — and starts no rollout.
 func (w *KubeWriter) RestartDeployment(ctx context.Context, namespace, name, token string) error {
 	patch, err := json.Marshal(map[string]any{
 		"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
@@ -71,14 +72,6 @@ func (w *KubeWriter) RestartDeployment(ctx context.Context, namespace, name, tok
 	})
 	if err != nil {
 		return err
-	}
-	// Read first: an act repeated on a stale cache then writes nothing at all.
-	d, err := w.Client.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("restarting Deployment %s/%s: %w", namespace, name, err)
-	}
-	if d.Spec.Template.Annotations[steps.RestartedAtAnnotation] == token {
-		return nil
 	}
 	_, err = w.Client.AppsV1().Deployments(namespace).Patch(ctx, name, types.MergePatchType, patch, patchOptions())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
@@ -29,6 +30,8 @@ type Env struct {
 	Apps    []meshsim.Workload
 	// Operator is the operator process the environment was bootstrapped with.
 	Operator *Operator
+	// Release is the charts' installation: the operator's ServiceAccount identity and flags.
+	Release *charts.Release
 }
 
 // EnvOptions size the environment.
@@ -37,11 +40,12 @@ type EnvOptions struct {
 	Replicas                int32
 }
 
-// NewEnv installs the PKI and the CRD, then runs bootstrap through the given operator start
-// function (the operator creates linkerd-identity-trust-roots, which the control plane needs),
-// then the mesh, its control plane and the workloads, and waits until every proxy holds a
-// certificate.
-func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptions, startOperator func() *Operator) *Env {
+// NewEnv installs the PKI, then both charts with helm (the CRD, the operator's ServiceAccount
+// and RBAC, the TrustAnchorRotation `cluster`), then runs bootstrap through the given operator
+// start function, which gets the chart's release (the operator creates
+// linkerd-identity-trust-roots, which the control plane needs), then the mesh, its control
+// plane and the workloads, and waits until every proxy holds a certificate.
+func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptions, startOperator func(*charts.Release) *Operator) *Env {
 	t.Helper()
 	kube := c.Kube()
 	e := &Env{T: t, Ctx: ctx, Cluster: c}
@@ -49,13 +53,13 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 	if e.PKI, err = pki.Install(ctx, kube, c.CertManager(), pki.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := InstallCRD(ctx, c); err != nil {
+	if e.Release, err = charts.Install(ctx, c, charts.InstallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if e.TARs, err = client.NewForConfig(c.RESTConfig()); err != nil {
 		t.Fatal(err)
 	}
-	e.Operator = startOperator()
+	e.Operator = startOperator(e.Release)
 	if _, err := WaitRotation(ctx, e.TARs, steps.DefaultRotationName, 2*time.Minute, "bootstrap",
 		func(tar *v1alpha1.TrustAnchorRotation) bool {
 			return tar.Status.Checkpoint != nil && tar.Status.Checkpoint.Step == steps.StepDetectAnchorRotation
@@ -143,4 +147,13 @@ func (e *Env) SecretCert(namespace, name string) *x509.Certificate {
 		e.T.Fatalf("Secret %s/%s: %v", namespace, name, err)
 	}
 	return certs[0]
+}
+
+// StartChartOperator runs the operator out of cluster exactly as the chart configures it —
+// its flags, and its ServiceAccount's identity, so RBAC allows it what the chart grants and no
+// more — plus extra flags.
+func StartChartOperator(t testing.TB, rel *charts.Release, extra ...string) *Operator {
+	t.Helper()
+	args := append(append([]string{}, rel.OperatorArgs...), extra...)
+	return StartOperatorWithEnv(t, []string{"POD_NAMESPACE=" + rel.Namespace}, rel.Kubeconfig, args...)
 }

@@ -90,6 +90,13 @@ type Operator struct {
 // test's temp dir. It is killed at the end of the test if still running.
 func StartOperator(t testing.TB, kubeconfig string, args ...string) *Operator {
 	t.Helper()
+	return StartOperatorWithEnv(t, nil, kubeconfig, args...)
+}
+
+// StartOperatorWithEnv is StartOperator with extra environment variables ("POD_NAMESPACE=linkerd"),
+// as a Deployment's pod would have them.
+func StartOperatorWithEnv(t testing.TB, env []string, kubeconfig string, args ...string) *Operator {
+	t.Helper()
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +110,7 @@ func StartOperator(t testing.TB, kubeconfig string, args ...string) *Operator {
 	all := append([]string{"--kubeconfig", kubeconfig, "--admin-addr", o.AdminAddr, "-v=2"}, args...)
 	o.cmd = exec.Command(Binary(t, "trust-rotation-operator"), all...)
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
+	o.cmd.Env = append(os.Environ(), env...)
 	if err := o.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

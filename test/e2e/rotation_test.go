@@ -11,23 +11,27 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 const rotationName = steps.DefaultRotationName
 
-// TestRotation performs full rotations as the user guide's user would, with the operator
-// running out of cluster and the oracle watching the whole mesh throughout: first in order,
-// then with the issuer renewed right after the anchor.
+// TestRotation performs full rotations as the user guide's user would, with both charts
+// installed by helm, the operator running out of cluster under the chart's ServiceAccount, and
+// the oracle watching the whole mesh throughout: first in order, then with the issuer renewed
+// right after the anchor.
 func TestRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	cluster.DumpLogsOnFailure(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2}, func() *Operator {
-		return StartOperator(t, c.Kubeconfig(), "--leader-election-namespace", "linkerd", "--max-poll-interval", "500ms")
+	// The operator runs under the chart's ServiceAccount: the rotation completing is the proof
+	// that the chart's RBAC is sufficient.
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2}, func(rel *charts.Release) *Operator {
+		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
 	})
 	start := time.Now()
 

@@ -191,8 +191,14 @@ func (c *Controller) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
+			// Back off without listening to events: the failure's own writes (the checkpoint
+			// saved before a failed act) would otherwise wake us at once, in a hot loop.
 			delay, _ = failures.Next()
 			log.Error(err, "Reconcile failed; retrying", "after", delay)
+			if !wait(ctx, delay) {
+				return nil
+			}
+			continue
 		case acted:
 			// Observe the act's effect: its own write wakes us through the informers (the
 			// cache may not hold it yet right now); the poll is the fallback.
@@ -200,6 +206,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			poll = c.newPollBackoff()
 			delay, _ = poll.Next()
 		default:
+			failures = retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
 			delay, _ = poll.Next()
 		}
 		timer := time.NewTimer(delay)
@@ -212,6 +219,18 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 		timer.Stop()
+	}
+}
+
+// wait waits for d or the end of ctx, and reports whether ctx is still alive.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

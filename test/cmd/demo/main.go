@@ -1,0 +1,355 @@
+// Command demo runs the product end to end on an embedded local cluster, as a user of the guide
+// would: it starts a real cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok and
+// the real cert-manager), installs Linkerd's PKI, installs both charts with helm, runs the
+// operator under the chart's ServiceAccount, simulates a Linkerd mesh with a few meshed
+// workloads, and performs a full trust-anchor rotation — renewing the anchor, restarting the
+// workloads when asked, renewing the issuer, restarting when asked — printing each phase as it
+// passes, then `linkerd trust check` and `linkerd trust inspect`. The mTLS oracle watches every
+// pod pair throughout. It stops everything it started.
+//
+// Run it with `make demo`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/charts"
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/internal/poll"
+	"github.com/linkerd/trust-rotation/test/meshsim"
+	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/linkerd/trust-rotation/workflow/client"
+)
+
+func main() {
+	namespaces := flag.Int("namespaces", 2, "namespaces of meshed workloads")
+	deployments := flag.Int("deployments", 4, "meshed Deployments, spread over the namespaces")
+	replicas := flag.Int("replicas", 2, "replicas per Deployment")
+	keep := flag.String("work-dir", "", "keep the cluster's files and logs here (default: a temp dir, removed)")
+	klog.InitFlags(nil)
+	_ = flag.Set("v", "0")
+	_ = flag.Set("logtostderr", "false")
+	_ = flag.Set("stderrthreshold", "FATAL")
+	flag.Parse()
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, *namespaces, *deployments, int32(*replicas), *keep); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+// say prints a line of the demo's story, stamped with the time since the demo began.
+var began = time.Now()
+
+func say(format string, args ...any) {
+	fmt.Printf("[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, namespaces, deployments int, replicas int32, workDir string) error {
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	bin, err := os.MkdirTemp("", "trust-rotation-demo-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(bin)
+	say("building trust-rotation-operator and linkerd-trust")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin+"/", "./cmd/trust-rotation-operator", "./cmd/linkerd-trust")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building: %w", err)
+	}
+
+	say("starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok, cert-manager)")
+	c, err := cluster.Start(ctx, cluster.Options{WorkDir: workDir})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		say("stopping the cluster")
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "demo: stopping the cluster:", err)
+		}
+	}()
+	kube := c.Kube()
+
+	say("installing Linkerd's PKI with cert-manager (trust anchor and identity issuer)")
+	if _, err := pki.Install(ctx, kube, c.CertManager(), pki.Options{}); err != nil {
+		return err
+	}
+	say("helm install trust-rotation-operator-crds and trust-rotation-operator")
+	rel, err := charts.Install(ctx, c, charts.InstallOptions{})
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	say("running the operator under the chart's ServiceAccount %s", rel.User)
+	opLog := filepath.Join(os.TempDir(), fmt.Sprintf("trust-rotation-demo-operator-%d.log", os.Getpid()))
+	op, err := startProcess(ctx, opLog, []string{"POD_NAMESPACE=" + rel.Namespace}, filepath.Join(bin, "trust-rotation-operator"),
+		append([]string{"--kubeconfig", rel.Kubeconfig, "--admin-addr", "127.0.0.1:" + strconv.Itoa(port)}, rel.OperatorArgs...)...)
+	if err != nil {
+		return err
+	}
+	defer op.stop()
+
+	tars, err := client.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, tars, "the operator to bootstrap linkerd-identity-trust-roots", func(t *v1alpha1.TrustAnchorRotation) bool {
+		return t.Status.Checkpoint != nil && t.Status.Checkpoint.Step == steps.StepDetectAnchorRotation
+	}); err != nil {
+		return fmt.Errorf("%w (operator log: %s)", err, opLog)
+	}
+	say("bootstrapped: linkerd-previous-anchor and linkerd-identity-trust-roots exist; phase Synced")
+
+	say("starting the Linkerd mesh simulator: control plane and %d meshed Deployments x %d replicas", deployments, replicas)
+	mesh, err := meshsim.Start(ctx, meshsim.Config{RESTConfig: c.RESTConfig(), VolumeRefreshDelay: meshsim.Never, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return err
+	}
+	defer mesh.Stop()
+	if err := meshsim.InstallControlPlane(ctx, kube, meshsim.ControlPlaneOptions{}); err != nil {
+		return err
+	}
+	if err := meshsim.WaitForRollouts(ctx, kube, mesh.ControlPlane()); err != nil {
+		return err
+	}
+	apps, err := meshsim.CreateMeshedWorkloads(ctx, kube, meshsim.WorkloadSpec{Prefix: "emojivoto", Namespaces: namespaces, Deployments: deployments, Replicas: replicas})
+	if err != nil {
+		return err
+	}
+	restart := func() error {
+		say("kubectl rollout restart of every meshed workload")
+		if err := mesh.RolloutRestartAll(ctx, apps); err != nil {
+			return err
+		}
+		if err := meshsim.WaitForRollouts(ctx, kube, apps); err != nil {
+			return err
+		}
+		return mesh.WaitForCertificates(ctx, 0, nil)
+	}
+	if err := meshsim.WaitForRollouts(ctx, kube, apps); err != nil {
+		return err
+	}
+	if err := mesh.WaitForCertificates(ctx, 0, nil); err != nil {
+		return err
+	}
+	say("%d meshed pods run with certificates; mTLS oracle watching", len(mesh.Pods()))
+
+	watch := newPhaseWatch(tars)
+	go watch.run(ctx)
+	start := time.Now()
+
+	say("STEP 1: cmctl renew -n cert-manager linkerd-trust-anchor")
+	if err := renew(ctx, c, "cert-manager", "linkerd-trust-anchor"); err != nil {
+		return err
+	}
+	if err := waitPhase(ctx, tars, v1alpha1.PhasePropagatingTrustRoots); err != nil {
+		return err
+	}
+	say("STEP 2: restart the data plane, as the blocking message asks")
+	if err := restart(); err != nil {
+		return err
+	}
+	if err := waitPhase(ctx, tars, v1alpha1.PhaseWaitingForIdentityRotation); err != nil {
+		return err
+	}
+	say("STEP 3: cmctl renew -n linkerd linkerd-identity-issuer")
+	if err := renew(ctx, c, "linkerd", "linkerd-identity-issuer"); err != nil {
+		return err
+	}
+	if err := waitPhase(ctx, tars, v1alpha1.PhaseRenewingWorkloadCerts); err != nil {
+		return err
+	}
+	say("        restart the data plane so proxies get certificates from the new issuer")
+	if err := restart(); err != nil {
+		return err
+	}
+	if err := waitPhase(ctx, tars, v1alpha1.PhaseRemovingOldTrustRoots); err != nil {
+		return err
+	}
+	say("STEP 4: the final data-plane restart onto the reduced bundle")
+	if err := restart(); err != nil {
+		return err
+	}
+	if err := waitPhase(ctx, tars, v1alpha1.PhaseSynced); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	watch.stop()
+
+	admin := c.Kubeconfig()
+	for _, args := range [][]string{{"check"}, {"inspect"}} {
+		fmt.Printf("\n$ linkerd trust %s\n", strings.Join(args, " "))
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "linkerd-trust"), append(args, "--kubeconfig", admin)...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+		if err := cmd.Run(); err != nil {
+			fmt.Printf("(linkerd trust %s: %v)\n", args[0], err)
+		}
+	}
+	violations := mesh.Oracle().ViolationCount()
+	fmt.Println()
+	op.stop()
+	mesh.Stop()
+	fmt.Printf("demo: rotation complete in %s, %d mTLS violations\n", took.Round(100*time.Millisecond), violations)
+	return nil
+}
+
+func renew(ctx context.Context, c *cluster.Cluster, ns, name string) error {
+	sec, err := c.Kube().CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	certs, err := steps.ParseCertificates(sec.Data["tls.crt"])
+	if err != nil {
+		return err
+	}
+	if err := pki.Renew(ctx, c.CertManager(), ns, name); err != nil {
+		return err
+	}
+	fp, err := pki.WaitRenewed(ctx, c.Kube(), c.CertManager(), ns, name, steps.Fingerprint(certs[0]), 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	say("        cert-manager issued %s/%s %.12s (new key)", ns, name, fp)
+	return nil
+}
+
+func waitPhase(ctx context.Context, tars *client.Client, phase v1alpha1.Phase) error {
+	return waitFor(ctx, tars, "phase "+string(phase), func(t *v1alpha1.TrustAnchorRotation) bool { return t.Status.Phase == phase })
+}
+
+func waitFor(ctx context.Context, tars *client.Client, what string, cond func(*v1alpha1.TrustAnchorRotation) bool) error {
+	return poll.Until(ctx, 3*time.Minute, what, func(ctx context.Context) (bool, error) {
+		t, err := tars.Get(ctx, steps.DefaultRotationName)
+		if err != nil {
+			return false, poll.Pending("%v", err)
+		}
+		if cond(t) {
+			return true, nil
+		}
+		return false, poll.Pending("phase %s: %s", t.Status.Phase, t.Status.BlockingMessage)
+	})
+}
+
+// phaseWatch prints every phase the rotation enters, with how long the previous one lasted
+// and what it waits for.
+type phaseWatch struct {
+	tars *client.Client
+	done chan struct{}
+	quit chan struct{}
+}
+
+func newPhaseWatch(tars *client.Client) *phaseWatch {
+	return &phaseWatch{tars: tars, done: make(chan struct{}), quit: make(chan struct{})}
+}
+
+func (w *phaseWatch) run(ctx context.Context) {
+	defer close(w.done)
+	var phase v1alpha1.Phase = v1alpha1.PhaseSynced
+	var since = time.Now()
+	var message string
+	ticker := time.NewTicker(50 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.quit:
+			return
+		case <-ticker.C:
+		}
+		t, err := w.tars.Get(ctx, steps.DefaultRotationName)
+		if err != nil {
+			continue
+		}
+		if t.Status.Phase != phase {
+			say("  phase %-26s (%s in %s)", t.Status.Phase, time.Since(since).Round(10*time.Millisecond), phase)
+			phase, since, message = t.Status.Phase, time.Now(), ""
+		}
+		if m := t.Status.BlockingMessage; m != "" && m != message {
+			say("    waiting: %s", m)
+			message = m
+		}
+	}
+}
+
+func (w *phaseWatch) stop() {
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
+	<-w.done
+}
+
+// process is a child process the demo stops by PID.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProcess(ctx context.Context, logPath string, env []string, bin string, args ...string) (*process, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr, cmd.Env = f, f, append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	return p, nil
+}
+
+func (p *process) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
