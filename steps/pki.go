@@ -106,3 +106,11 @@ func RenderBundle(anchors ...*x509.Certificate) string {
 	}
 	return string(EncodePEM(unique...))
 }
+
+// SameKey reports whether two certificates have the same subject and public key: a renewal
+// that kept the key (cert-manager rotationPolicy Never). Whatever one of them signed verifies
+// against the other, so trusting either is trusting both.
+func SameKey(a, b *x509.Certificate) bool {
+	return a != nil && b != nil && bytes.Equal(a.RawSubject, b.RawSubject) &&
+		bytes.Equal(a.RawSubjectPublicKeyInfo, b.RawSubjectPublicKeyInfo)
+}

@@ -63,7 +63,7 @@ func Rotation(w Writer) []workflow.Step[*State] {
 		{
 			Name: StepDetectAnchorRotation, Phase: p(v1alpha1.PhaseSynced),
 			Doc:     "Wait for cert-manager to renew the trust anchor; keep the trust bundle as rendered meanwhile.",
-			Observe: observeDetect, Act: actWriteDesiredBundle(w), Describe: describeBundleWrite,
+			Observe: observeDetect, Act: actDetect(w), Describe: describeBundleWrite,
 		},
 		{
 			Name: StepExpandTrustBundle, Phase: p(v1alpha1.PhaseRefreshingControlPlane),
@@ -128,23 +128,48 @@ func Rotation(w Writer) []workflow.Step[*State] {
 	}
 }
 
-// DesiredBundle is the bundle the rotation wants now: the current anchor and the previous one.
-// It is the expanded bundle while they differ, and the current anchor alone once the previous
-// anchor is retired. Empty when the anchor is unusable.
+// DesiredBundle is the bundle the rotation wants now: the current anchor, any in-flight
+// anchors (a rotation superseded by a newer renewal), and the previous anchor. It is the
+// expanded bundle while a rotation is under way, and the current anchor alone once the
+// previous anchor is retired — or was renewed with the same key. Empty when the anchor is
+// unusable.
 func (s *State) DesiredBundle() string {
 	if !s.Anchor.Usable() {
 		return ""
 	}
-	var prev *x509.Certificate
-	if s.Previous.Usable() {
-		prev = s.Previous.Cert
+	if !s.Rotating() {
+		return RenderBundle(s.Anchor.Cert)
 	}
-	return RenderBundle(s.Anchor.Cert, prev)
+	anchors := append([]*x509.Certificate{s.Anchor.Cert}, s.InFlight...)
+	return RenderBundle(append(anchors, s.Previous.Cert)...)
 }
 
-// Rotating reports whether a rotation is under way: the anchor differs from the previous one.
+// Rotating reports whether a rotation is under way: the anchor differs from the previous one,
+// and not merely by a renewal that kept its key and subject (see SameKey).
 func (s *State) Rotating() bool {
-	return s.Anchor.Usable() && s.Previous.Usable() && s.Anchor.Fingerprint() != s.Previous.Fingerprint()
+	return s.Anchor.Usable() && s.Previous.Usable() && s.Anchor.Fingerprint() != s.Previous.Fingerprint() &&
+		!SameKey(s.Anchor.Cert, s.Previous.Cert)
+}
+
+// RenewedInPlace reports whether the anchor was renewed with the same key and subject as the
+// previous anchor (cert-manager rotationPolicy Never): no rotation is needed, the previous
+// anchor and the bundle are updated in place.
+func (s *State) RenewedInPlace() bool {
+	return s.Anchor.Usable() && s.Previous.Usable() && s.Anchor.Fingerprint() != s.Previous.Fingerprint() &&
+		SameKey(s.Anchor.Cert, s.Previous.Cert)
+}
+
+// signedByKept reports whether c is signed by the previous anchor or an in-flight one.
+func (s *State) signedByKept(c *x509.Certificate) bool {
+	if s.Previous.Usable() && SignedBy(c, s.Previous.Cert) {
+		return true
+	}
+	for _, a := range s.InFlight {
+		if SignedBy(c, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // IssuerOnCurrentAnchor reports whether the identity issuer is signed by the current anchor.
@@ -172,10 +197,13 @@ func anchorProblem(s *State) *workflow.Decision {
 // renewed while the operator was away (or a deleted previous-anchor) is never dropped; or the
 // current anchor on a fresh install. ok is false when the bundle is ambiguous.
 func bootstrapPrevious(s *State) (cert *x509.Certificate, ok bool) {
-	cur := s.Anchor.Fingerprint()
+	skip := map[string]bool{s.Anchor.Fingerprint(): true}
+	for _, a := range s.InFlight {
+		skip[Fingerprint(a)] = true // kept in the bundle in their own right
+	}
 	var others []*x509.Certificate
 	for _, c := range s.Bundle.Certs {
-		if Fingerprint(c) != cur {
+		if !skip[Fingerprint(c)] {
 			others = append(others, c)
 		}
 	}
@@ -242,18 +270,73 @@ func observeDetect(s *State, _ string) workflow.Decision {
 	if d := anchorProblem(s); d != nil {
 		return *d
 	}
+	if d := previousProblem(s); d != nil {
+		return *d
+	}
 	if s.Rotating() {
 		return workflow.Completed("TrustAnchorRenewed", fmt.Sprintf("trust anchor %s differs from the previous anchor %s", short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint())))
 	}
+	if s.RenewedInPlace() {
+		return workflow.ActNeeded("TrustAnchorRenewedSameKey", fmt.Sprintf(
+			"trust anchor %s was renewed with the key and subject of %s (rotationPolicy Never): no rotation needed; updating Secret %s and ConfigMap %s/%s in place",
+			short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()), s.Previous.Ref(), s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+	}
 	if s.Bundle.Data != s.DesiredBundle() {
+		if lost := droppedSigner(s); lost != nil {
+			return workflow.Waiting("TrustBundleDriftKept", fmt.Sprintf(
+				"ConfigMap %s/%s was edited by hand and trusts anchor %s, which signs the identity issuer in Secret %s; restoring the rendered bundle would drop it: renew the issuer from %s, or restore the ConfigMap",
+				s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, short(Fingerprint(lost)), s.Issuer.Ref(), s.Anchor.Ref()))
+		}
 		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
 	}
 	// Synced: nothing to wait for, so no blocking message.
 	return workflow.Waiting("TrustAnchorUnchanged", "")
 }
 
+// previousProblem is a Wait decision when the previous-anchor Secret is missing or unusable
+// outside bootstrap, or nil. Writing the bundle then would drop the previous anchor; the
+// operator recreates the Secret from the bundle (RecreatePrevious) before the steps run.
+func previousProblem(s *State) *workflow.Decision {
+	if s.Previous.Usable() {
+		return nil
+	}
+	d := workflow.Waiting("PreviousAnchorUnavailable", s.Previous.Problem("previous-anchor Secret")+
+		"; the trust bundle is left as it is until it is recreated from the bundle")
+	return &d
+}
+
+// droppedSigner returns the anchor of the current bundle that signs the identity issuer when
+// the desired bundle does not hold it (a hand edit added it), or nil.
+func droppedSigner(s *State) *x509.Certificate {
+	if !s.Issuer.Usable() || SignedBy(s.Issuer.Cert, s.Anchor.Cert) || s.Rotating() && s.signedByKept(s.Issuer.Cert) {
+		return nil
+	}
+	for _, c := range s.Bundle.Certs {
+		if SignedBy(s.Issuer.Cert, c) {
+			return c
+		}
+	}
+	return nil
+}
+
+func actDetect(w Writer) func(context.Context, *State, string) error {
+	write := actWriteDesiredBundle(w)
+	return func(ctx context.Context, s *State, token string) error {
+		if s.RenewedInPlace() {
+			// The previous anchor first: the bundle then renders from the renewed anchor alone.
+			if err := w.WritePreviousAnchor(ctx, s.Anchor.Cert); err != nil {
+				return err
+			}
+		}
+		return write(ctx, s, token)
+	}
+}
+
 func observeBundleWritten(s *State, _ string) workflow.Decision {
 	if d := anchorProblem(s); d != nil {
+		return *d
+	}
+	if d := previousProblem(s); d != nil {
 		return *d
 	}
 	if s.Bundle.Data != s.DesiredBundle() {
@@ -264,7 +347,11 @@ func observeBundleWritten(s *State, _ string) workflow.Decision {
 
 func actWriteDesiredBundle(w Writer) func(context.Context, *State, string) error {
 	return func(ctx context.Context, s *State, _ string) error {
-		return w.WriteTrustRoots(ctx, s.DesiredBundle())
+		bundle := s.DesiredBundle()
+		if bundle == "" {
+			return fmt.Errorf("refusing to write an empty trust bundle to ConfigMap %s/%s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap)
+		}
+		return w.WriteTrustRoots(ctx, bundle)
 	}
 }
 
@@ -277,7 +364,11 @@ func describeAnchors(s *State) string {
 	if !s.Rotating() {
 		return fmt.Sprintf("[%s]", short(s.Anchor.Fingerprint()))
 	}
-	return fmt.Sprintf("[%s (new), %s (previous)]", short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()))
+	inFlight := ""
+	for _, a := range s.InFlight {
+		inFlight += fmt.Sprintf(", %s (in flight)", short(Fingerprint(a)))
+	}
+	return fmt.Sprintf("[%s (new)%s, %s (previous)]", short(s.Anchor.Fingerprint()), inFlight, short(s.Previous.Fingerprint()))
 }
 
 func fingerprints(certs []*x509.Certificate) string {
@@ -322,7 +413,7 @@ func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
 	if s.IssuerOnCurrentAnchor() {
 		return workflow.Completed("IssuerRenewed", fmt.Sprintf("identity issuer %s is signed by the new trust anchor", short(s.Issuer.Fingerprint())))
 	}
-	if s.Previous.Usable() && !SignedBy(s.Issuer.Cert, s.Previous.Cert) {
+	if s.Previous.Usable() && !s.signedByKept(s.Issuer.Cert) {
 		return workflow.Waiting("IssuerUnrelated", fmt.Sprintf(
 			"identity issuer in Secret %s is signed by neither the new trust anchor %s nor the previous one %s; renew it from the ClusterIssuer backed by %s",
 			s.Issuer.Ref(), short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()), s.Anchor.Ref()))

@@ -22,6 +22,9 @@ type State struct {
 	Issuer Source
 	// Bundle is the linkerd-identity-trust-roots ConfigMap.
 	Bundle Bundle
+	// InFlight are anchors a rotation was moving to when the anchor was renewed again
+	// (status.inFlightAnchors): the bundle keeps them until the previous anchor is retired.
+	InFlight []*x509.Certificate
 	// ControlPlane holds the control-plane Deployments by name.
 	ControlPlane map[string]Deployment
 	// TrustBundle counts meshed non-control-plane pods on the DESIRED bundle's hash.

@@ -65,7 +65,9 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	// The checkpoint, with the rotation it belongs to.
 	cp := &v1alpha1.Checkpoint{Step: res.Checkpoint.Step, Token: res.Checkpoint.Token, Acts: res.Checkpoint.Acts}
 	if !syncedSteps[cp.Step] {
-		if prev.Checkpoint != nil && prev.Checkpoint.Rotation != "" {
+		// A rotation that completed and went straight on into the next one (the anchor was
+		// renewed again meanwhile) is a new rotation.
+		if prev.Checkpoint != nil && prev.Checkpoint.Rotation != "" && !res.Completed {
 			cp.Rotation, cp.StartTime = prev.Checkpoint.Rotation, prev.Checkpoint.StartTime
 		} else {
 			t := metav1.NewTime(now)
@@ -73,6 +75,11 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 		}
 	}
 	st.Checkpoint = cp
+	// In-flight anchors are kept until the previous anchor is retired (it then equals the
+	// current one). A missing or unusable anchor or previous anchor says nothing: keep them.
+	if s.Anchor.Usable() && s.Previous.Usable() && !s.Rotating() {
+		st.InFlightAnchors = nil
+	}
 
 	newRotation := cp.Rotation != "" && (prev.Checkpoint == nil || prev.Checkpoint.Rotation != cp.Rotation)
 	existing := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation)

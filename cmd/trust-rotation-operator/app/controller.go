@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
@@ -63,6 +64,7 @@ type Controller struct {
 	kube     kubernetes.Interface
 	tars     *client.Client
 	wf       *workflow.Workflow[*steps.State]
+	writer   steps.Writer
 	metrics  *Metrics
 	recorder record.EventRecorder
 	trigger  chan struct{}
@@ -83,7 +85,8 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 		return nil, err
 	}
 	c := &Controller{opts: opts, kube: kube, tars: tars, metrics: metrics, trigger: make(chan struct{}, 1)}
-	wf, err := workflow.New(steps.Rotation(&apply.KubeWriter{Client: kube, Config: opts.Config})...)
+	c.writer = crashWriter(&apply.KubeWriter{Client: kube, Config: opts.Config})
+	wf, err := workflow.New(steps.Rotation(c.writer)...)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +277,14 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	if tar.Status.Checkpoint != nil {
 		cp = workflow.Checkpoint{Step: tar.Status.Checkpoint.Step, Token: tar.Status.Checkpoint.Token, Acts: tar.Status.Checkpoint.Acts}
 	}
-	s := c.snapshot(now, cp.Step)
+	inFlight, err := steps.ParseInFlight(tar.Status.InFlightAnchors)
+	if err != nil {
+		return false, err
+	}
+	s := c.snapshot(now, cp.Step, inFlight)
+	if done, err := c.repair(ctx, tar, s, now); done || err != nil {
+		return done, err
+	}
 
 	base := tar
 	save := func(ctx context.Context, next workflow.Checkpoint) error {
@@ -286,6 +296,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 		out, err := c.write(ctx, obj)
 		if err == nil {
 			base = out
+			crashPoint("save", next.Step)
 		}
 		return err
 	}
@@ -295,6 +306,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 		log.V(2).Info("Step done", "step", name)
 	}
 	if res.Acted {
+		crashPoint("acted", res.Checkpoint.Step)
 		c.metrics.acts.WithLabelValues(res.Checkpoint.Step).Inc()
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonStepActed, "step %s: %s", res.Checkpoint.Step, res.Decision.Message)
 		log.Info("Acted", "step", res.Checkpoint.Step, "reason", res.Decision.Reason, "message", res.Decision.Message, "token", res.Checkpoint.Token)
@@ -337,11 +349,12 @@ func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
 }
 
 // snapshot builds the steps' State from the informer caches.
-func (c *Controller) snapshot(now time.Time, step string) *steps.State {
+func (c *Controller) snapshot(now time.Time, step string, inFlight []*x509.Certificate) *steps.State {
 	cfg := c.opts.Config
 	s := &steps.State{
 		Config:       cfg,
 		Now:          now,
+		InFlight:     inFlight,
 		Anchor:       observe.SourceFromSecret(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
 		Previous:     observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
 		Issuer:       observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),

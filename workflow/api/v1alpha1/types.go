@@ -64,6 +64,14 @@ const (
 	MessageIssuerRotatedOutOfOrder = "identity issuer was renewed onto the new trust anchor before the expanded trust bundle converged; linkerd-identity keeps the previous issuer until it is restarted after convergence"
 )
 
+// ConditionIgnored is True on a TrustAnchorRotation the operator does not drive: it drives only
+// the object named by its --rotation-name flag ("cluster").
+const (
+	ConditionIgnored    = "Ignored"
+	ReasonNotDriven     = "NotDrivenByOperator"
+	MessageNotDrivenFmt = "the trust-rotation operator drives only TrustAnchorRotation %q (its --rotation-name); this object is ignored"
+)
+
 // TrustAnchorRotation drives and reports the rotation of a Linkerd mesh's trust anchor. It is
 // cluster-scoped; the operator acts on the object named in its --rotation-name flag ("cluster").
 //
@@ -149,6 +157,14 @@ type TrustAnchorRotationStatus struct {
 	// +listType=atomic
 	// +optional
 	SourceFingerprints []SourceFingerprint `json:"sourceFingerprints,omitempty"`
+
+	// InFlightAnchors are the PEM certificates of trust anchors that a rotation was moving to
+	// when cert-manager renewed the anchor again, before that rotation finished. Some live
+	// certificate may still chain to them, so the trust bundle keeps them, between the current
+	// anchor and the previous one, until the restarted rotation retires the previous anchor.
+	// +listType=atomic
+	// +optional
+	InFlightAnchors []string `json:"inFlightAnchors,omitempty"`
 
 	// Conditions describe notable rotation states, such as OutOfOrderIssuerRotation.
 	// +listType=map

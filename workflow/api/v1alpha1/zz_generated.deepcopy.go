@@ -164,6 +164,11 @@ func (in *TrustAnchorRotationStatus) DeepCopyInto(out *TrustAnchorRotationStatus
 		*out = make([]SourceFingerprint, len(*in))
 		copy(*out, *in)
 	}
+	if in.InFlightAnchors != nil {
+		in, out := &in.InFlightAnchors, &out.InFlightAnchors
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

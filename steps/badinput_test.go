@@ -1,0 +1,279 @@
+package steps
+
+import (
+	"crypto/rand"
+	"crypto/x509"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// renewSameKey re-issues a self-signed anchor with its key and subject, as cert-manager does
+// for a Certificate with rotationPolicy Never.
+func renewSameKey(t *testing.T, ca *testCA) *testCA {
+	t.Helper()
+	serial++
+	tmpl := *ca.cert
+	tmpl.SerialNumber = big.NewInt(serial)
+	tmpl.NotAfter = ca.cert.NotAfter.Add(time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, &tmpl, &tmpl, &ca.key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: c, key: ca.key}
+}
+
+func inFlight(cs ...*testCA) stateOpt {
+	return func(s *State) {
+		s.InFlight = nil
+		for _, c := range cs {
+			s.InFlight = append(s.InFlight, c.cert)
+		}
+	}
+}
+
+// TestObserveBadInput covers the decisions on hostile or unusual input: each must say what is
+// wrong, and none may write a bundle that drops an anchor a live certificate may chain to.
+func TestObserveBadInput(t *testing.T) {
+	p := newPKI(t)
+	third := anchorCA(t, "third-anchor")
+	thirdIssuer := newCert(t, "third-issuer", third, true, time.Now().Add(time.Hour))
+	renewed := renewSameKey(t, p.oldAnchor)
+	strangerIssuer := newCert(t, "stranger-issuer", p.stranger, true, time.Now().Add(time.Hour))
+	synced := func(opts ...stateOpt) *State {
+		return rotatingState(p, append([]stateOpt{anchor(p.oldAnchor), previous(p.oldAnchor), bundleOf(p.oldAnchor)}, opts...)...)
+	}
+	cases := map[string]struct {
+		step        string
+		state       *State
+		wantOutcome workflow.Outcome
+		wantReason  string
+		wantInMsg   string
+	}{
+		"detect says an anchor renewed with the same key needs no rotation, and updates it in place": {
+			step: StepDetectAnchorRotation, state: synced(anchor(renewed)),
+			wantOutcome: workflow.Act, wantReason: "TrustAnchorRenewedSameKey", wantInMsg: "no rotation needed",
+		},
+		"detect is quiet once an in-place renewal was written": {
+			step: StepDetectAnchorRotation, state: synced(anchor(renewed), previous(renewed), bundleOf(renewed)),
+			wantOutcome: workflow.Wait, wantReason: "TrustAnchorUnchanged",
+		},
+		"detect restores a bundle edited by hand to add an anchor nothing chains to": {
+			step: StepDetectAnchorRotation, state: synced(bundleOf(p.oldAnchor, p.stranger)),
+			wantOutcome: workflow.Act, wantReason: "TrustBundleDrifted",
+		},
+		"detect restores a bundle edited by hand to drop the anchor": {
+			step: StepDetectAnchorRotation, state: synced(bundleOf(p.stranger)),
+			wantOutcome: workflow.Act, wantReason: "TrustBundleDrifted",
+		},
+		"detect parks rather than drop a hand-added anchor that signs the issuer": {
+			step: StepDetectAnchorRotation, state: synced(bundleOf(p.oldAnchor, p.stranger), issuer(strangerIssuer)),
+			wantOutcome: workflow.Wait, wantReason: "TrustBundleDriftKept", wantInMsg: "would drop it",
+		},
+		"detect waits, naming the Secret, when the previous anchor is gone": {
+			step: StepDetectAnchorRotation, state: synced(previous(nil)),
+			wantOutcome: workflow.Wait, wantReason: "PreviousAnchorUnavailable", wantInMsg: "linkerd/linkerd-previous-anchor not found",
+		},
+		"expand never writes a bundle without the previous anchor": {
+			step: StepExpandTrustBundle, state: rotatingState(p, previous(nil), bundleOf(p.oldAnchor)),
+			wantOutcome: workflow.Wait, wantReason: "PreviousAnchorUnavailable",
+		},
+		"expand keeps an in-flight anchor between the new and the previous one": {
+			step: StepExpandTrustBundle, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), bundleOf(p.newAnchor, p.oldAnchor)),
+			wantOutcome: workflow.Act, wantReason: "TrustBundleOutdated",
+		},
+		"expand is done when the bundle holds the in-flight anchor too": {
+			step: StepExpandTrustBundle, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor)),
+			wantOutcome: workflow.Done, wantInMsg: "(in flight)",
+		},
+		"the issuer step waits for cmctl renew while the issuer is on an in-flight anchor": {
+			step: StepWaitForIdentityIssuer, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), issuer(p.newIssuer)),
+			wantOutcome: workflow.Wait, wantReason: "WaitingForIssuerRenewal",
+		},
+		"the issuer step reports an issuer from no kept anchor": {
+			step: StepWaitForIdentityIssuer, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), issuer(strangerIssuer)),
+			wantOutcome: workflow.Wait, wantReason: "IssuerUnrelated", wantInMsg: "signed by neither",
+		},
+		"the issuer step is done with the issuer on the newest anchor": {
+			step: StepWaitForIdentityIssuer, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), issuer(thirdIssuer)),
+			wantOutcome: workflow.Done,
+		},
+		"reduction drops the in-flight anchors once the previous anchor is retired": {
+			step: StepReduceTrustBundle, state: rotatingState(p, anchor(third), previous(third), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor)),
+			wantOutcome: workflow.Act, wantReason: "TrustBundleOutdated",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := stepNamed(t, tc.step).Observe(tc.state, "")
+			if d.Outcome != tc.wantOutcome || (tc.wantReason != "" && d.Reason != tc.wantReason) || !strings.Contains(d.Message, tc.wantInMsg) {
+				t.Fatalf("got %v %s %q; want %v %s containing %q", d.Outcome, d.Reason, d.Message, tc.wantOutcome, tc.wantReason, tc.wantInMsg)
+			}
+		})
+	}
+}
+
+func TestDesiredBundle(t *testing.T) {
+	p := newPKI(t)
+	third := anchorCA(t, "third-anchor")
+	renewed := renewSameKey(t, p.oldAnchor)
+	cases := map[string]struct {
+		state *State
+		want  string
+	}{
+		"a rotation trusts the new and the previous anchor": {
+			state: rotatingState(p), want: RenderBundle(p.newAnchor.cert, p.oldAnchor.cert),
+		},
+		"a superseded rotation keeps its anchor between the newest and the previous one": {
+			state: rotatingState(p, anchor(third), inFlight(p.newAnchor)), want: RenderBundle(third.cert, p.newAnchor.cert, p.oldAnchor.cert),
+		},
+		"a retired previous anchor leaves the current one alone, in-flight ones included": {
+			state: rotatingState(p, previous(p.newAnchor), inFlight(third)), want: RenderBundle(p.newAnchor.cert),
+		},
+		"an anchor renewed with the same key replaces the old certificate in place": {
+			state: rotatingState(p, anchor(renewed), previous(p.oldAnchor)), want: RenderBundle(renewed.cert),
+		},
+		"an unusable anchor renders nothing": {
+			state: rotatingState(p, anchor(nil)), want: "",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.state.DesiredBundle(); got != tc.want {
+				t.Fatalf("bundle has %d bytes, want %d", len(got), len(tc.want))
+			}
+		})
+	}
+}
+
+func TestSupersede(t *testing.T) {
+	p := newPKI(t)
+	third := anchorCA(t, "third-anchor")
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	at := func(step, rotation string, inFlight ...string) v1alpha1.TrustAnchorRotationStatus {
+		return v1alpha1.TrustAnchorRotationStatus{InFlightAnchors: inFlight,
+			Checkpoint: &v1alpha1.Checkpoint{Step: step, Token: "t", Acts: 1, Rotation: rotation}}
+	}
+	newFP := Fingerprint(p.newAnchor.cert)
+	cases := map[string]struct {
+		status       v1alpha1.TrustAnchorRotationStatus
+		state        *State
+		wantRestart  bool
+		wantInFlight int
+	}{
+		"a rotation towards the current anchor goes on": {
+			status: at(StepPropagateTrustRoots, newFP), state: rotatingState(p),
+		},
+		"a synced checkpoint has no rotation to supersede": {
+			status: at(StepDetectAnchorRotation, ""), state: rotatingState(p, anchor(third)),
+		},
+		"a third anchor restarts the rotation and keeps the in-flight one the bundle trusts": {
+			status: at(StepRenewWorkloadCertificates, newFP), state: rotatingState(p, anchor(third)),
+			wantRestart: true, wantInFlight: 1,
+		},
+		"an in-flight anchor the bundle never held is not kept": {
+			status: at(StepExpandTrustBundle, newFP), state: rotatingState(p, anchor(third), bundleOf(p.oldAnchor)),
+			wantRestart: true,
+		},
+		"a third anchor after the previous one was retired is a rotation of its own": {
+			status: at(StepReduceTrustBundle, newFP), state: rotatingState(p, anchor(third), previous(p.newAnchor)),
+		},
+		"an anchor already kept is not kept twice": {
+			status: at(StepPropagateTrustRoots, newFP, string(EncodePEM(p.newAnchor.cert))),
+			state:  rotatingState(p, anchor(third), inFlight(p.newAnchor)), wantRestart: true, wantInFlight: 1,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			st := *tc.status.DeepCopy()
+			msg, restarted := Supersede(&st, tc.state, now)
+			if restarted != tc.wantRestart || len(st.InFlightAnchors) != tc.wantInFlight {
+				t.Fatalf("restarted %v with %d in flight (%q); want %v with %d", restarted, len(st.InFlightAnchors), msg, tc.wantRestart, tc.wantInFlight)
+			}
+			if !restarted {
+				return
+			}
+			if st.Checkpoint.Step != StepExpandTrustBundle || st.Checkpoint.Token != "" || st.Checkpoint.Rotation != Fingerprint(third.cert) || !st.Checkpoint.StartTime.Time.Equal(now) {
+				t.Errorf("checkpoint = %+v, want a new rotation at %s", st.Checkpoint, StepExpandTrustBundle)
+			}
+			if !strings.Contains(msg, "renewed again") {
+				t.Errorf("message %q", msg)
+			}
+			if kept, err := ParseInFlight(st.InFlightAnchors); err != nil || len(kept) > 0 && Fingerprint(kept[0]) != newFP {
+				t.Errorf("in flight = %v, %v", kept, err)
+			}
+		})
+	}
+}
+
+func TestRecreatePrevious(t *testing.T) {
+	p := newPKI(t)
+	third := anchorCA(t, "third-anchor")
+	cases := map[string]struct {
+		state *State
+		want  *testCA
+	}{
+		"deleted mid-rotation: the other anchor of the bundle": {
+			state: rotatingState(p, previous(nil)), want: p.oldAnchor,
+		},
+		"deleted before expansion: the anchor the bundle trusts": {
+			state: rotatingState(p, previous(nil), bundleOf(p.oldAnchor)), want: p.oldAnchor,
+		},
+		"deleted once synced: the current anchor": {
+			state: rotatingState(p, previous(nil), bundleOf(p.newAnchor)), want: p.newAnchor,
+		},
+		"in-flight anchors are not candidates": {
+			state: rotatingState(p, anchor(third), previous(nil), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor)), want: p.oldAnchor,
+		},
+		"an ambiguous bundle is left to bootstrap's message": {
+			state: rotatingState(p, previous(nil), bundleOf(p.newAnchor, p.oldAnchor, p.stranger)),
+		},
+		"present: nothing to do": {
+			state: rotatingState(p),
+		},
+		"no bundle: bootstrap creates both": {
+			state: rotatingState(p, previous(nil), noBundle()),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, ok := RecreatePrevious(tc.state)
+			if ok != (tc.want != nil) || ok && Fingerprint(got) != Fingerprint(tc.want.cert) {
+				t.Fatalf("got %v %v, want %v", got != nil, ok, tc.want != nil)
+			}
+		})
+	}
+}
+
+func TestProjectKeepsInFlightAnchorsUntilRetired(t *testing.T) {
+	p := newPKI(t)
+	third := anchorCA(t, "third-anchor")
+	now := time.Now()
+	kept := []string{string(EncodePEM(p.newAnchor.cert))}
+	prev := v1alpha1.TrustAnchorRotationStatus{InFlightAnchors: kept, Checkpoint: &v1alpha1.Checkpoint{Step: StepRetirePreviousAnchor, Rotation: Fingerprint(third.cert), StartTime: &metav1.Time{Time: now}}}
+	res := func(step string) workflow.Result {
+		return workflow.Result{Checkpoint: workflow.Checkpoint{Step: step}, Decision: workflow.Waiting("R", "")}
+	}
+	st := Project(prev, v1alpha1.TrustAnchorRotationSpec{}, 1, rotatingState(p, anchor(third)), res(StepRetirePreviousAnchor), now)
+	if len(st.InFlightAnchors) != 1 {
+		t.Fatalf("in-flight anchors dropped before retirement")
+	}
+	st = Project(prev, v1alpha1.TrustAnchorRotationSpec{}, 1, rotatingState(p, anchor(third), previous(nil)), res(StepRetirePreviousAnchor), now)
+	if len(st.InFlightAnchors) != 1 {
+		t.Fatalf("in-flight anchors dropped while the previous anchor is missing")
+	}
+	st = Project(prev, v1alpha1.TrustAnchorRotationSpec{}, 1, rotatingState(p, anchor(third), previous(third)), res(StepReduceTrustBundle), now)
+	if len(st.InFlightAnchors) != 0 {
+		t.Fatalf("in-flight anchors kept after retirement")
+	}
+}

@@ -1,0 +1,80 @@
+package steps
+
+import (
+	"crypto/x509"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// Supersede handles a trust anchor renewed again before the rotation to the previous renewal
+// finished: the checkpoint's rotation names an anchor that is neither the current anchor nor
+// the previous one. Pods may already hold certificates that chain to that in-flight anchor,
+// and trust it, so dropping it from the bundle (DesiredBundle was current + previous) could
+// break mTLS. Instead the in-flight anchor is recorded in status.inFlightAnchors — the bundle
+// keeps it until the previous anchor is retired — and the rotation starts over at
+// expand-trust-bundle, towards the newest anchor.
+//
+// It changes st and returns a message for an event when the rotation was superseded. The
+// caller persists st before anything else acts, so that a crash can never lose the in-flight
+// anchor. An in-flight anchor that the bundle never held was trusted by no pod and signed no
+// live certificate; it is not kept.
+func Supersede(st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) (string, bool) {
+	cp := st.Checkpoint
+	if cp == nil || cp.Rotation == "" || syncedSteps[cp.Step] || !s.Rotating() {
+		return "", false
+	}
+	if cp.Rotation == s.Anchor.Fingerprint() || cp.Rotation == s.Previous.Fingerprint() {
+		return "", false
+	}
+	var kept *x509.Certificate
+	for _, c := range s.Bundle.Certs {
+		if Fingerprint(c) == cp.Rotation {
+			kept = c
+		}
+	}
+	msg := fmt.Sprintf("trust anchor renewed again (%s) before the rotation to %s finished at step %s; restarting the rotation at %s",
+		short(s.Anchor.Fingerprint()), short(cp.Rotation), cp.Step, StepExpandTrustBundle)
+	if kept != nil {
+		msg += fmt.Sprintf(", keeping %s in the trust bundle until the previous anchor is retired", short(cp.Rotation))
+		already := false
+		for _, a := range s.InFlight {
+			already = already || Fingerprint(a) == cp.Rotation
+		}
+		if !already {
+			st.InFlightAnchors = append([]string{string(EncodePEM(kept))}, st.InFlightAnchors...)
+		}
+	}
+	t := metav1.NewTime(now)
+	st.Checkpoint = &v1alpha1.Checkpoint{Step: StepExpandTrustBundle, Rotation: s.Anchor.Fingerprint(), StartTime: &t}
+	return msg, true
+}
+
+// ParseInFlight parses status.inFlightAnchors. An entry that does not parse is an error: the
+// operator must not render a bundle that silently lacks an anchor it promised to keep.
+func ParseInFlight(pems []string) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for i, p := range pems {
+		certs, err := ParseCertificates([]byte(p))
+		if err != nil {
+			return nil, fmt.Errorf("status.inFlightAnchors[%d]: %w", i, err)
+		}
+		out = append(out, certs...)
+	}
+	return out, nil
+}
+
+// RecreatePrevious returns the certificate to recreate the previous-anchor Secret with when it
+// was deleted (at any step, not only at bootstrap): the anchor the bundle trusts besides the
+// current and in-flight ones, or the current anchor when it trusts no other. ok is false when
+// there is nothing to do or the bundle is ambiguous (bootstrap and the bundle-writing steps
+// then wait with a message).
+func RecreatePrevious(s *State) (*x509.Certificate, bool) {
+	if s.Previous.Found || !s.Anchor.Usable() || !s.Bundle.Found || len(s.Bundle.Certs) == 0 {
+		return nil, false
+	}
+	return bootstrapPrevious(s)
+}
