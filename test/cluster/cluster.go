@@ -110,6 +110,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	if !opts.WithoutCertManager {
+		if err := c.createCertManagerStandIn(ctx); err != nil {
+			return nil, err
+		}
+	}
 	klog.InfoS("Test cluster ready", "server", c.server, "kubeconfig", c.kubeconfig,
 		"podCIDR", c.podNet.cidr, "elapsed", time.Since(began).Round(time.Millisecond))
 	return c, nil

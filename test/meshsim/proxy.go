@@ -8,9 +8,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -201,10 +203,20 @@ type adminServer struct {
 	wg     sync.WaitGroup
 }
 
+// klogWriter writes the admin server's own error log at klog verbosity 4.
+type klogWriter struct{}
+
+func (klogWriter) Write(p []byte) (int, error) {
+	klog.V(4).InfoS("Admin server", "msg", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
 func newAdminServer(ctx context.Context) *adminServer {
 	a := &adminServer{ctx: ctx, conns: make(chan net.Conn), byAddr: map[string]*proxy{}}
+	// A refused handshake (wrong SNI, no certificate yet) is the proxy's behaviour, not an
+	// error of the simulator: log it at V(4), not on stderr.
 	a.srv = &http.Server{Handler: http.HandlerFunc(a.handle), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: nil}
+		ErrorLog: log.New(klogWriter{}, "", 0)}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
