@@ -91,7 +91,10 @@ func Rotation(w Writer) []workflow.Step[*State] {
 			Observe: observeIssuerOnNewAnchor,
 		},
 		{
-			Name: StepRestartIdentityOnNewIssuer, Phase: p(v1alpha1.PhaseRenewingWorkloadCerts),
+			// Still WaitingForIdentityRotation: RenewingWorkloadCerts tells users to restart their
+			// workloads, which is only useful once every identity replica signs with the new issuer
+			// (a replica may not have hot-reloaded it yet).
+			Name: StepRestartIdentityOnNewIssuer, Phase: p(v1alpha1.PhaseWaitingForIdentityRotation),
 			Doc:     "Restart linkerd-identity so that every identity replica signs with the new issuer, its own proxy included.",
 			Observe: observeRestart(identityOnly), Act: actRestart(w, identityOnly), Describe: describeRestart(identityOnly),
 		},
