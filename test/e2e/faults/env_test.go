@@ -1,0 +1,421 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/charts"
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/e2e"
+	"github.com/linkerd/trust-rotation/test/internal/poll"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+const rotationName = steps.DefaultRotationName
+
+// The control plane's Deployments, as meshsim installs them.
+var controlPlane = []string{"linkerd-identity", "linkerd-destination", "linkerd-proxy-injector"}
+
+// longLived keeps the shared environment's cleanups (the mesh simulator) from running at the
+// end of the test that happened to create it: the environment lives as long as the test binary.
+type longLived struct{ testing.TB }
+
+func (longLived) Cleanup(func()) {}
+
+var (
+	envOnce sync.Once
+	shared  *e2e.Env
+	envErr  string
+)
+
+// sharedEnv returns the package's environment, creating it on first use: PKI, both charts, the
+// mesh simulator with its control plane and 2×3 meshed Deployments of 2 replicas. The operator
+// that bootstrapped it is stopped: each test runs operators of its own (see supervisor).
+func sharedEnv(t *testing.T) *e2e.Env {
+	t.Helper()
+	c := cluster.Shared(t)
+	cluster.DumpLogsOnFailure(t, c)
+	envOnce.Do(func() {
+		var boot *e2e.Operator
+		envErr = "creating the shared environment failed in an earlier test"
+		shared = e2e.NewEnv(longLived{t}, context.Background(), c, e2e.EnvOptions{Namespaces: 2, Deployments: 3, Replicas: 2},
+			func(rel *charts.Release) *e2e.Operator {
+				boot = e2e.StartChartOperator(t, rel, "--leader-elect=false")
+				return boot
+			})
+		boot.Stop()
+	})
+	if shared == nil {
+		t.Fatal(envErr)
+	}
+	e := *shared
+	e.T, e.Ctx = t, context.Background()
+	return &e
+}
+
+// supervisor runs operator processes for one test, as a Deployment would: it restarts the
+// operator when it died (a crash hook, or a kill from the test).
+type supervisor struct {
+	t     *testing.T
+	e     *e2e.Env
+	args  []string
+	env   []string
+	mu    sync.Mutex
+	cur   *e2e.Operator
+	all   []*e2e.Operator
+	kills int
+}
+
+// newSupervisor starts nothing yet; args are added to the chart's arguments.
+func newSupervisor(t *testing.T, e *e2e.Env, args ...string) *supervisor {
+	base := []string{"--max-poll-interval", "300ms", "--leader-elect=false"}
+	return &supervisor{t: t, e: e, args: append(base, args...)}
+}
+
+// start starts an operator; crashAt sets the crash hook (app.CrashEnv) for this process only.
+func (s *supervisor) start(crashAt string, extra ...string) *e2e.Operator {
+	s.t.Helper()
+	env := append([]string{"POD_NAMESPACE=" + s.e.Release.Namespace}, s.env...)
+	if crashAt != "" {
+		env = append(env, app.CrashEnv+"="+crashAt)
+	}
+	args := append(append(append([]string{}, s.e.Release.OperatorArgs...), s.args...), extra...)
+	op := e2e.StartOperatorWithEnv(s.t, env, s.e.Release.Kubeconfig, args...)
+	s.mu.Lock()
+	s.cur = op
+	s.all = append(s.all, op)
+	s.mu.Unlock()
+	return op
+}
+
+// ensure restarts the operator when it exited, and reports whether it did.
+func (s *supervisor) ensure() bool {
+	s.mu.Lock()
+	cur := s.cur
+	s.mu.Unlock()
+	if cur != nil && !cur.Exited() {
+		return false
+	}
+	s.start("")
+	return true
+}
+
+// kill SIGKILLs the current operator.
+func (s *supervisor) kill() {
+	s.mu.Lock()
+	cur := s.cur
+	s.kills++
+	s.mu.Unlock()
+	cur.Kill()
+}
+
+// stop ends every operator it started and scans their logs for key material.
+func (s *supervisor) stop() {
+	s.mu.Lock()
+	ops := s.all
+	s.mu.Unlock()
+	for _, op := range ops {
+		op.Kill()
+	}
+	scanLogs(s.t, s.e, ops)
+}
+
+// scanLogs fails the test when an operator log holds key material: a PEM PRIVATE KEY block, or
+// the base64 (whole, or a line of the PEM body) of a private key held in the cluster's Secrets.
+func scanLogs(t *testing.T, e *e2e.Env, ops []*e2e.Operator) {
+	t.Helper()
+	var needles []string
+	for _, ns := range []string{"cert-manager", "linkerd"} {
+		list, err := e.Cluster.Kube().CoreV1().Secrets(ns).List(e.Ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sec := range list.Items {
+			key := sec.Data[corev1.TLSPrivateKeyKey]
+			if len(key) == 0 {
+				continue
+			}
+			needles = append(needles, base64.StdEncoding.EncodeToString(key))
+			for _, line := range strings.Split(string(key), "\n") {
+				if len(line) >= 40 && !strings.HasPrefix(line, "-----") {
+					needles = append(needles, line)
+				}
+			}
+		}
+	}
+	for _, op := range ops {
+		data, err := os.ReadFile(op.LogPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte("PRIVATE KEY")) {
+			t.Errorf("operator log %s holds a PEM PRIVATE KEY block", op.LogPath)
+		}
+		for _, n := range needles {
+			if bytes.Contains(data, []byte(n)) {
+				t.Errorf("operator log %s holds private-key material of a Secret", op.LogPath)
+				break
+			}
+		}
+	}
+}
+
+// checkPreviousAnchorHasNoKey fails unless linkerd-previous-anchor holds tls.crt only.
+func checkPreviousAnchorHasNoKey(t *testing.T, e *e2e.Env) {
+	t.Helper()
+	sec, err := e.Cluster.Kube().CoreV1().Secrets("linkerd").Get(e.Ctx, "linkerd-previous-anchor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range sec.Data {
+		if k != steps.CertificateKey || bytes.Contains(v, []byte("PRIVATE KEY")) {
+			t.Errorf("linkerd-previous-anchor holds %q: it must hold the certificate only", k)
+		}
+	}
+}
+
+// ledger counts, from watches, every write a rotation makes: the distinct restartedAt values
+// each control-plane Deployment's pod template carried, the distinct trust bundles and
+// previous anchors written, and the distinct act tokens (with their act counts) each step used.
+type ledger struct {
+	mu         sync.Mutex
+	restarts   map[string]map[string]bool // deployment -> restartedAt values seen (initial excluded)
+	initial    map[string]string
+	bundles    map[string]bool
+	initBundle string
+	previous   map[string]bool
+	initPrev   string
+	tokens     map[string]map[string]int32 // step -> token -> max acts
+	stop       context.CancelFunc
+}
+
+func newLedger(t *testing.T, e *e2e.Env) *ledger {
+	t.Helper()
+	kube := e.Cluster.Kube()
+	l := &ledger{restarts: map[string]map[string]bool{}, initial: map[string]string{}, bundles: map[string]bool{},
+		previous: map[string]bool{}, tokens: map[string]map[string]int32{}}
+	for _, d := range controlPlane {
+		dep, err := kube.AppsV1().Deployments("linkerd").Get(e.Ctx, d, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.initial[d] = dep.Spec.Template.Annotations[steps.RestartedAtAnnotation]
+		l.restarts[d] = map[string]bool{}
+	}
+	l.initBundle = bundleOf(t, e)
+	sec, err := kube.CoreV1().Secrets("linkerd").Get(e.Ctx, "linkerd-previous-anchor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.initPrev = string(sec.Data[steps.CertificateKey])
+
+	ctx, cancel := context.WithCancel(e.Ctx)
+	l.stop = cancel
+	core := kube.CoreV1().RESTClient()
+	infs := []cache.SharedIndexInformer{
+		cache.NewSharedIndexInformer(cache.NewListWatchFromClient(kube.AppsV1().RESTClient(), "deployments", "linkerd", fields.Everything()), &appsv1.Deployment{}, 0, nil),
+		cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "configmaps", "linkerd", fields.OneTermEqualSelector("metadata.name", "linkerd-identity-trust-roots")), &corev1.ConfigMap{}, 0, nil),
+		cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "secrets", "linkerd", fields.OneTermEqualSelector("metadata.name", "linkerd-previous-anchor")), &corev1.Secret{}, 0, nil),
+		cache.NewSharedIndexInformer(e.TARs.ListWatch(fields.OneTermEqualSelector("metadata.name", rotationName)), &v1alpha1.TrustAnchorRotation{}, 0, nil),
+	}
+	record := func(obj any) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			if seen, ok := l.restarts[o.Name]; ok {
+				if v := o.Spec.Template.Annotations[steps.RestartedAtAnnotation]; v != "" && v != l.initial[o.Name] {
+					seen[v] = true
+				}
+			}
+		case *corev1.ConfigMap:
+			if b := o.Data[steps.TrustRootsKey]; b != l.initBundle {
+				l.bundles[b] = true
+			}
+		case *corev1.Secret:
+			if p := string(o.Data[steps.CertificateKey]); p != l.initPrev {
+				l.previous[p] = true
+			}
+		case *v1alpha1.TrustAnchorRotation:
+			if cp := o.Status.Checkpoint; cp != nil && cp.Token != "" {
+				if l.tokens[cp.Step] == nil {
+					l.tokens[cp.Step] = map[string]int32{}
+				}
+				l.tokens[cp.Step][cp.Token] = max(l.tokens[cp.Step][cp.Token], cp.Acts)
+			}
+		}
+	}
+	for _, inf := range infs {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }}); err != nil {
+			t.Fatal(err)
+		}
+		go inf.RunWithContext(ctx)
+	}
+	for _, inf := range infs {
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			t.Fatal("ledger informers did not sync")
+		}
+	}
+	return l
+}
+
+// summary is the ledger in one line, for logs.
+func (l *ledger) summary() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var parts []string
+	for _, d := range controlPlane {
+		parts = append(parts, fmt.Sprintf("%s restarts=%d", strings.TrimPrefix(d, "linkerd-"), len(l.restarts[d])))
+	}
+	parts = append(parts, fmt.Sprintf("bundle writes=%d previous writes=%d", len(l.bundles), len(l.previous)))
+	var acts []string
+	for step, toks := range l.tokens {
+		for _, n := range toks {
+			acts = append(acts, fmt.Sprintf("%s:%d", step, n))
+		}
+	}
+	return strings.Join(parts, ", ") + "; acts " + strings.Join(acts, " ")
+}
+
+// checkNoRepeats fails unless the rotation made each destructive write exactly as often as a
+// rotation without faults: three restarts of each control-plane Deployment, two bundles, one
+// previous anchor, and one token per acting step (an act repeated after a crash reuses it).
+func (l *ledger) checkNoRepeats(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range controlPlane {
+		if n := len(l.restarts[d]); n != 3 {
+			t.Errorf("Deployment %s was restarted %d times (restartedAt %v), want 3", d, n, keys(l.restarts[d]))
+		}
+	}
+	if n := len(l.bundles); n != 2 {
+		t.Errorf("the trust bundle was written with %d different contents, want 2 (expanded, reduced)", n)
+	}
+	if n := len(l.previous); n != 1 {
+		t.Errorf("linkerd-previous-anchor was written with %d different certificates, want 1", n)
+	}
+	for step, toks := range l.tokens {
+		if len(toks) != 1 {
+			t.Errorf("step %s acted under %d tokens %v, want 1: an act was repeated with a new token", step, len(toks), toks)
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func bundleOf(t testing.TB, e *e2e.Env) string {
+	t.Helper()
+	cm, err := e.Cluster.Kube().CoreV1().ConfigMaps("linkerd").Get(e.Ctx, "linkerd-identity-trust-roots", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.Data[steps.TrustRootsKey]
+}
+
+func stepOf(tar *v1alpha1.TrustAnchorRotation) string {
+	if tar.Status.Checkpoint == nil {
+		return ""
+	}
+	return tar.Status.Checkpoint.Step
+}
+
+// driveOpts tune a rotation driven by drive.
+type driveOpts struct {
+	// earlyIssuer renews the issuer right after the anchor.
+	earlyIssuer bool
+	// onPoll runs at every observation of the TrustAnchorRotation, to inject faults.
+	onPoll  func(tar *v1alpha1.TrustAnchorRotation)
+	timeout time.Duration
+}
+
+// drive renews the trust anchor and plays the user guide's user until the rotation is Synced on
+// the newest anchor: it restarts the workloads when the operator waits for them, renews the
+// issuer when it waits for that, and restarts the operator (through sup) whenever it died.
+// restarter restarts dead operators; drive calls it at every observation.
+type restarter interface{ ensure() bool }
+
+func drive(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) {
+	t.Helper()
+	if o.timeout == 0 {
+		o.timeout = 4 * time.Minute
+	}
+	e.Renew("cert-manager", "linkerd-trust-anchor")
+	if o.earlyIssuer {
+		e.Renew("linkerd", "linkerd-identity-issuer")
+	}
+	did := map[string]bool{}
+	started := false
+	err := poll.Until(e.Ctx, o.timeout, "the rotation to finish", func(ctx context.Context) (bool, error) {
+		sup.ensure()
+		tar, err := e.TARs.Get(ctx, rotationName)
+		if err != nil {
+			return false, poll.Pending("getting the TrustAnchorRotation: %v", err)
+		}
+		if o.onPoll != nil {
+			o.onPoll(tar)
+		}
+		step, rotation := stepOf(tar), ""
+		if cp := tar.Status.Checkpoint; cp != nil {
+			rotation = cp.Rotation
+		}
+		started = started || rotation != ""
+		once := func(what string, fn func()) {
+			if key := what + "/" + rotation; !did[key] {
+				did[key] = true
+				fn()
+			}
+		}
+		switch step {
+		case steps.StepPropagateTrustRoots:
+			once("propagate", e.RestartApps)
+		case steps.StepWaitForIdentityIssuer:
+			if !strings.Contains(tar.Status.BlockingMessage, "signed by neither") {
+				once("issuer", func() { e.Renew("linkerd", "linkerd-identity-issuer") })
+			}
+		case steps.StepRenewWorkloadCertificates:
+			once("certificates", e.RestartApps)
+		case steps.StepRemoveOldTrustRoots:
+			once("final", e.RestartApps)
+		case steps.StepDetectAnchorRotation:
+			anchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+			if started && tar.Status.Phase == v1alpha1.PhaseSynced && tar.Status.PreviousAnchorFingerprint == steps.Fingerprint(anchor) &&
+				bundleOf(t, e) == steps.RenderBundle(anchor) {
+				return true, nil
+			}
+		}
+		return false, poll.Pending("phase %s, step %s: %q", tar.Status.Phase, step, tar.Status.BlockingMessage)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkOracle fails the test when the oracle saw an mTLS violation since start.
+func checkOracle(t *testing.T, e *e2e.Env, start time.Time) {
+	t.Helper()
+	if err := e.Mesh.Oracle().CheckNoViolationsSince(start); err != nil {
+		t.Fatalf("mTLS violations: %v", err)
+	}
+}
