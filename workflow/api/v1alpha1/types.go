@@ -109,6 +109,118 @@ type TrustAnchorRotationSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="must be at least 10s: proxies refresh no faster than LINKERD2_PROXY_IDENTITY_MIN_REFRESH"
 	// +optional
 	WorkloadCertificateRefreshInterval *metav1.Duration `json:"workloadCertificateRefreshInterval,omitempty"`
+
+	// DataPlaneRestart configures the restarts of meshed workloads a rotation needs: by the
+	// user (Manual, the default: the blocking message names the workloads to restart) or by
+	// the operator (Automatic), within a budget and maintenance windows.
+	// +kubebuilder:default={}
+	// +optional
+	DataPlaneRestart DataPlaneRestart `json:"dataPlaneRestart,omitempty"`
+
+	// IdentityIssuerRenewal says who renews the identity issuer onto the new trust anchor once
+	// the expanded trust bundle has converged everywhere: the user (Manual, the default:
+	// cmctl renew) or the operator (Automatic), which triggers the renewal exactly as cmctl
+	// renew does and records it in an Event.
+	// +kubebuilder:default=Manual
+	// +optional
+	IdentityIssuerRenewal RenewalPolicy `json:"identityIssuerRenewal,omitempty"`
+}
+
+// RenewalPolicy says whether the operator acts by itself.
+// +kubebuilder:validation:Enum=Manual;Automatic
+type RenewalPolicy string
+
+const (
+	Manual    RenewalPolicy = "Manual"
+	Automatic RenewalPolicy = "Automatic"
+)
+
+// RestartMethod is how the operator restarts a workload.
+// +kubebuilder:validation:Enum=RolloutRestart;Evict
+type RestartMethod string
+
+const (
+	// RolloutRestart sets the pod-template annotation kubectl.kubernetes.io/restartedAt, as
+	// kubectl rollout restart does: the workload's controller replaces its pods by its own
+	// update strategy.
+	RolloutRestart RestartMethod = "RolloutRestart"
+	// Evict evicts the workload's pods that have not converged through the Eviction API
+	// (policy/v1), which respects PodDisruptionBudgets.
+	Evict RestartMethod = "Evict"
+)
+
+// DataPlaneRestart configures automatic restarts of meshed workloads. The operator restarts
+// the owners of the pods that have not converged (Deployments, StatefulSets, DaemonSets;
+// ReplicaSets through their Deployment), waits for each rollout by observing it, and never
+// deletes a pod without a restartable owner: it names it in the blocking message.
+type DataPlaneRestart struct {
+	// Policy is Manual (the user restarts workloads) or Automatic (the operator does).
+	// +kubebuilder:default=Manual
+	// +optional
+	Policy RenewalPolicy `json:"policy,omitempty"`
+
+	// Method is RolloutRestart (the pod-template annotation, as kubectl rollout restart) or
+	// Evict (the Eviction API, which respects PodDisruptionBudgets).
+	// +kubebuilder:default=RolloutRestart
+	// +optional
+	Method RestartMethod `json:"method,omitempty"`
+
+	// NamespaceSelector selects the namespaces whose workloads the operator restarts. Empty:
+	// every namespace but the Linkerd control plane's.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// WorkloadSelector selects, by their labels, the workloads (Deployments, StatefulSets,
+	// DaemonSets) the operator restarts. Empty: every meshed workload.
+	// +optional
+	WorkloadSelector *metav1.LabelSelector `json:"workloadSelector,omitempty"`
+
+	// MaxConcurrent is how many workloads may be restarting at once, cluster-wide.
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
+
+	// MaxConcurrentPerNamespace is how many workloads may be restarting at once in one
+	// namespace.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxConcurrentPerNamespace int32 `json:"maxConcurrentPerNamespace,omitempty"`
+
+	// MaintenanceWindows, when set, are the only times an automatic restart may start (one
+	// already started runs to its end). Empty: any time.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
+}
+
+// Weekday is a day of the week, abbreviated.
+// +kubebuilder:validation:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+type Weekday string
+
+// MaintenanceWindow is a daily time range, on some days of the week, in a time zone. A window
+// whose end is not after its start ends on the next day (22:00 to 02:00).
+type MaintenanceWindow struct {
+	// Days the window opens on (the day it starts). Empty: every day.
+	// +kubebuilder:validation:MaxItems=7
+	// +listType=set
+	// +optional
+	Days []Weekday `json:"days,omitempty"`
+
+	// Start is when the window opens, HH:MM (24-hour clock).
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+
+	// End is when the window closes, HH:MM (24-hour clock).
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	End string `json:"end"`
+
+	// TimeZone is an IANA time zone name, such as Europe/Paris. Default UTC.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // TrustAnchorRotationStatus is the observed state of the rotation, written by the operator.
