@@ -4,24 +4,24 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/linkerd/trust-rotation/test/internal/poll"
 )
 
 // RestartAPIServer stops the kube-apiserver (SIGTERM, then SIGKILL after a grace period) and
 // starts it again with the same flags, ports and credentials, returning once it answers
 // /readyz. Clients see connection errors and their watches end meanwhile, as in an apiserver
-// upgrade; etcd keeps the data. For fault-injection tests.
+// upgrade; etcd keeps the data. Components that exit while it is down (kube-controller-manager
+// and kube-scheduler give up when they cannot renew their leader lease, as a kubelet would
+// restart them) are started again with their own flags. For fault-injection tests.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	c.mu.Lock()
 	var old *process
-	kept := c.procs[:0:0]
 	for _, p := range c.procs {
-		if p.name == "kube-apiserver" && old == nil {
+		if p.name == "kube-apiserver" {
 			old = p
-			continue
 		}
-		kept = append(kept, p)
 	}
-	c.procs = kept
 	c.mu.Unlock()
 	if old == nil {
 		return fmt.Errorf("no kube-apiserver process to restart")
@@ -29,5 +29,32 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	if err := old.stop(10 * time.Second); err != nil {
 		return err
 	}
-	return c.startAPIServer(ctx)
+	return poll.Until(ctx, 2*time.Minute, "kube-apiserver to answer /readyz again", func(ctx context.Context) (bool, error) {
+		if err := c.restartExited(); err != nil {
+			return false, err
+		}
+		body, err := c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			return false, poll.Pending("/readyz: %v: %s", err, body)
+		}
+		return string(body) == "ok", nil
+	})
+}
+
+// restartExited starts every component that has exited again, with the same binary, flags and
+// log file.
+func (c *Cluster) restartExited() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range c.procs {
+		if p.exited() == nil {
+			continue
+		}
+		np, err := startProcess(p.name, p.cmd.Path, p.cmd.Args[1:], p.logFile)
+		if err != nil {
+			return err
+		}
+		c.procs[i] = np
+	}
+	return nil
 }
