@@ -3,8 +3,8 @@
 // memory of the whole bed (the sum over its processes of VmHWM, their peak resident set, and of
 // VmRSS now). scripts/bed-figures.sh runs it after timing the tools build.
 //
-// Each figure is a function in figures; the mesh simulator adds its own (meshed pods with
-// certificates) the same way.
+// Each figure is a function in figures; meshFigure brings meshed pods to Running with a
+// certificate each under the mesh simulator.
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
+	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
 )
 
@@ -36,7 +38,7 @@ type bed struct {
 // A figure measures one thing on the running bed and prints it with b.print.
 type figure func(ctx context.Context, b *bed) error
 
-var figures = []figure{pkiFigure, podsFigure}
+var figures = []figure{pkiFigure, podsFigure, meshFigure}
 
 func main() {
 	klog.InitFlags(nil)
@@ -65,6 +67,7 @@ func main() {
 		}
 	}
 	b.print("peak RSS of the bed (sum of VmHWM)", gib(sumStatus(c, "VmHWM")))
+	b.print("peak RSS of the mesh simulator (this process)", gib(selfStatus("VmHWM")))
 	b.print("bed RSS now (sum of VmRSS)", gib(sumStatus(c, "VmRSS")))
 	if err := c.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "bedfigures: stopping the cluster:", err)
@@ -146,6 +149,60 @@ func podsFigure(ctx context.Context, b *bed) error {
 	}
 	b.print(fmt.Sprintf("%d pods to Running (%d Deployments)", b.pods, b.deploys), time.Since(began).Round(10*time.Millisecond).String())
 	return nil
+}
+
+// meshFigure runs the mesh simulator and brings b.pods meshed pods, over 10 namespaces and
+// b.deploys Deployments, to Running with a workload certificate each.
+func meshFigure(ctx context.Context, b *bed) error {
+	c := b.cluster
+	if err := meshsim.SeedTrustBundle(ctx, c.Kube(), "linkerd", "cert-manager", "linkerd-trust-anchor"); err != nil {
+		return err
+	}
+	mesh, err := meshsim.Start(ctx, meshsim.Config{RESTConfig: c.RESTConfig(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return err
+	}
+	defer mesh.Stop()
+	if err := meshsim.InstallControlPlane(ctx, c.Kube(), meshsim.ControlPlaneOptions{}); err != nil {
+		return err
+	}
+	if err := meshsim.WaitForRollouts(ctx, c.Kube(), mesh.ControlPlane()); err != nil {
+		return err
+	}
+	began := time.Now()
+	apps, err := meshsim.CreateMeshedWorkloads(ctx, c.Kube(), meshsim.WorkloadSpec{
+		Prefix: "meshed", Namespaces: 10, Deployments: b.deploys, Replicas: int32(b.pods / b.deploys),
+	})
+	if err != nil {
+		return err
+	}
+	if err := meshsim.WaitForRollouts(ctx, c.Kube(), apps); err != nil {
+		return err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if err := mesh.WaitForCertificates(waitCtx, b.pods+3, nil); err != nil {
+		return err
+	}
+	b.print(fmt.Sprintf("%d meshed pods to Running with certificates", b.pods), time.Since(began).Round(10*time.Millisecond).String())
+	st := mesh.Oracle().Check()
+	b.print("oracle check over them", fmt.Sprintf("%d pods, %d root x %d chain classes, %d violations", st.Pods, st.RootClasses, st.ChainClasses, st.TotalViolations))
+	return nil
+}
+
+// selfStatus reads a kB field of this process's /proc status.
+func selfStatus(field string) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
 }
 
 // sumStatus sums a kB field of /proc/<pid>/status over the bed's processes.
