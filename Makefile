@@ -38,6 +38,13 @@ bed-figures: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 bed-figures: ## Print the test bed's figures: build times, start-up time, peak RSS, 1,000 pods to Running.
 	scripts/bed-figures.sh
 
+BENCH_FLAGS ?=
+
+.PHONY: bench
+bench: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
+bench: ## Measure the operator and the CLI at 1,000/5,000/10,000 meshed pods (BENCH_FLAGS="--sizes 1000"); see docs/performance.md.
+	scripts/bench.sh $(BENCH_FLAGS)
+
 CONTROLLER_GEN = $(TOOLS_BIN)/controller-gen
 
 # The charts, and the files generated for them: the CRD chart's copy of the CRD, each chart's

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -43,6 +44,11 @@ type options struct {
 	retryPeriod             time.Duration
 	qps                     float32
 	burst                   int
+	// pprof serves /debug/pprof/ on the admin endpoint, for profiling at scale.
+	pprof bool
+	// countAPIRequests counts the operator's apiserver requests by verb and resource in
+	// /metrics; the benchmark uses it (hidden: not part of the operator's interface).
+	countAPIRequests bool
 }
 
 func main() {
@@ -67,6 +73,9 @@ func main() {
 	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between attempts to acquire or renew the lease")
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst limit towards the apiserver")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on the admin endpoint")
+	fs.BoolVar(&o.countAPIRequests, "count-api-requests", false, "count apiserver requests by verb and resource in /metrics (for benchmarks)")
+	_ = fs.MarkHidden("count-api-requests")
 	o.app.Config.AddFlags(fs)
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
@@ -91,6 +100,10 @@ func run(ctx context.Context, o options) error {
 	}
 	cfg.QPS, cfg.Burst = o.qps, o.burst
 	cfg.UserAgent = "trust-rotation-operator"
+	metrics := app.NewMetrics()
+	if o.countAPIRequests {
+		metrics.CountAPIRequests(cfg)
+	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -99,7 +112,6 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	metrics := app.NewMetrics()
 	ctrl, err := app.New(kube, tars, metrics, o.app)
 	if err != nil {
 		return err
@@ -108,7 +120,7 @@ func run(ctx context.Context, o options) error {
 	// The watchdog fails /healthz when the leader stops renewing its lease, so a wedged leader
 	// gets restarted by its liveness probe.
 	watchdog := leaderelection.NewLeaderHealthzAdaptor(5 * time.Second)
-	srv, err := serveAdmin(ctx, o.adminAddr, metrics, watchdog)
+	srv, err := serveAdmin(ctx, o.adminAddr, metrics, watchdog, o.pprof)
 	if err != nil {
 		return err
 	}
@@ -194,8 +206,15 @@ func restConfig(kubeconfig, kubeContext string) (*rest.Config, string, error) {
 	return cfg, ns, nil
 }
 
-func serveAdmin(ctx context.Context, addr string, m *app.Metrics, watchdog *leaderelection.HealthzAdaptor) (*http.Server, error) {
+func serveAdmin(ctx context.Context, addr string, m *app.Metrics, watchdog *leaderelection.HealthzAdaptor, profiling bool) (*http.Server, error) {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := watchdog.Check(r); err != nil {

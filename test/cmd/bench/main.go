@@ -1,0 +1,513 @@
+// Command bench measures the trust-rotation operator and the linkerd-trust CLI at scale on the
+// local test cluster and prints (never asserts) the figures of issue 7: for each size, a fresh
+// cluster with N meshed pods (kwok) under the mesh simulator, the operator as a process of its
+// own, one full rotation driven as the user guide's user does it, then `linkerd trust inspect`.
+//
+//   - phase reaction latency p50/p99/max: from the moment a phase's exit condition became true
+//     to the phase change in the status (see world);
+//   - operator-added time: rotation wall time minus the time the world was busy (cert-manager,
+//     rollouts, terminating pods, certificate issuance, the user's own acts), and its share;
+//   - operator peak RSS (VmHWM) and CPU seconds (utime+stime) from /proc;
+//   - the operator's apiserver requests by verb and resource, per minute in steady state and
+//     during the rotation (counted by the operator's --count-api-requests transport);
+//   - `linkerd trust inspect` wall time at several --concurrency values.
+//
+// scripts/bench.sh builds the binaries and runs it; `make bench` runs the script.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/meshsim"
+	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/linkerd/trust-rotation/workflow/client"
+)
+
+type options struct {
+	sizes        []int
+	podsPerNS    int
+	replicas     int
+	steady       time.Duration
+	concurrency  []int
+	operatorBin  string
+	cliBin       string
+	logDir       string
+	operatorArgs []string
+}
+
+// result is one size's figures.
+type result struct {
+	pods, namespaces, deployments int
+	bedReady                      time.Duration
+	latencies                     []transition
+	wall, busy                    time.Duration
+	rssSynced, rssPeak            int64
+	cpuSteady, cpuRotation, cpu   time.Duration
+	steady, rotation              requests
+	steadyWindow                  time.Duration
+	inspect                       map[int]time.Duration
+	inspectErr                    map[int]string
+}
+
+func main() {
+	klog.InitFlags(nil)
+	// The simulated proxies' TLS servers log every refused handshake (a probe before the proxy
+	// holds a certificate) through the standard logger: keep progress readable.
+	log.SetOutput(io.Discard)
+	o := options{}
+	sizes := flag.String("sizes", "1000,5000,10000", "comma-separated numbers of meshed application pods, one rotation each")
+	flag.IntVar(&o.podsPerNS, "pods-per-namespace", 10, "meshed pods per namespace (1,000 pods: 100 namespaces)")
+	flag.IntVar(&o.replicas, "replicas", 5, "replicas per Deployment")
+	flag.DurationVar(&o.steady, "steady", time.Minute, "steady-state window over which the operator's apiserver requests are counted")
+	conc := flag.String("concurrency", "10,50,200", "comma-separated --concurrency values of linkerd trust inspect")
+	flag.StringVar(&o.operatorBin, "operator", "bin/trust-rotation-operator", "operator binary")
+	flag.StringVar(&o.cliBin, "cli", "bin/linkerd-trust", "linkerd-trust binary")
+	flag.StringVar(&o.logDir, "log-dir", "bin/bench", "directory for the operator's logs and heap profiles")
+	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
+	flag.Parse()
+	var err error
+	if o.sizes, err = ints(*sizes); err != nil {
+		fatal(err)
+	}
+	if o.concurrency, err = ints(*conc); err != nil {
+		fatal(err)
+	}
+	o.operatorArgs = strings.Fields(*opArgs)
+	if err := os.MkdirAll(o.logDir, 0o755); err != nil {
+		fatal(err)
+	}
+
+	// Stop on SIGINT/SIGTERM through ctx, so that the cluster, the mesh and the operator are
+	// stopped by their PIDs on the way out.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var results []*result
+	for _, n := range o.sizes {
+		r, err := runSize(ctx, o, n)
+		if err != nil {
+			stop()
+			fatal(fmt.Errorf("%d pods: %w", n, err))
+		}
+		results = append(results, r)
+		printResult(r)
+	}
+	printTable(results)
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("invalid number %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+var began = time.Now()
+
+// progress prints a timestamped line to stderr.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%7s] %s\n", time.Since(began).Round(time.Second), fmt.Sprintf(format, args...))
+}
+
+func runSize(parent context.Context, o options, pods int) (_ *result, err error) {
+	ctx, cancel := context.WithTimeout(parent, 60*time.Minute)
+	defer cancel()
+	ns := max(pods/o.podsPerNS, 1)
+	r := &result{pods: pods, namespaces: ns, deployments: max(pods/o.replicas, 1), inspect: map[int]time.Duration{}, inspectErr: map[int]string{}}
+	replicas := int32(pods / r.deployments)
+	progress("%d pods: starting a cluster with %d kwok nodes", pods, pods/1000+2)
+	start := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: pods/1000 + 2, NodePods: 1100})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		progress("%d pods: stopping the cluster", pods)
+		if stopErr := c.Stop(); stopErr != nil && err == nil {
+			err = stopErr
+		}
+	}()
+	kube := c.Kube()
+	p, err := pki.Install(ctx, kube, c.CertManager(), pki.Options{})
+	if err != nil {
+		return nil, err
+	}
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ApplyCRDs(ctx, filepath.Join(root, "manifests", "crds")); err != nil {
+		return nil, err
+	}
+	tars, err := client.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return nil, err
+	}
+
+	op, err := startOperator(o.operatorBin, c.Kubeconfig(), filepath.Join(o.logDir, fmt.Sprintf("operator-%d.log", pods)), o.operatorArgs...)
+	if err != nil {
+		return nil, err
+	}
+	defer op.stop()
+
+	mesh, err := meshsim.Start(ctx, meshsim.Config{
+		RESTConfig:         c.RESTConfig(),
+		VolumeRefreshDelay: meshsim.Never, // the injector sees a new bundle only when restarted
+		Registerer:         prometheus.NewRegistry(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer mesh.Stop()
+
+	w := newWorld()
+	wctx, stopWorld := context.WithCancel(ctx)
+	defer stopWorld()
+	w.run(wctx, kube, tars, mesh, steps.DefaultConfig())
+	if _, err := w.waitStep(ctx, steps.StepDetectAnchorRotation); err != nil {
+		return nil, fmt.Errorf("waiting for the operator's bootstrap: %w", err)
+	}
+	if err := meshsim.InstallControlPlane(ctx, kube, meshsim.ControlPlaneOptions{}); err != nil {
+		return nil, err
+	}
+	if err := meshsim.WaitForRollouts(ctx, kube, mesh.ControlPlane()); err != nil {
+		return nil, err
+	}
+	progress("%d pods: creating %d Deployments × %d replicas in %d namespaces", pods, r.deployments, replicas, ns)
+	apps, err := meshsim.CreateMeshedWorkloads(ctx, kube, meshsim.WorkloadSpec{
+		Prefix: "app", Namespaces: ns, Deployments: r.deployments, Replicas: replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := waitQuiet(ctx, w, mesh, pods+3, func(s string) { progress("%d pods: %s", pods, s) }); err != nil {
+		return nil, err
+	}
+	r.bedReady = time.Since(start)
+	progress("%d pods: bed ready in %s", pods, r.bedReady.Round(time.Second))
+	if op.exited() {
+		return nil, errors.New("the operator exited; see " + op.logPath)
+	}
+	if _, err := w.waitPhase(ctx, v1alpha1.PhaseSynced); err != nil {
+		return nil, err
+	}
+
+	// Steady state: the operator synced and every pod converged; count a window of requests.
+	r.rssSynced = procStatus(op.pid(), "VmRSS")
+	progress("%d pods: counting the operator's requests in steady state for %s", pods, o.steady)
+	before, err := op.apiRequests(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cpu0 := procCPU(op.pid())
+	window := time.Now()
+	timer := time.NewTimer(o.steady)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-timer.C:
+	}
+	after, err := op.apiRequests(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.steadyWindow = time.Since(window)
+	r.steady = after.minus(before).scaled(float64(time.Minute) / float64(r.steadyWindow))
+	r.cpuSteady = procCPU(op.pid()) - cpu0
+
+	progress("%d pods: rotating the trust anchor", pods)
+	cpu1 := procCPU(op.pid())
+	if err := rotate(ctx, w, c, p, mesh, apps, r); err != nil {
+		return nil, fmt.Errorf("rotation: %w (operator log: %s)", err, op.logPath)
+	}
+	final, err := op.apiRequests(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.rotation = final.minus(after)
+	r.cpuRotation = procCPU(op.pid()) - cpu1
+	r.cpu = procCPU(op.pid())
+	r.rssPeak = procStatus(op.pid(), "VmHWM")
+	if heap, err := op.get(ctx, "/debug/pprof/heap"); err == nil {
+		_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-heap-%d.pprof", pods)), heap, 0o644)
+	}
+
+	for _, n := range o.concurrency {
+		progress("%d pods: linkerd trust inspect --concurrency %d", pods, n)
+		began := time.Now()
+		cmd := exec.CommandContext(ctx, o.cliBin, "inspect", "--kubeconfig", c.Kubeconfig(), "--concurrency", strconv.Itoa(n), "--output", "json")
+		out, err := cmd.CombinedOutput()
+		r.inspect[n] = time.Since(began)
+		if err != nil {
+			r.inspectErr[n] = fmt.Sprintf("%v: %s", err, lastLine(string(out)))
+		}
+	}
+	return r, nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// waitQuiet waits until every Deployment rolled out, no meshed pod terminates and all want
+// proxies hold a certificate, printing progress every 15 seconds.
+func waitQuiet(ctx context.Context, w *world, mesh *meshsim.Mesh, want int, say func(string)) error {
+	tick := time.NewTicker(15 * time.Second)
+	defer tick.Stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- mesh.Oracle().WaitFor(ctx, func(s meshsim.OracleStatus) bool {
+			return s.Pods >= want && s.PodsWithoutCertificate == 0
+		})
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+			_, err = w.waitFor(ctx, func() bool { return len(w.incomplete) == 0 && len(w.terminating) == 0 })
+			return err
+		case <-tick.C:
+			s := mesh.Oracle().Status()
+			w.mu.Lock()
+			say(fmt.Sprintf("%d of %d proxies up, %d without certificate, %d rollouts in progress", s.Pods, want, s.PodsWithoutCertificate, len(w.incomplete)))
+			w.mu.Unlock()
+		}
+	}
+}
+
+// rotate performs one rotation as the user guide's user does, acting as soon as the status
+// asks for it, and records its wall time, busy time and phase transitions in r.
+func rotate(ctx context.Context, w *world, c *cluster.Cluster, p *pki.PKI, mesh *meshsim.Mesh, apps []meshsim.Workload, r *result) error {
+	cfg := steps.DefaultConfig()
+	w.reset()
+	start := time.Now()
+	renew := func(ns, name string) error {
+		w.mu.Lock()
+		old := w.secrets[ns+"/"+name]
+		w.setBusyLocked("cert-manager", true)
+		w.mu.Unlock()
+		if err := pki.Renew(ctx, c.CertManager(), ns, name); err != nil {
+			return err
+		}
+		_, err := w.waitFor(ctx, func() bool { return string(w.secrets[ns+"/"+name]) != string(old) })
+		w.setBusy("cert-manager", false)
+		return err
+	}
+	restart := func() error {
+		progress("  restarting %d Deployments", len(apps))
+		w.setBusy("user", true)
+		defer w.setBusy("user", false)
+		return restartAll(ctx, mesh, apps)
+	}
+	wait := func(phase v1alpha1.Phase) error {
+		progress("  waiting for phase %s", phase)
+		_, err := w.waitPhase(ctx, phase)
+		return err
+	}
+
+	if err := renew(cfg.CertManagerNamespace, cfg.AnchorSecret); err != nil {
+		return err
+	}
+	if err := wait(v1alpha1.PhasePropagatingTrustRoots); err != nil {
+		return err
+	}
+	if err := restart(); err != nil {
+		return err
+	}
+	if err := wait(v1alpha1.PhaseWaitingForIdentityRotation); err != nil {
+		return err
+	}
+	if err := renew(cfg.LinkerdNamespace, cfg.IssuerSecret); err != nil {
+		return err
+	}
+	// As the guide's user (and the end-to-end test) does: restart the workloads once the
+	// control plane presents certificates from the new issuer; workloads restarted earlier may
+	// get theirs from the identity pod still running on the old issuer.
+	progress("  waiting for step %s and the control plane on the new issuer", steps.StepRenewWorkloadCertificates)
+	if _, err := w.waitFor(ctx, func() bool {
+		wc := w.status.WorkloadCertificates
+		return w.step == steps.StepRenewWorkloadCertificates && wc != nil && wc.ConvergedPods >= 3
+	}); err != nil {
+		return err
+	}
+	if err := restart(); err != nil {
+		return err
+	}
+	if err := wait(v1alpha1.PhaseRemovingOldTrustRoots); err != nil {
+		return err
+	}
+	if err := restart(); err != nil {
+		return err
+	}
+	if err := wait(v1alpha1.PhaseSynced); err != nil {
+		return err
+	}
+	r.wall = time.Since(start)
+	r.busy = w.busyFor()
+	r.latencies = w.takeTransitions()
+	_ = p
+	return nil
+}
+
+// restartAll restarts every workload as `kubectl rollout restart` does, 20 at a time, without
+// waiting for the rollouts (the world tracks them).
+func restartAll(ctx context.Context, mesh *meshsim.Mesh, apps []meshsim.Workload) error {
+	work := make(chan meshsim.Workload)
+	errs := make(chan error, len(apps))
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for a := range work {
+				if err := mesh.RolloutRestart(ctx, a); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for _, a := range apps {
+		work <- a
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	return <-errs // nil when none failed
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	// Nearest rank: with few samples p99 is the maximum.
+	i := int(float64(len(s))*p+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func latencies(ts []transition) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		out[i] = t.latency
+	}
+	return out
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func printResult(r *result) {
+	fmt.Printf("\n== %d meshed pods in %d namespaces (%d Deployments; + 3 control-plane pods); bed ready in %s\n",
+		r.pods, r.namespaces, r.deployments, r.bedReady.Round(time.Second))
+	for _, t := range r.latencies {
+		fmt.Printf("  %-28s -> %-28s reaction %s\n", t.from, t.to, ms(t.latency))
+	}
+	ls := latencies(r.latencies)
+	fmt.Printf("  reaction latency p50/p99/max: %s / %s / %s (%d phase changes)\n", ms(percentile(ls, .5)), ms(percentile(ls, .99)), ms(percentile(ls, 1)), len(ls))
+	added := r.wall - r.busy
+	fmt.Printf("  rotation wall %s, world busy %s, operator-added %s (%.2f %%)\n", r.wall.Round(time.Millisecond), r.busy.Round(time.Millisecond),
+		added.Round(time.Millisecond), 100*float64(added)/float64(r.wall))
+	fmt.Printf("  operator RSS after sync %s, peak (VmHWM) %s; CPU %.1fs total, %.2fs per steady minute, %.1fs during the rotation\n",
+		mib(r.rssSynced), mib(r.rssPeak), r.cpu.Seconds(), r.cpuSteady.Seconds()*float64(time.Minute)/float64(r.steadyWindow), r.cpuRotation.Seconds())
+	fmt.Printf("  apiserver requests per minute, steady state (%s window): %s\n", r.steadyWindow.Round(time.Second), r.steady)
+	fmt.Printf("  apiserver requests during the rotation: %s\n", r.rotation)
+	for _, n := range sortedKeys(r.inspect) {
+		fmt.Printf("  linkerd trust inspect --concurrency %-4d %s%s\n", n, r.inspect[n].Round(10*time.Millisecond), errNote(r.inspectErr[n]))
+	}
+}
+
+func errNote(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (failed: " + s + ")"
+}
+
+func sortedKeys(m map[int]time.Duration) []int {
+	var ks []int
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Ints(ks)
+	return ks
+}
+
+// printTable prints the figures of every size as one Markdown table (docs/performance.md).
+func printTable(rs []*result) {
+	fmt.Println()
+	head := "| figure | target |"
+	sep := "|---|---|"
+	for _, r := range rs {
+		head += fmt.Sprintf(" %d pods / %d ns |", r.pods, r.namespaces)
+		sep += "---|"
+	}
+	fmt.Println(head)
+	fmt.Println(sep)
+	row := func(name, target string, f func(r *result) string) {
+		line := "| " + name + " | " + target + " |"
+		for _, r := range rs {
+			line += " " + f(r) + " |"
+		}
+		fmt.Println(line)
+	}
+	row("reaction latency p50 / p99 / max", "p99 ≤ 1 s", func(r *result) string {
+		ls := latencies(r.latencies)
+		return fmt.Sprintf("%s / %s / %s", ms(percentile(ls, .5)), ms(percentile(ls, .99)), ms(percentile(ls, 1)))
+	})
+	row("rotation wall time", "", func(r *result) string { return r.wall.Round(100 * time.Millisecond).String() })
+	row("operator-added time (share)", "< 1 %", func(r *result) string {
+		added := r.wall - r.busy
+		return fmt.Sprintf("%s (%.2f %%)", added.Round(10*time.Millisecond), 100*float64(added)/float64(r.wall))
+	})
+	row("operator peak RSS (VmHWM)", "≤ 64 MiB at 10k", func(r *result) string { return mib(r.rssPeak) })
+	row("operator CPU: steady per minute / rotation / total", "", func(r *result) string {
+		return fmt.Sprintf("%.2fs / %.1fs / %.1fs", r.cpuSteady.Seconds()*float64(time.Minute)/float64(r.steadyWindow), r.cpuRotation.Seconds(), r.cpu.Seconds())
+	})
+	row("LIST per minute, steady state", "0", func(r *result) string { return trimFloat(r.steady.verb("list")) })
+	row("requests per minute, steady state", "", func(r *result) string { return r.steady.String() })
+	row("requests during the rotation", "", func(r *result) string { return r.rotation.String() })
+	for _, n := range sortedKeys(rs[0].inspect) {
+		target := ""
+		if n == 50 {
+			target = "≤ 10 s at 10k"
+		}
+		row(fmt.Sprintf("`linkerd trust inspect --concurrency %d`", n), target, func(r *result) string {
+			return r.inspect[n].Round(10*time.Millisecond).String() + errNote(r.inspectErr[n])
+		})
+	}
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// operator is the trust-rotation-operator binary running as a process of its own, as in a
+// cluster, so that its RSS and CPU are its own.
+type operator struct {
+	cmd       *exec.Cmd
+	done      chan struct{}
+	adminAddr string
+	logPath   string
+}
+
+func startOperator(bin, kubeconfig, logPath string, extra ...string) (*operator, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--kubeconfig", kubeconfig, "--admin-addr", addr, "--leader-election-namespace", "linkerd",
+		"--count-api-requests", "--pprof"}, extra...)
+	o := &operator{cmd: exec.Command(bin, args...), done: make(chan struct{}), adminAddr: addr, logPath: logPath}
+	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
+	if err := o.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	go func() {
+		_ = o.cmd.Wait()
+		logFile.Close()
+		close(o.done)
+	}()
+	return o, nil
+}
+
+func (o *operator) pid() int { return o.cmd.Process.Pid }
+
+// stop sends SIGTERM to the operator's PID and waits for it to exit (SIGKILL after 10s).
+func (o *operator) stop() {
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-o.done:
+	case <-time.After(10 * time.Second):
+		_ = o.cmd.Process.Kill()
+		<-o.done
+	}
+}
+
+func (o *operator) exited() bool {
+	select {
+	case <-o.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (o *operator) get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.adminAddr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
+}
+
+// requests are the operator's apiserver requests by "verb resource".
+type requests map[string]float64
+
+// apiRequests scrapes trust_rotation_apiserver_requests_total from /metrics.
+func (o *operator) apiRequests(ctx context.Context) (requests, error) {
+	body, err := o.get(ctx, "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := requests{}
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, "trust_rotation_apiserver_requests_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		var verb, resource string
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			v = strings.Trim(v, `"`)
+			switch k {
+			case "verb":
+				verb = v
+			case "resource":
+				resource = v
+			}
+		}
+		n, _ := strconv.ParseFloat(value, 64)
+		out[verb+" "+resource] = n
+	}
+	return out, sc.Err()
+}
+
+func (r requests) minus(before requests) requests {
+	out := requests{}
+	for k, v := range r {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func (r requests) scaled(f float64) requests {
+	out := requests{}
+	for k, v := range r {
+		out[k] = v * f
+	}
+	return out
+}
+
+func (r requests) verb(verb string) float64 {
+	var n float64
+	for k, v := range r {
+		if strings.HasPrefix(k, verb+" ") {
+			n += v
+		}
+	}
+	return n
+}
+
+// String lists the counts as "verb resource=n", sorted by verb then resource.
+func (r requests) String() string {
+	keys := make([]string, 0, len(r))
+	for k := range r {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%s", k, trimFloat(r[k])))
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func trimFloat(f float64) string {
+	if f == float64(int64(f)) {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64)
+}
+
+// procStatus reads a kB field of /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) int64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
+
+// procCPU is the user + system CPU time of a process, from /proc/<pid>/stat (utime, stime).
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields after its closing parenthesis are fixed.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
