@@ -115,7 +115,10 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 			return kube.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}, &corev1.Pod{}, 0, cache.Indexers{})
-	must(c.pods.SetTransform(observe.TransformPod))
+	// Cache each pod as the few fields the rotation reads (observe.CachedPod), shared with the
+	// PodIndex: a stripped corev1.Pod still weighs kilobytes, and at 10,000 pods it was most of
+	// the operator's memory.
+	must(c.pods.SetTransform(observe.PodCacheTransform(cfg)))
 	c.rotation = cache.NewSharedIndexInformer(
 		tars.ListWatch(fields.OneTermEqualSelector("metadata.name", opts.RotationName)),
 		&v1alpha1.TrustAnchorRotation{}, 0, cache.Indexers{})
@@ -134,15 +137,14 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 		}
 	}
 	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.index.Upsert(observe.SlimPod(cfg, obj.(*corev1.Pod))) },
-		UpdateFunc: func(_, obj any) { c.index.Upsert(observe.SlimPod(cfg, obj.(*corev1.Pod))) },
+		AddFunc:    func(obj any) { c.index.Upsert(obj.(*observe.CachedPod).Pod) },
+		UpdateFunc: func(_, obj any) { c.index.Upsert(obj.(*observe.CachedPod).Pod) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				c.index.Delete(t.Key)
 				return
 			}
-			pod := obj.(*corev1.Pod)
-			c.index.Delete(pod.Namespace + "/" + pod.Name)
+			c.index.Delete(obj.(*observe.CachedPod).Pod.Key())
 		},
 	}); err != nil {
 		return nil, err
