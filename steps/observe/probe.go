@@ -99,12 +99,20 @@ type CertTracker struct {
 	ok      map[string]bool         // pods converged on the active issuer
 }
 
-// Backoff of probes of a pod that has not converged.
+// Backoff of probes of a pod that has not converged. A probe that fails (the proxy has no
+// certificate yet, or does not answer yet) is retried soon: a new pod gets its certificate within
+// a second or so of starting, and while urgent the rotation waits on exactly that, so the urgent
+// cap bounds how late the last pod's convergence is seen. A proxy that answers with another
+// issuer's certificate changes only when it refreshes it (minutes) or is restarted (a new pod,
+// probed as it starts): re-probing it every few seconds was thousands of TLS handshakes a second
+// at 10,000 pods for nothing, so it backs off from a second to half a minute.
 const (
-	probeBaseDelay   = 250 * time.Millisecond
-	probeUrgentCap   = 3 * time.Second
-	probeRelaxedCap  = 5 * time.Minute
-	defaultProbeTime = 5 * time.Second
+	probeBaseDelay      = 100 * time.Millisecond
+	probeUrgentCap      = time.Second
+	probeOtherBase      = time.Second
+	probeOtherUrgentCap = 30 * time.Second
+	probeRelaxedCap     = 5 * time.Minute
+	defaultProbeTime    = 5 * time.Second
 )
 
 // NewCertTracker returns a tracker over the index's pods. notify is called after a probe
@@ -267,6 +275,9 @@ func (t *CertTracker) probeNext(ctx context.Context) bool {
 				limit = probeUrgentCap
 			}
 			delay := probeBaseDelay << min(r.failures, 16)
+			if err == nil {
+				delay, limit = probeOtherBase<<min(r.failures-1, 16), probeOtherUrgentCap // only while urgent
+			}
 			t.queue.AddAfter(key, min(delay, limit))
 		}
 	}
