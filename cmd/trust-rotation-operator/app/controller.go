@@ -77,6 +77,11 @@ type Controller struct {
 	// it replaced: until the informer catches up, the cache still shows that one.
 	latest   *v1alpha1.TrustAnchorRotation
 	replaced string
+
+	// lastStatusWrite is when the status was last written; progressTimer reconciles again when
+	// a progress-only change was held back (holdProgress).
+	lastStatusWrite time.Time
+	progressTimer   *time.Timer
 }
 
 // New wires a controller; Run starts it.
@@ -322,7 +327,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	}
 
 	status := steps.Project(base.Status, tar.Spec, tar.Generation, s, res, now)
-	if !equality.Semantic.DeepEqual(status, base.Status) {
+	if !equality.Semantic.DeepEqual(status, base.Status) && !c.holdProgress(&base.Status, &status) {
 		obj := base.DeepCopy()
 		obj.Status = status
 		if _, err := c.write(ctx, obj); err != nil {
@@ -331,6 +336,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 			}
 			return res.Acted, err
 		}
+		c.lastStatusWrite = time.Now()
 	}
 	c.metrics.Observe(&status)
 	if status.Phase != base.Status.Phase {

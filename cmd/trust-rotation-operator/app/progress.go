@@ -1,0 +1,58 @@
+package app
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// progressWriteInterval is the least time between two status writes that only report progress
+// (pod counts and the blocking message that names them). While thousands of pods roll, the counts
+// change on nearly every pod event: writing each change was ~13 status writes a second at 1,000
+// pods, each also a watch event back into the operator and a reconcile. Phase, checkpoint,
+// condition and convergence-completed changes are written at once: what reacts to them waits on
+// nothing but this write.
+const progressWriteInterval = 500 * time.Millisecond
+
+// holdProgress reports whether the change from prev to next only reports progress and comes
+// sooner than progressWriteInterval after the last status write; it then arranges a reconcile
+// for when the interval has passed, which writes the latest progress.
+func (c *Controller) holdProgress(prev, next *v1alpha1.TrustAnchorRotationStatus) bool {
+	if !progressOnly(prev, next) {
+		return false
+	}
+	wait := progressWriteInterval - time.Since(c.lastStatusWrite)
+	if wait <= 0 {
+		return false
+	}
+	if c.progressTimer == nil {
+		c.progressTimer = time.AfterFunc(wait, c.poke)
+	} else {
+		c.progressTimer.Reset(wait)
+	}
+	return true
+}
+
+// progressOnly reports whether two statuses differ only in convergence counts and in a blocking
+// message that is there in both.
+func progressOnly(prev, next *v1alpha1.TrustAnchorRotationStatus) bool {
+	if (prev.BlockingMessage == "") != (next.BlockingMessage == "") ||
+		convergedOf(prev.TrustBundle) != convergedOf(next.TrustBundle) ||
+		convergedOf(prev.WorkloadCertificates) != convergedOf(next.WorkloadCertificates) {
+		return false
+	}
+	a, b := prev.DeepCopy(), next.DeepCopy()
+	for _, s := range []*v1alpha1.TrustAnchorRotationStatus{a, b} {
+		s.TrustBundle, s.WorkloadCertificates, s.BlockingMessage = nil, nil, ""
+	}
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+func convergedOf(c *v1alpha1.ConvergenceStatus) v1alpha1.ConvergenceState {
+	if c == nil {
+		return ""
+	}
+	return c.Status
+}
