@@ -218,7 +218,13 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	if op.exited() {
 		return nil, errors.New("the operator exited; see " + op.logPath)
 	}
-	if _, err := w.waitPhase(ctx, v1alpha1.PhaseSynced); err != nil {
+	// "After sync": the operator reports every pod converged, both on the bundle and (having
+	// probed them) on the issuer.
+	progress("%d pods: waiting for the operator to report every pod converged", pods)
+	if _, err := w.waitFor(ctx, func() bool {
+		st := w.status
+		return st.Phase == v1alpha1.PhaseSynced && convergedAll(st.TrustBundle) && convergedAll(st.WorkloadCertificates)
+	}); err != nil {
 		return nil, err
 	}
 
@@ -247,6 +253,11 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 
 	progress("%d pods: rotating the trust anchor", pods)
 	cpu1 := procCPU(op.pid())
+	go func() { // a CPU profile of the rotation's first minute, for pprof
+		if prof, err := op.get(ctx, "/debug/pprof/profile?seconds=60"); err == nil {
+			_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-cpu-%d.pprof", pods)), prof, 0o644)
+		}
+	}()
 	if err := rotate(ctx, w, c, p, mesh, apps, r); err != nil {
 		return nil, fmt.Errorf("rotation: %w (operator log: %s)", err, op.logPath)
 	}
@@ -273,6 +284,10 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 		}
 	}
 	return r, nil
+}
+
+func convergedAll(c *v1alpha1.ConvergenceStatus) bool {
+	return c != nil && c.Status == v1alpha1.Converged
 }
 
 func lastLine(s string) string {
