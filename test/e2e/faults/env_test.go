@@ -358,16 +358,30 @@ type restarter interface{ ensure() bool }
 
 func drive(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) {
 	t.Helper()
+	if err := driveErr(t, e, sup, o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// driveErr is drive returning the error of a rotation that did not finish in time.
+func driveErr(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) error {
+	t.Helper()
 	if o.timeout == 0 {
 		o.timeout = 4 * time.Minute
 	}
+	// Every wait of the rotation, the workload restarts' included, ends with the rotation's time.
+	ctx, cancel := context.WithTimeout(e.Ctx, o.timeout)
+	defer cancel()
+	ec := *e
+	ec.Ctx = ctx
+	e = &ec
 	e.Renew("cert-manager", "linkerd-trust-anchor")
 	if o.earlyIssuer {
 		e.Renew("linkerd", "linkerd-identity-issuer")
 	}
 	did := map[string]bool{}
 	started := false
-	err := poll.Until(e.Ctx, o.timeout, "the rotation to finish", func(ctx context.Context) (bool, error) {
+	return poll.Until(e.Ctx, o.timeout, "the rotation to finish", func(ctx context.Context) (bool, error) {
 		sup.ensure()
 		tar, err := e.TARs.Get(ctx, rotationName)
 		if err != nil {
@@ -407,9 +421,6 @@ func drive(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) {
 		}
 		return false, poll.Pending("phase %s, step %s: %q", tar.Status.Phase, step, tar.Status.BlockingMessage)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // checkOracle fails the test when the oracle saw an mTLS violation since start.
