@@ -49,6 +49,11 @@ type Config struct {
 	DestinationDeploy    string
 	ProxyInjectorDeploy  string
 	TrustDomain          string
+	// AnchorCertificate and IssuerCertificate are the cert-manager Certificates of the trust
+	// anchor (in the cert-manager namespace) and of the identity issuer (in the Linkerd
+	// namespace): `linkerd trust rotate` renews the first, spec.identityIssuerRenewal the second.
+	AnchorCertificate string
+	IssuerCertificate string
 }
 
 // DefaultConfig returns Linkerd's default names.
@@ -64,6 +69,8 @@ func DefaultConfig() Config {
 		DestinationDeploy:    "linkerd-destination",
 		ProxyInjectorDeploy:  "linkerd-proxy-injector",
 		TrustDomain:          DefaultTrustDomain,
+		AnchorCertificate:    DefaultAnchorSecret,
+		IssuerCertificate:    DefaultIssuerSecret,
 	}
 }
 
@@ -80,6 +87,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DestinationDeploy, "destination-deployment", c.DestinationDeploy, "Deployment of the Linkerd destination controller")
 	fs.StringVar(&c.ProxyInjectorDeploy, "proxy-injector-deployment", c.ProxyInjectorDeploy, "Deployment of the Linkerd proxy injector")
 	fs.StringVar(&c.TrustDomain, "identity-trust-domain", c.TrustDomain, "Linkerd's identity trust domain")
+	fs.StringVar(&c.AnchorCertificate, "trust-anchor-certificate", c.AnchorCertificate, "cert-manager Certificate (in the cert-manager namespace) of the trust anchor")
+	fs.StringVar(&c.IssuerCertificate, "identity-issuer-certificate", c.IssuerCertificate, "cert-manager Certificate (in the Linkerd namespace) of the identity issuer")
 }
 
 // Validate says which name is empty, if any.
@@ -90,6 +99,7 @@ func (c Config) Validate() error {
 		"identity-issuer-secret": c.IssuerSecret, "trust-roots-configmap": c.TrustRootsConfigMap,
 		"identity-deployment": c.IdentityDeployment, "destination-deployment": c.DestinationDeploy,
 		"proxy-injector-deployment": c.ProxyInjectorDeploy, "identity-trust-domain": c.TrustDomain,
+		"trust-anchor-certificate": c.AnchorCertificate, "identity-issuer-certificate": c.IssuerCertificate,
 	} {
 		if v == "" {
 			return fmt.Errorf("--%s must not be empty", flag)

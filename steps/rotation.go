@@ -24,6 +24,18 @@ type Writer interface {
 	// DeletePods deletes the named pods (a pod already gone is fine), for their controller to
 	// replace them all at once rather than one by one.
 	DeletePods(ctx context.Context, namespace string, names []string) error
+	// RestartWorkload restarts a Deployment, StatefulSet or DaemonSet as `kubectl rollout
+	// restart` does (pod-template restartedAt = token) and, in the same patch, sets the given
+	// pod-template annotations (a nil value removes one). A no-op when already so.
+	RestartWorkload(ctx context.Context, w WorkloadRef, token string, annotations map[string]*string) error
+	// AnnotateWorkload sets annotations on a workload's own metadata (no rollout).
+	AnnotateWorkload(ctx context.Context, w WorkloadRef, annotations map[string]string) error
+	// EvictPods evicts pods through the Eviction API (policy/v1). A pod a PodDisruptionBudget
+	// does not let go now (429) is skipped, and a pod already gone is fine: neither is an error.
+	EvictPods(ctx context.Context, namespace string, names []string) error
+	// RenewCertificate triggers the re-issuance of a cert-manager Certificate as `cmctl renew`
+	// does: condition Issuing=True, reason ManuallyTriggered, through the status subresource.
+	RenewCertificate(ctx context.Context, namespace, name string) error
 }
 
 // Step names: public API (checkpoints, plans, events). Never rename one.
@@ -78,7 +90,7 @@ func Rotation(w Writer) []workflow.Step[*State] {
 		{
 			Name: StepPropagateTrustRoots, Phase: p(v1alpha1.PhasePropagatingTrustRoots),
 			Doc:     "Wait until every meshed pod was injected with the expanded bundle (restart your workloads).",
-			Observe: observePropagated("expanded"),
+			Observe: observeBundleRestarts(propagate, "expanded"), Act: actRestarts(w, propagate), Describe: describeRestarts(propagate),
 		},
 		{
 			Name: StepRestartIdentity, Phase: p(v1alpha1.PhasePropagatingTrustRoots),
@@ -88,7 +100,7 @@ func Rotation(w Writer) []workflow.Step[*State] {
 		{
 			Name: StepWaitForIdentityIssuer, Phase: p(v1alpha1.PhaseWaitingForIdentityRotation),
 			Doc:     "Wait for the identity issuer to be renewed onto the new anchor (cmctl renew -n linkerd linkerd-identity-issuer).",
-			Observe: observeIssuerOnNewAnchor,
+			Observe: observeIssuerRenewal, Act: actRenewIssuer(w), Describe: describeRenewIssuer, Token: issuerRenewalToken,
 		},
 		{
 			// Still WaitingForIdentityRotation: RenewingWorkloadCerts tells users to restart their
@@ -106,7 +118,7 @@ func Rotation(w Writer) []workflow.Step[*State] {
 		{
 			Name: StepRenewWorkloadCertificates, Phase: p(v1alpha1.PhaseRenewingWorkloadCerts),
 			Doc:     "Wait until every meshed pod presents a certificate signed by the new issuer (restart workloads, or let proxies refresh).",
-			Observe: observeCertificatesRenewed,
+			Observe: observeCertificateRestarts, Act: actRestarts(w, renew), Describe: describeRestarts(renew),
 		},
 		{
 			Name: StepRetirePreviousAnchor, Phase: p(v1alpha1.PhaseRefreshingControlPlane),
@@ -126,7 +138,7 @@ func Rotation(w Writer) []workflow.Step[*State] {
 		{
 			Name: StepRemoveOldTrustRoots, Phase: p(v1alpha1.PhaseRemovingOldTrustRoots),
 			Doc:     "Wait until every meshed pod was injected with the reduced bundle (restart your workloads).",
-			Observe: observePropagated("reduced"),
+			Observe: observeBundleRestarts(reduce, "reduced"), Act: actRestarts(w, reduce), Describe: describeRestarts(reduce),
 		},
 	}
 }

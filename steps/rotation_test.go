@@ -265,6 +265,8 @@ type fakeWriter struct {
 	s        *State
 	restarts map[string]int
 	deleted  []string
+	evicted  []string
+	renewed  []string
 }
 
 func (w *fakeWriter) WritePreviousAnchor(_ context.Context, c *x509.Certificate) error {

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 // State is a snapshot of everything the rotation steps decide on. It is plain data: the
@@ -31,6 +33,19 @@ type State struct {
 	TrustBundle Convergence
 	// Certificates counts meshed pods whose live certificate is signed by the issuer.
 	Certificates Convergence
+
+	// Spec is the TrustAnchorRotation's spec: the refresh interval and the automations.
+	Spec v1alpha1.TrustAnchorRotationSpec
+	// PhaseSince is when the rotation entered its current phase (status.lastPhaseTransitionTime),
+	// zero when unknown.
+	PhaseSince time.Time
+	// Workloads are the workloads owning meshed non-control-plane pods, by "namespace/Kind/name",
+	// with what automatic restarts need. nil when the operator has no view of them (automatic
+	// restarts off, or its caches not ready: WorkloadsProblem says why).
+	Workloads        map[string]*Workload
+	WorkloadsProblem string
+	// IssuerCertificate is the identity issuer's cert-manager Certificate, for automatic renewal.
+	IssuerCertificate IssuerCertificate
 }
 
 // Source is a certificate read from a Secret.

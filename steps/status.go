@@ -47,7 +47,9 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	st.ActiveIssuerFingerprint = s.Issuer.Fingerprint()
 	st.PreviousAnchorFingerprint = s.Previous.Fingerprint()
 	st.WorkloadCertificateRefreshInterval = nil
-	if phase == v1alpha1.PhaseRenewingWorkloadCerts {
+	// In effect while proxies renew onto the new issuer, and while the pod templates of
+	// automatically restarted workloads carry it (from their first restart to their last).
+	if phase == v1alpha1.PhaseRenewingWorkloadCerts || s.RefreshOverrides() > 0 {
 		st.WorkloadCertificateRefreshInterval = &metav1.Duration{Duration: RefreshInterval(spec)}
 	}
 	st.TrustBundle = convergenceStatus(s.TrustBundle)

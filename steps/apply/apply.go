@@ -8,9 +8,14 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,7 +32,10 @@ const FieldManager = "linkerd-trust-rotation"
 // exactly the operator's fields, so they are idempotent and leave other owners' fields alone.
 type KubeWriter struct {
 	Client kubernetes.Interface
-	Config steps.Config
+	// CertManager renews the identity issuer (spec.identityIssuerRenewal Automatic); may be nil
+	// otherwise.
+	CertManager cmclient.Interface
+	Config      steps.Config
 }
 
 var _ steps.Writer = (*KubeWriter)(nil)
@@ -144,4 +152,118 @@ func (r *Recorder) DeletePods(_ context.Context, namespace string, names []strin
 
 func (r *Recorder) RestartDeployment(_ context.Context, namespace, name, token string) error {
 	return r.record(Write{"restart", "Deployment", namespace, name, "restartedAt " + token})
+}
+
+// workloadPatch merge-patches a Deployment, StatefulSet or DaemonSet.
+func (w *KubeWriter) workloadPatch(ctx context.Context, ref steps.WorkloadRef, patch []byte) error {
+	var err error
+	apps := w.Client.AppsV1()
+	switch ref.Kind {
+	case "Deployment":
+		_, err = apps.Deployments(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, patch, patchOptions())
+	case "StatefulSet":
+		_, err = apps.StatefulSets(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, patch, patchOptions())
+	case "DaemonSet":
+		_, err = apps.DaemonSets(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, patch, patchOptions())
+	default:
+		return fmt.Errorf("cannot restart %s: not a Deployment, StatefulSet or DaemonSet", ref)
+	}
+	if err != nil {
+		return fmt.Errorf("patching %s: %w", ref, err)
+	}
+	return nil
+}
+
+// RestartWorkload merge-patches the pod-template annotations: restartedAt = token, as `kubectl
+// rollout restart` does, and the given ones (null removes an annotation). With the same token
+// and annotations it changes nothing and starts no rollout.
+func (w *KubeWriter) RestartWorkload(ctx context.Context, ref steps.WorkloadRef, token string, annotations map[string]*string) error {
+	ann := map[string]any{steps.RestartedAtAnnotation: token}
+	for k, v := range annotations {
+		if v == nil {
+			ann[k] = nil
+		} else {
+			ann[k] = *v
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": ann}}}})
+	if err != nil {
+		return err
+	}
+	return w.workloadPatch(ctx, ref, patch)
+}
+
+// AnnotateWorkload merge-patches the workload's own annotations.
+func (w *KubeWriter) AnnotateWorkload(ctx context.Context, ref steps.WorkloadRef, annotations map[string]string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return err
+	}
+	return w.workloadPatch(ctx, ref, patch)
+}
+
+// EvictPods evicts each pod through the Eviction API. A PodDisruptionBudget that does not allow
+// the eviction now answers 429: the pod is skipped, the step sees the budget and waits.
+func (w *KubeWriter) EvictPods(ctx context.Context, namespace string, names []string) error {
+	for _, name := range names {
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+		err := w.Client.PolicyV1().Evictions(namespace).Evict(ctx, ev)
+		switch {
+		case err == nil, apierrors.IsNotFound(err), apierrors.IsTooManyRequests(err):
+		default:
+			return fmt.Errorf("evicting Pod %s/%s: %w", namespace, name, err)
+		}
+	}
+	return nil
+}
+
+// RenewCertificate sets the Certificate's Issuing condition as `cmctl renew` does (cert-manager
+// cmctl pkg/renew): Issuing=True, reason ManuallyTriggered, message "Certificate re-issuance
+// manually triggered", through the status subresource; cert-manager then re-issues it.
+func (w *KubeWriter) RenewCertificate(ctx context.Context, namespace, name string) error {
+	if w.CertManager == nil {
+		return fmt.Errorf("renewing Certificate %s/%s: no cert-manager client", namespace, name)
+	}
+	return RenewCertificate(ctx, w.CertManager, namespace, name)
+}
+
+// Recorder's versions of the automation writes.
+
+func (r *Recorder) RestartWorkload(_ context.Context, ref steps.WorkloadRef, token string, annotations map[string]*string) error {
+	detail := "restartedAt " + token
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if annotations[k] == nil {
+			detail += ", remove " + k
+		} else {
+			detail += ", set " + k
+		}
+	}
+	return r.record(Write{"restart", ref.Kind, ref.Namespace, ref.Name, detail})
+}
+
+func (r *Recorder) AnnotateWorkload(_ context.Context, ref steps.WorkloadRef, annotations map[string]string) error {
+	keys := make([]string, 0, len(annotations))
+	for k, v := range annotations {
+		keys = append(keys, k+"="+v)
+	}
+	sort.Strings(keys)
+	return r.record(Write{"annotate", ref.Kind, ref.Namespace, ref.Name, strings.Join(keys, ", ")})
+}
+
+func (r *Recorder) EvictPods(_ context.Context, namespace string, names []string) error {
+	for _, n := range names {
+		if err := r.record(Write{"evict", "Pod", namespace, n, "Eviction API (respects PodDisruptionBudgets)"}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Recorder) RenewCertificate(_ context.Context, namespace, name string) error {
+	return r.record(Write{"renew", "Certificate", namespace, name, "Issuing=True, ManuallyTriggered"})
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +35,10 @@ type Pod struct {
 	Alive bool
 	// Running is true when the pod runs with an IP and its proxy can be probed.
 	Running bool
+	// Terminating is true once the pod is being deleted (deletionTimestamp set).
+	Terminating bool
+	// Created is the pod's creationTimestamp.
+	Created time.Time
 	IP      string
 	// AdminPort is the linkerd-proxy container's linkerd-admin port.
 	AdminPort int32
@@ -59,6 +64,8 @@ func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
 	_, p.ControlPlane = pod.Labels[steps.ControlPlaneComponentLabel]
 	p.Alive = pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 	p.Running = pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
+	p.Terminating = pod.DeletionTimestamp != nil
+	p.Created = pod.CreationTimestamp.Time
 	for _, c := range pod.Spec.Containers {
 		if c.Name != steps.ProxyContainerName {
 			continue
@@ -102,7 +109,7 @@ func TransformPod(obj any) (any, error) {
 	slim := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-			OwnerReferences: pod.OwnerReferences, DeletionTimestamp: pod.DeletionTimestamp,
+			OwnerReferences: pod.OwnerReferences, DeletionTimestamp: pod.DeletionTimestamp, CreationTimestamp: pod.CreationTimestamp,
 		},
 		Spec:   corev1.PodSpec{ServiceAccountName: pod.Spec.ServiceAccountName},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP},

@@ -67,9 +67,7 @@ func checkCommand(env *Env) *command {
 	fs.Var(&o.failWithin, "fail-within", "fail when the trust anchor expires within this duration (e.g. 7d); off when 0")
 	o.kube = addKubeFlags(fs)
 	fs.StringVar(&o.rootIssuer, "trust-root-issuer", "linkerd-trust-root-issuer", "cert-manager Issuer (in the cert-manager namespace) that signs the trust anchor")
-	fs.StringVar(&o.anchorCertificate, "trust-anchor-certificate", steps.DefaultAnchorSecret, "cert-manager Certificate (in the cert-manager namespace) of the trust anchor")
 	fs.StringVar(&o.identityClusterIssuer, "identity-cluster-issuer", "linkerd-identity-issuer", "cert-manager ClusterIssuer that signs the identity issuer")
-	fs.StringVar(&o.identityIssuerCert, "identity-issuer-certificate", steps.DefaultIssuerSecret, "cert-manager Certificate (in the Linkerd namespace) of the identity issuer")
 	fs.StringVar(&o.certManagerSelector, "cert-manager-controller-selector", CertManagerControllerSelector, "label selector of cert-manager's controller Deployment in the cert-manager namespace")
 	fs.StringVar(&o.operatorNamespace, "operator-namespace", "", "namespace of the trust-rotation operator (default: the Linkerd namespace)")
 	fs.StringVar(&o.operatorDeployment, "operator-deployment", DefaultOperatorDeployment, "Deployment of the trust-rotation operator")
@@ -112,6 +110,7 @@ linkerd-trust is a Linkerd extension that always runs its checks: "linkerd check
 		if err := o.kube.validate(); err != nil {
 			return err
 		}
+		o.anchorCertificate, o.identityIssuerCert = o.kube.Config.AnchorCertificate, o.kube.Config.IssuerCertificate
 		if o.wait <= 0 {
 			return usagef("--wait must be positive")
 		}

@@ -279,7 +279,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		if v.Status != stepDone && ps.Decision.Outcome == workflow.Act {
 			v.Changes = ps.Changes
 		}
-		if st.Act == nil {
+		if st.Act == nil || steps.WaitsForUser(st.Name) {
 			v.Manual = manualAction(st.Doc)
 			if v.Manual != "" && v.Status != stepDone {
 				p.ManualActions = append(p.ManualActions, fmt.Sprintf("%s (step %d, %s)", v.Manual, v.Index, v.Name))

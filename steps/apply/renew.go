@@ -1,0 +1,61 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+)
+
+// The condition `cmctl renew` sets (cert-manager/cmctl pkg/renew).
+const (
+	ReasonManuallyTriggered  = "ManuallyTriggered"
+	MessageManuallyTriggered = "Certificate re-issuance manually triggered"
+)
+
+// RenewCertificate triggers a re-issuance exactly as `cmctl renew` does: it sets, through the
+// status subresource, the condition Issuing=True with reason ManuallyTriggered. cmctl gives up on
+// a write conflict; this re-reads and retries, which ends in the same state. Setting the
+// condition again while it is already True changes nothing cert-manager acts on.
+func RenewCertificate(ctx context.Context, cm cmclient.Interface, namespace, name string) error {
+	certs := cm.CertmanagerV1().Certificates(namespace)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crt, err := certs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		SetIssuing(crt, metav1.Now())
+		_, err = certs.UpdateStatus(ctx, crt, metav1.UpdateOptions{FieldManager: FieldManager})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("triggering the renewal of Certificate %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// SetIssuing sets Issuing=True, ManuallyTriggered, on a Certificate the way cert-manager's
+// apiutil.SetCertificateCondition does: observedGeneration is the current generation, and
+// lastTransitionTime changes only when the status does.
+func SetIssuing(crt *cmapi.Certificate, now metav1.Time) {
+	cond := cmapi.CertificateCondition{
+		Type: cmapi.CertificateConditionIssuing, Status: cmmeta.ConditionTrue,
+		Reason: ReasonManuallyTriggered, Message: MessageManuallyTriggered,
+		LastTransitionTime: &now, ObservedGeneration: crt.Generation,
+	}
+	for i, c := range crt.Status.Conditions {
+		if c.Type != cond.Type {
+			continue
+		}
+		if c.Status == cond.Status {
+			cond.LastTransitionTime = c.LastTransitionTime
+		}
+		crt.Status.Conditions[i] = cond
+		return
+	}
+	crt.Status.Conditions = append(crt.Status.Conditions, cond)
+}

@@ -1,0 +1,330 @@
+package steps
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// The fake writer's automation writes (see fakeWriter in rotation_test.go).
+
+func (w *fakeWriter) RestartWorkload(_ context.Context, ref WorkloadRef, token string, ann map[string]*string) error {
+	w.restarts[ref.String()]++
+	if wl := w.s.Workloads[ref.String()]; wl != nil {
+		wl.RestartedAt, wl.RolledOut = token, false
+		if v, ok := ann[RefreshOverrideAnnotation]; ok {
+			wl.RefreshOverride = ""
+			if v != nil {
+				wl.RefreshOverride = *v
+			}
+		}
+		if v, ok := ann[AdditionalEnvAnnotation]; ok {
+			wl.AdditionalEnv = ""
+			if v != nil {
+				wl.AdditionalEnv = *v
+			}
+		}
+	}
+	return nil
+}
+
+func (w *fakeWriter) AnnotateWorkload(_ context.Context, ref WorkloadRef, ann map[string]string) error {
+	if wl := w.s.Workloads[ref.String()]; wl != nil {
+		wl.EvictedFor = ann[EvictedForAnnotation]
+	}
+	return nil
+}
+
+func (w *fakeWriter) EvictPods(_ context.Context, ns string, names []string) error {
+	w.evicted = append(w.evicted, names...)
+	return nil
+}
+
+func (w *fakeWriter) RenewCertificate(_ context.Context, ns, name string) error {
+	w.renewed = append(w.renewed, ns+"/"+name)
+	return nil
+}
+
+type workloadOpt func(*Workload)
+
+func restartedAt(token string, rolledOut bool) workloadOpt {
+	return func(w *Workload) { w.RestartedAt, w.RolledOut = token, rolledOut }
+}
+func behindPods(names ...string) workloadOpt { return func(w *Workload) { w.BundleBehind = names } }
+func notSelected() workloadOpt               { return func(w *Workload) { w.Selected = false } }
+func failed(why string) workloadOpt          { return func(w *Workload) { w.Failed = why } }
+func pdb(name string, allowed int32) workloadOpt {
+	return func(w *Workload) { w.PDB, w.DisruptionsAllowed = name, allowed }
+}
+func evictedFor(token string) workloadOpt { return func(w *Workload) { w.EvictedFor = token } }
+func override(marker string) workloadOpt  { return func(w *Workload) { w.RefreshOverride = marker } }
+
+// workload adds a restartable, selected, rolled-out workload with pods behind on the bundle.
+func workload(key string, opts ...workloadOpt) stateOpt {
+	return func(s *State) {
+		ref, _ := ParseWorkload(key)
+		w := &Workload{WorkloadRef: ref, Found: true, Selected: true, RolledOut: true, BundleBehind: []string{ref.Name + "-0"}}
+		for _, o := range opts {
+			o(w)
+		}
+		if s.Workloads == nil {
+			s.Workloads = map[string]*Workload{}
+		}
+		s.Workloads[key] = w
+	}
+}
+
+func automatic(mutate ...func(*v1alpha1.DataPlaneRestart)) stateOpt {
+	return func(s *State) {
+		s.Spec.DataPlaneRestart = v1alpha1.DataPlaneRestart{Policy: v1alpha1.Automatic, Method: v1alpha1.RolloutRestart, MaxConcurrent: 2, MaxConcurrentPerNamespace: 1}
+		for _, m := range mutate {
+			m(&s.Spec.DataPlaneRestart)
+		}
+		if s.Workloads == nil {
+			s.Workloads = map[string]*Workload{}
+		}
+	}
+}
+
+func at(t time.Time) stateOpt { return func(s *State) { s.Now = t } }
+
+func TestPropagateTrustRootsAutomatic(t *testing.T) {
+	p := newPKI(t)
+	monday10 := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC) // a Monday
+	cases := map[string]struct {
+		opts    []stateOpt
+		token   string
+		outcome workflow.Outcome
+		reason  string
+		// contains are substrings of the message.
+		contains []string
+	}{
+		"manual policy only names the workloads to restart": {
+			opts:    []stateOpt{bundlePods(0, 1, WorkloadCount{"a/Deployment/x", 1})},
+			outcome: workflow.Wait, reason: "TrustBundleConverging", contains: []string{"restart: a/Deployment/x"},
+		},
+		"a converged data plane is done": {
+			opts:    []stateOpt{automatic(), bundlePods(2, 2)},
+			outcome: workflow.Done, reason: "TrustBundleConverged",
+		},
+		"workloads behind are restarted within the per-namespace budget": {
+			opts:    []stateOpt{automatic(), bundlePods(0, 3), workload("a/Deployment/x"), workload("a/Deployment/y"), workload("b/StatefulSet/z")},
+			outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"a/Deployment/x, b/StatefulSet/z"},
+		},
+		"the cluster-wide budget counts restarts in progress": {
+			opts: []stateOpt{automatic(), bundlePods(0, 3), workload("a/Deployment/x", restartedAt("T", false)),
+				workload("b/Deployment/y", restartedAt("T", false)), workload("c/Deployment/z")},
+			token: "T", outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarting a/Deployment/x", "1 workload(s) wait"},
+		},
+		"a workload restarted under this token is never restarted again": {
+			opts:  []stateOpt{automatic(), bundlePods(0, 1), workload("a/Deployment/x", restartedAt("T", true))},
+			token: "T", outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarted but still behind: a/Deployment/x"},
+		},
+		"a restart under an older token does not count": {
+			opts:  []stateOpt{automatic(), bundlePods(0, 1), workload("a/Deployment/x", restartedAt("OLD", true))},
+			token: "T", outcome: workflow.Act, reason: "RestartingWorkloads",
+		},
+		"a failed rollout parks the rotation, naming the workload": {
+			opts: []stateOpt{automatic(), bundlePods(0, 2), workload("a/Deployment/x", restartedAt("T", false), failed("progress deadline exceeded")),
+				workload("b/Deployment/y")},
+			token: "T", outcome: workflow.Wait, reason: "RolloutFailed", contains: []string{"the rollout of a/Deployment/x failed: progress deadline exceeded"},
+		},
+		"a pod without a restartable owner is reported, never restarted": {
+			opts:    []stateOpt{automatic(), bundlePods(0, 1, WorkloadCount{"a/Pod/bare", 1})},
+			outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"without a restartable owner", "a/Pod/bare"},
+		},
+		"a workload the selectors leave out is left to the user": {
+			opts:    []stateOpt{automatic(), bundlePods(0, 1), workload("a/Deployment/x", notSelected())},
+			outcome: workflow.Wait, contains: []string{"not selected by spec.dataPlaneRestart", "a/Deployment/x"},
+		},
+		"the control plane is left to the rotation's own steps": {
+			opts:    []stateOpt{automatic(), bundlePods(0, 1), workload("linkerd/Deployment/linkerd-destination")},
+			outcome: workflow.Wait,
+		},
+		"no restart starts outside the maintenance windows": {
+			opts: []stateOpt{at(monday10), automatic(func(d *v1alpha1.DataPlaneRestart) {
+				d.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Days: []v1alpha1.Weekday{"Mon"}, Start: "11:00", End: "12:00"}}
+			}), bundlePods(0, 1), workload("a/Deployment/x")},
+			outcome: workflow.Wait, reason: "OutsideMaintenanceWindow", contains: []string{"opens at 2026-06-01T11:00:00Z"},
+		},
+		"restarts start inside a maintenance window": {
+			opts: []stateOpt{at(monday10), automatic(func(d *v1alpha1.DataPlaneRestart) {
+				d.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Start: "22:00", End: "02:00"}, {Days: []v1alpha1.Weekday{"Mon"}, Start: "11:30", End: "09:00", TimeZone: "Europe/Paris"}}
+			}), bundlePods(0, 1), workload("a/Deployment/x")},
+			outcome: workflow.Act, reason: "RestartingWorkloads",
+		},
+		"a window in an unknown time zone holds restarts and says why": {
+			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) {
+				d.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Start: "00:00", End: "23:59", TimeZone: "Mars/Olympus"}}
+			}), bundlePods(0, 1), workload("a/Deployment/x")},
+			outcome: workflow.Wait, contains: []string{"maintenance window 0 is invalid"},
+		},
+		"eviction waits for a PodDisruptionBudget that allows no disruption": {
+			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
+				workload("a/Deployment/x", evictedFor("T"), behindPods("x-1"), pdb("x-pdb", 0))},
+			token: "T", outcome: workflow.Wait, reason: "EvictionBlocked", contains: []string{"PodDisruptionBudget a/x-pdb allows no disruption of a/Deployment/x"},
+		},
+		"eviction goes on once the PodDisruptionBudget allows it": {
+			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
+				workload("a/Deployment/x", evictedFor("T"), behindPods("x-1"), pdb("x-pdb", 1))},
+			token: "T", outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"evict the remaining pods of a/Deployment/x (1 pod(s))"},
+		},
+		"without a view of the workloads, automatic restarts wait": {
+			opts:    []stateOpt{automatic(), bundlePods(0, 1), func(s *State) { s.Workloads, s.WorkloadsProblem = nil, "cannot list deployments: forbidden" }},
+			outcome: workflow.Wait, reason: "WorkloadsUnavailable", contains: []string{"forbidden"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := rotatingState(p, tc.opts...)
+			d := observeBundleRestarts(propagate, "expanded")(s, tc.token)
+			if d.Outcome != tc.outcome || tc.reason != "" && d.Reason != tc.reason {
+				t.Fatalf("got %v %s (%s), want %v %s", d.Outcome, d.Reason, d.Message, tc.outcome, tc.reason)
+			}
+			for _, c := range tc.contains {
+				if !strings.Contains(d.Message, c) {
+					t.Errorf("message %q lacks %q", d.Message, c)
+				}
+			}
+		})
+	}
+}
+
+func TestRemoveOldTrustRootsRemovesTheOverride(t *testing.T) {
+	p := newPKI(t)
+	_, marker, _ := AddRefreshOverride("", 5*time.Minute)
+	s := rotatingState(p, automatic(), bundlePods(3, 3), workload("a/Deployment/x", behindPods(), override(marker)))
+	d := observeBundleRestarts(reduce, "reduced")(s, "")
+	if d.Outcome != workflow.Act {
+		t.Fatalf("a workload with the override must be restarted to remove it: %v %s", d.Outcome, d.Message)
+	}
+	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	if err := actRestarts(w, reduce)(context.Background(), s, "T"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Workloads["a/Deployment/x"]; got.RefreshOverride != "" || got.AdditionalEnv != "" {
+		t.Fatalf("override left behind: %+v", got)
+	}
+	s.Workloads["a/Deployment/x"].RolledOut = true
+	if d := observeBundleRestarts(reduce, "reduced")(s, "T"); d.Outcome != workflow.Done {
+		t.Fatalf("got %v %s, want done", d.Outcome, d.Message)
+	}
+}
+
+func TestRefreshOverrideRoundTrip(t *testing.T) {
+	cases := map[string]struct{ before, during, after string }{
+		"no annotation": {"", `[{"name":"LINKERD2_PROXY_IDENTITY_MAX_REFRESH","value":"300s"}]`, "<removed>"},
+		"other variables are kept": {`[{"name":"A","value":"1"}]`,
+			`[{"name":"A","value":"1"},{"name":"LINKERD2_PROXY_IDENTITY_MAX_REFRESH","value":"300s"}]`, `[{"name":"A","value":"1"}]`},
+		"a user's own interval is restored": {`[{"name":"LINKERD2_PROXY_IDENTITY_MAX_REFRESH","value":"1h"}]`,
+			`[{"name":"LINKERD2_PROXY_IDENTITY_MAX_REFRESH","value":"300s"}]`, `[{"name":"LINKERD2_PROXY_IDENTITY_MAX_REFRESH","value":"1h"}]`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			env, marker, ok := AddRefreshOverride(tc.before, 5*time.Minute)
+			if !ok || env != tc.during {
+				t.Fatalf("added: %s, want %s", env, tc.during)
+			}
+			got := "<removed>"
+			if v := RemoveRefreshOverride(env, marker); v != nil {
+				got = *v
+			}
+			if got != tc.after {
+				t.Fatalf("removed: %s, want %s", got, tc.after)
+			}
+		})
+	}
+	// A variable the user added meanwhile stays.
+	env, marker, _ := AddRefreshOverride("", time.Minute)
+	env = strings.TrimSuffix(env, "]") + `,{"name":"B","value":"2"}]`
+	if v := RemoveRefreshOverride(env, marker); v == nil || *v != `[{"name":"B","value":"2"}]` {
+		t.Fatalf("removed too much: %v", v)
+	}
+	if _, _, ok := AddRefreshOverride("not json", time.Minute); ok {
+		t.Fatal("an unparsable annotation must be left alone")
+	}
+}
+
+func TestRenewWorkloadCertificatesFallback(t *testing.T) {
+	p := newPKI(t)
+	since := time.Now().Add(-time.Minute)
+	onNew := []stateOpt{issuer(p.newIssuer), func(s *State) {
+		s.PhaseSince = since
+		s.Certificates = Convergence{Converged: 1, Target: 2, Behind: []WorkloadCount{{"a/Deployment/x", 1}}, BehindWorkloads: 1}
+	}}
+	cases := map[string]struct {
+		opts     []stateOpt
+		outcome  workflow.Outcome
+		reason   string
+		contains string
+	}{
+		"proxies refresh on their own within twice the interval": {
+			opts: append([]stateOpt{automatic(), workload("a/Deployment/x", behindPods())}, onNew...), outcome: workflow.Wait, reason: "WorkloadCertificatesRefreshing",
+		},
+		"after twice the interval, workloads still behind are restarted": {
+			opts:    append([]stateOpt{automatic(), workload("a/Deployment/x", behindPods()), at(since.Add(10*time.Minute + time.Second))}, onNew...),
+			outcome: workflow.Act, reason: "RestartingWorkloads", contains: "a/Deployment/x",
+		},
+		"with Evict nothing accelerated the proxies: restart at once": {
+			opts:    append([]stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), workload("a/Deployment/x", behindPods())}, onNew...),
+			outcome: workflow.Act, reason: "RestartingWorkloads",
+		},
+		"manual mode says the proxies ignore the interval": {
+			opts:    append([]stateOpt{at(since.Add(11 * time.Minute))}, onNew...),
+			outcome: workflow.Wait, reason: "WorkloadCertificatesRenewing", contains: "ignore LINKERD2_PROXY_IDENTITY_MAX_REFRESH",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := rotatingState(p, tc.opts...)
+			d := observeCertificateRestarts(s, "")
+			if d.Outcome != tc.outcome || d.Reason != tc.reason || !strings.Contains(d.Message, tc.contains) {
+				t.Fatalf("got %v %s (%s), want %v %s with %q", d.Outcome, d.Reason, d.Message, tc.outcome, tc.reason, tc.contains)
+			}
+		})
+	}
+}
+
+func TestWaitForIdentityIssuerAutomatic(t *testing.T) {
+	p := newPKI(t)
+	auto := func(s *State) {
+		s.Spec.IdentityIssuerRenewal = v1alpha1.Automatic
+		s.IssuerCertificate = IssuerCertificate{Namespace: "linkerd", Name: "linkerd-identity-issuer", Found: true, Revision: 3}
+	}
+	cases := map[string]struct {
+		opts    []stateOpt
+		token   string
+		outcome workflow.Outcome
+		reason  string
+	}{
+		"manual renewal waits for the user":      {opts: []stateOpt{bundlePods(2, 2)}, outcome: workflow.Wait, reason: "WaitingForIssuerRenewal"},
+		"automatic renewal triggers it":          {opts: []stateOpt{bundlePods(2, 2), auto}, outcome: workflow.Act, reason: "RenewingIdentityIssuer"},
+		"never while a pod distrusts the anchor": {opts: []stateOpt{bundlePods(1, 2), auto}, outcome: workflow.Wait, reason: "TrustBundleConverging"},
+		"a renewal under way is waited for": {opts: []stateOpt{bundlePods(2, 2), auto, func(s *State) { s.IssuerCertificate.Issuing = true }},
+			outcome: workflow.Wait, reason: "IssuerRenewing"},
+		"a renewal that happened is not triggered again": {opts: []stateOpt{bundlePods(2, 2), auto, func(s *State) { s.IssuerCertificate.Revision = 4 }},
+			token: "T" + revisionSep + "3", outcome: workflow.Wait, reason: "IssuerRenewed"},
+		"an act that never reached cert-manager is repeated": {opts: []stateOpt{bundlePods(2, 2), auto},
+			token: "T" + revisionSep + "3", outcome: workflow.Act, reason: "RenewingIdentityIssuer"},
+		"a missing Certificate is reported": {opts: []stateOpt{bundlePods(2, 2), auto, func(s *State) { s.IssuerCertificate.Found = false }},
+			outcome: workflow.Wait, reason: "IssuerCertificateMissing"},
+		"an issuer on the new anchor is done": {opts: []stateOpt{bundlePods(2, 2), auto, issuer(p.newIssuer)}, outcome: workflow.Done, reason: "IssuerRenewed"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := rotatingState(p, tc.opts...)
+			d := observeIssuerRenewal(s, tc.token)
+			if d.Outcome != tc.outcome || d.Reason != tc.reason {
+				t.Fatalf("got %v %s (%s), want %v %s", d.Outcome, d.Reason, d.Message, tc.outcome, tc.reason)
+			}
+		})
+	}
+	s := rotatingState(p, bundlePods(2, 2), auto)
+	if tok := issuerRenewalToken(s, "T"); tok != "T revision 3" {
+		t.Fatalf("token %q", tok)
+	}
+}
