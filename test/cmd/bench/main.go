@@ -61,6 +61,7 @@ type result struct {
 	pods, namespaces, deployments int
 	bedReady                      time.Duration
 	latencies                     []transition
+	gaps                          []gap
 	wall, busy                    time.Duration
 	rssSynced, rssPeak            int64
 	cpuSteady, cpuRotation, cpu   time.Duration
@@ -393,6 +394,7 @@ func rotate(ctx context.Context, w *world, c *cluster.Cluster, p *pki.PKI, mesh 
 	r.wall = time.Since(start)
 	r.busy = w.busyFor()
 	r.latencies = w.takeTransitions()
+	r.gaps = w.takeGaps()
 	_ = p
 	return nil
 }
@@ -457,6 +459,11 @@ func printResult(r *result) {
 	added := r.wall - r.busy
 	fmt.Printf("  rotation wall %s, world busy %s, operator-added %s (%.2f %%)\n", r.wall.Round(time.Millisecond), r.busy.Round(time.Millisecond),
 		added.Round(time.Millisecond), 100*float64(added)/float64(r.wall))
+	gaps := append([]gap(nil), r.gaps...)
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i].d > gaps[j].d })
+	for _, g := range gaps[:min(len(gaps), 5)] {
+		fmt.Printf("    operator time: %s at step %s, until %s\n", ms(g.d), g.step, g.until)
+	}
 	fmt.Printf("  operator RSS after sync %s, peak (VmHWM) %s; CPU %.1fs total, %.2fs per steady minute, %.1fs during the rotation\n",
 		mib(r.rssSynced), mib(r.rssPeak), r.cpu.Seconds(), r.cpuSteady.Seconds()*float64(time.Minute)/float64(r.steadyWindow), r.cpuRotation.Seconds())
 	fmt.Printf("  apiserver requests per minute, steady state (%s window): %s\n", r.steadyWindow.Round(time.Second), r.steady)

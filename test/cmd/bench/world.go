@@ -61,12 +61,23 @@ type world struct {
 	// transitions are the phase changes seen since the last reset.
 	transitions []transition
 	notify      chan struct{}
-	secrets     map[string][]byte
+	// gaps are the idle spells of the world since the last reset: the operator's time.
+	gaps      []gap
+	idleSince time.Time
+	idleStep  string
+	secrets   map[string][]byte
 }
 
 type change struct {
 	at time.Time
 	rv int64 // 0 when the change is not an apiserver object's
+}
+
+// gap is one idle spell of the world: from the step the rotation was at when the world went
+// idle, until the reason it became busy again.
+type gap struct {
+	step, until string
+	d           time.Duration
 }
 
 type transition struct {
@@ -115,6 +126,13 @@ func (w *world) setBusyLocked(reason string, on bool) {
 	case was && !now:
 		w.busyTotal += time.Since(w.busySince)
 	}
+	switch {
+	case was && !now:
+		w.idleSince, w.idleStep = time.Now(), w.step
+	case !was && now && !w.idleSince.IsZero():
+		w.gaps = append(w.gaps, gap{step: w.idleStep, until: reason, d: time.Since(w.idleSince)})
+		w.idleSince = time.Time{}
+	}
 }
 
 func (w *world) setBusy(reason string, on bool) {
@@ -139,10 +157,22 @@ func (w *world) reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.transitions = nil
+	w.gaps = nil
+	w.idleSince = time.Time{}
 	w.busyTotal = 0
 	if len(w.busy) > 0 {
 		w.busySince = time.Now()
 	}
+}
+
+func (w *world) takeGaps() []gap {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := append([]gap(nil), w.gaps...)
+	if !w.idleSince.IsZero() {
+		out = append(out, gap{step: w.idleStep, until: "(end)", d: time.Since(w.idleSince)})
+	}
+	return out
 }
 
 func (w *world) takeTransitions() []transition {
@@ -188,14 +218,17 @@ func (w *world) run(ctx context.Context, kube kubernetes.Interface, tars *client
 		defer w.mu.Unlock()
 		key := d.Namespace + "/" + d.Name
 		if complete(d) {
+			// A rollout completing is part of an exit condition; the other updates of a
+			// Deployment are an act (a restart) or its first echoes (observedGeneration), which
+			// can reach this watch before the status write of the same reconcile.
+			if w.incomplete[key] || old == nil {
+				w.changedLocked(rvOf(d))
+			}
 			delete(w.incomplete, key)
 		} else {
 			w.incomplete[key] = true
 		}
 		w.setBusyLocked("rollouts", len(w.incomplete) > 0)
-		if o, ok := old.(*appsv1.Deployment); !ok || o.Generation == d.Generation {
-			w.changedLocked(rvOf(d)) // a status change: part of a condition, not an act
-		}
 	}
 	_, _ = deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { deploymentHandler(nil, obj) },
