@@ -141,8 +141,9 @@ type InstallOptions struct {
 	Helm Helm
 	// Namespace of both releases (default linkerd, as in the user guide). It must exist.
 	Namespace string
-	// Set are --set values of the operator chart.
-	Set []string
+	// Set are --set values of the operator chart, and SetJSON its --set-json values.
+	Set     []string
+	SetJSON []string
 	// Timeout bounds each `helm upgrade --install --wait` (default 3 minutes).
 	Timeout time.Duration
 }
@@ -189,9 +190,9 @@ func Install(ctx context.Context, c *cluster.Cluster, opts InstallOptions) (*Rel
 		opts.Helm = helms[0]
 	}
 	for _, rel := range []struct {
-		chart string
-		set   []string
-	}{{CRDChart, nil}, {OperatorChart, opts.Set}} {
+		chart        string
+		set, setJSON []string
+	}{{CRDChart, nil, nil}, {OperatorChart, opts.Set, opts.SetJSON}} {
 		path, err := ChartPath(rel.chart)
 		if err != nil {
 			return nil, err
@@ -200,6 +201,9 @@ func Install(ctx context.Context, c *cluster.Cluster, opts InstallOptions) (*Rel
 			"--wait", "--timeout", opts.Timeout.String()}
 		for _, s := range rel.set {
 			args = append(args, "--set", s)
+		}
+		for _, s := range rel.setJSON {
+			args = append(args, "--set-json", s)
 		}
 		if _, err := opts.Helm.Run(ctx, c.Kubeconfig(), args...); err != nil {
 			return nil, err

@@ -147,10 +147,14 @@ func TestDashboardAndAlerts(t *testing.T) {
 		t.Fatal("no PrometheusRule")
 	}
 	text, _ := json.Marshal(rule.Object)
-	for _, want := range []string{"TrustRotationBlocked", "trust_rotation_phase", "TrustAnchorExpiringSoon", "IdentityIssuerExpiringSoon", `namespace=\"pki\"`} {
+	for _, want := range []string{"TrustRotationBlocked", "trust_rotation_phase", "TrustAnchorExpiringSoon", "IdentityIssuerExpiringSoon",
+		`trust_rotation_certificate_expiration_timestamp_seconds{namespace=\"linkerd\", role=\"trust-bundle\"}`, `role=\"identity-issuer\"`} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("PrometheusRule lacks %s", want)
 		}
+	}
+	if strings.Contains(string(text), "certmanager_certificate_expiration") {
+		t.Error("the expiry alerts still read cert-manager's metrics: the operator exports its own")
 	}
 }
 

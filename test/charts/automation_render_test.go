@@ -1,0 +1,122 @@
+package charts
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// TestAutomationIsOptIn renders the chart with the defaults and with every automation on: the
+// defaults grant nothing more than before and render no CronJob; the automations add exactly
+// their permissions, and rotationSchedule a CronJob whose ServiceAccount may do what
+// `linkerd-trust rotate` does and nothing else.
+func TestAutomationIsOptIn(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	h := helms(t)[0]
+	render := func(set ...string) []*unstructured.Unstructured {
+		t.Helper()
+		out, err := h.Template(ctx, OperatorChart, "tro", "ops", set...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := Decode(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs
+	}
+	full := "tro-trust-rotation-operator"
+
+	defaults := render()
+	for _, kind := range []string{"CronJob"} {
+		if o := Find(defaults, kind, full+"-rotate"); o != nil {
+			t.Errorf("the defaults render %s %s", kind, o.GetName())
+		}
+	}
+	if Find(defaults, "ClusterRole", full+"-restart") != nil || Find(defaults, "Role", full+"-issuer-renewal") != nil {
+		t.Error("the defaults grant the automations' permissions")
+	}
+	tar := Find(defaults, "TrustAnchorRotation", "cluster")
+	if p, _, _ := unstructured.NestedString(tar.Object, "spec", "dataPlaneRestart", "policy"); p != "Manual" {
+		t.Errorf("default dataPlaneRestart.policy %q", p)
+	}
+	if _, found, _ := unstructured.NestedMap(tar.Object, "spec", "dataPlaneRestart", "namespaceSelector"); found {
+		t.Error("an empty namespaceSelector is rendered: it would select the Linkerd namespace")
+	}
+
+	objs := render("rotation.spec.dataPlaneRestart.policy=Automatic", "rotation.spec.dataPlaneRestart.method=Evict",
+		"rotation.spec.identityIssuerRenewal=Automatic", "rotationSchedule=0 3 1 * *", "linkerd.namespace=mesh", "certManager.namespace=pki")
+	restart := toTyped[rbacv1.ClusterRole](t, Find(objs, "ClusterRole", full+"-restart"))
+	var verbs []string
+	for _, r := range restart.Rules {
+		for _, res := range r.Resources {
+			for _, v := range r.Verbs {
+				verbs = append(verbs, v+" "+res)
+			}
+		}
+	}
+	slices.Sort(verbs)
+	want := []string{"create pods/eviction", "list daemonsets", "list deployments", "list namespaces", "list poddisruptionbudgets", "list statefulsets",
+		"patch daemonsets", "patch deployments", "patch statefulsets", "watch daemonsets", "watch deployments", "watch namespaces", "watch poddisruptionbudgets", "watch statefulsets"}
+	if !slices.Equal(verbs, want) {
+		t.Errorf("restart ClusterRole grants %v, want %v", verbs, want)
+	}
+	renewal := toTyped[rbacv1.Role](t, Find(objs, "Role", full+"-issuer-renewal"))
+	if renewal.Namespace != "mesh" || len(renewal.Rules) != 2 || !slices.Equal(renewal.Rules[1].Resources, []string{"certificates/status"}) ||
+		!slices.Equal(renewal.Rules[1].ResourceNames, []string{"linkerd-identity-issuer"}) {
+		t.Errorf("issuer-renewal Role %+v", renewal)
+	}
+
+	cj := toTyped[batchv1.CronJob](t, Find(objs, "CronJob", full+"-rotate"))
+	if cj.Spec.Schedule != "0 3 1 * *" || cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
+		t.Errorf("CronJob schedule %q, concurrencyPolicy %q", cj.Spec.Schedule, cj.Spec.ConcurrencyPolicy)
+	}
+	pod := cj.Spec.JobTemplate.Spec.Template.Spec
+	if pod.ServiceAccountName != full+"-rotate" || pod.Containers[0].Args[0] != "rotate" || pod.Containers[0].Command[0] != "/usr/local/bin/linkerd-trust" {
+		t.Errorf("CronJob runs %v %v as %s", pod.Containers[0].Command, pod.Containers[0].Args, pod.ServiceAccountName)
+	}
+	// The rotate ServiceAccount's every permission, by namespace: reads by name, one status update.
+	var grants []string
+	for _, o := range objs {
+		if o.GetName() != full+"-rotate" {
+			continue
+		}
+		var rules []rbacv1.PolicyRule
+		switch o.GetKind() {
+		case "Role":
+			rules = toTyped[rbacv1.Role](t, o).Rules
+		case "ClusterRole":
+			rules = toTyped[rbacv1.ClusterRole](t, o).Rules
+		default:
+			continue
+		}
+		for _, r := range rules {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					for _, n := range r.ResourceNames {
+						grants = append(grants, o.GetNamespace()+": "+v+" "+res+" "+n)
+					}
+					if len(r.ResourceNames) == 0 {
+						grants = append(grants, o.GetNamespace()+": "+v+" "+res+" *")
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(grants)
+	wantGrants := []string{
+		": get clusterissuers linkerd-identity-issuer",
+		": get trustanchorrotations cluster",
+		"mesh: get certificates linkerd-identity-issuer",
+		"pki: get certificates linkerd-trust-anchor",
+		"pki: get issuers linkerd-trust-root-issuer",
+		"pki: update certificates/status linkerd-trust-anchor",
+	}
+	if !slices.Equal(grants, wantGrants) {
+		t.Errorf("rotate ServiceAccount grants\n%v\nwant\n%v", grants, wantGrants)
+	}
+}
