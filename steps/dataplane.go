@@ -84,6 +84,10 @@ type Workload struct {
 	// created.
 	Pods    []string
 	Created map[string]time.Time
+	// Running counts its running, not terminating, pods, Terminating its terminating ones, and
+	// Replicas is how many it wants.
+	Running, Terminating int
+	Replicas             int32
 	// PDB names the PodDisruptionBudget covering its pods that allows the fewest disruptions,
 	// and DisruptionsAllowed what it allows; PDB is "" when none covers them.
 	PDB                string
@@ -226,9 +230,30 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 		maxNS = 1
 	}
 	evict := s.restartMethod() == v1alpha1.Evict
+	ours := func(w *Workload) bool {
+		return token != "" && (!evict && w.RestartedAt == token || evict && w.EvictedFor == token)
+	}
 	perNS := map[string]int{}
+	// Every restart of this step still rolling counts against the budget, including those whose
+	// pods already converged: their rollout has not finished.
+	behind := s.behindWorkloads(p)
+	isBehind := map[string]bool{}
+	for _, k := range behind {
+		isBehind[k] = true
+	}
+	keys := make([]string, 0, len(s.Workloads))
+	for k := range s.Workloads {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if w := s.Workloads[k]; !isBehind[k] && w.Found && ours(w) && !w.restarted(evict) {
+			plan.inProgress = append(plan.inProgress, w)
+			perNS[w.Namespace]++
+		}
+	}
 	var candidates []*Workload
-	for _, key := range s.behindWorkloads(p) {
+	for _, key := range behind {
 		ref, ok := ParseWorkload(key)
 		if !ok || s.isControlPlane(ref) {
 			continue
@@ -246,9 +271,8 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 			plan.notSelected = append(plan.notSelected, key)
 			continue
 		}
-		ours := token != "" && (!evict && w.RestartedAt == token || evict && w.EvictedFor == token)
 		switch {
-		case !ours:
+		case !ours(w):
 			candidates = append(candidates, w)
 		case w.Failed != "":
 			plan.failed = append(plan.failed, fmt.Sprintf("the rollout of %s failed: %s", key, w.Failed))
@@ -262,7 +286,7 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 			} else {
 				plan.evict = append(plan.evict, w)
 			}
-		case !w.RolledOut:
+		case !w.restarted(evict):
 			plan.inProgress = append(plan.inProgress, w)
 			perNS[w.Namespace]++
 		default:
@@ -524,6 +548,16 @@ func actRestarts(w Writer, p restartPurpose) func(context.Context, *State, strin
 		}
 		return nil
 	}
+}
+
+// restarted reports whether a workload restarted under this step's token has finished
+// restarting: rolled out and, after evictions, none of its pods terminating and as many running
+// as it wants (its controller's status may not show the replacements yet).
+func (w *Workload) restarted(evict bool) bool {
+	if !w.RolledOut {
+		return false
+	}
+	return !evict || w.Terminating == 0 && int32(w.Running) >= w.Replicas
 }
 
 // evictable are the pods to evict to restart a workload: those behind on the trust bundle, or

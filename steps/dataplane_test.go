@@ -120,6 +120,12 @@ func TestPropagateTrustRootsAutomatic(t *testing.T) {
 				workload("b/Deployment/y", restartedAt("T", false)), workload("c/Deployment/z")},
 			token: "T", outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarting a/Deployment/x", "1 workload(s) wait"},
 		},
+		"a rollout whose pods already converged still counts against the budget": {
+			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.MaxConcurrentPerNamespace = 2 }), bundlePods(0, 3),
+				workload("a/Deployment/x", restartedAt("T", false), behindPods()), workload("a/Deployment/y", restartedAt("T", false), behindPods()),
+				workload("a/Deployment/z")},
+			token: "T", outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarting a/Deployment/x", "1 workload(s) wait"},
+		},
 		"a workload restarted under this token is never restarted again": {
 			opts:  []stateOpt{automatic(), bundlePods(0, 1), workload("a/Deployment/x", restartedAt("T", true))},
 			token: "T", outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarted but still behind: a/Deployment/x"},

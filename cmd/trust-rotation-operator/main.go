@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +118,10 @@ func run(ctx context.Context, o options) error {
 	}
 	tars, err := client.NewForConfig(cfg)
 	if err != nil {
+		return err
+	}
+	// The cert-manager client renews the identity issuer (spec.identityIssuerRenewal).
+	if o.app.CertManager, err = cmclient.NewForConfig(cfg); err != nil {
 		return err
 	}
 	ctrl, err := app.New(kube, tars, metrics, o.app)

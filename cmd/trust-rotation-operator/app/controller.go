@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/sethvargo/go-retry"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -42,7 +43,21 @@ const (
 	ReasonActFailed        = "ActFailed"
 	ReasonRotationComplete = "RotationComplete"
 	ReasonRotationStarted  = "RotationStarted"
+	// The automations' acts.
+	ReasonWorkloadsRestarted     = "WorkloadsRestarted"
+	ReasonIssuerRenewalTriggered = "IdentityIssuerRenewalTriggered"
 )
+
+// actReason is the Event reason of an act: the automations' own, StepActed for the others.
+func actReason(decision string) string {
+	switch decision {
+	case "RestartingWorkloads":
+		return ReasonWorkloadsRestarted
+	case "RenewingIdentityIssuer":
+		return ReasonIssuerRenewalTriggered
+	}
+	return ReasonStepActed
+}
 
 // Options configure the controller.
 type Options struct {
@@ -56,6 +71,8 @@ type Options struct {
 	MaxPollInterval time.Duration
 	// Dial reaches pods' admin ports; nil dials directly.
 	Dial observe.DialFunc
+	// CertManager renews the identity issuer when spec.identityIssuerRenewal is Automatic.
+	CertManager cmclient.Interface
 }
 
 // Controller runs the rotation.
@@ -72,6 +89,8 @@ type Controller struct {
 	anchor, previous, issuer, bundle, deployments, pods, rotation cache.SharedIndexInformer
 	index                                                         *observe.PodIndex
 	certs                                                         *observe.CertTracker
+	// auto watches what the opt-in automations need, once the spec enables them.
+	auto *automation
 
 	// latest is the TrustAnchorRotation as we last wrote it, and replaced the resourceVersion
 	// it replaced: until the informer catches up, the cache still shows that one.
@@ -90,7 +109,8 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 		return nil, err
 	}
 	c := &Controller{opts: opts, kube: kube, tars: tars, metrics: metrics, trigger: make(chan struct{}, 1)}
-	c.writer = crashWriter(&apply.KubeWriter{Client: kube, Config: opts.Config})
+	c.auto = &automation{kube: kube, cm: opts.CertManager, cfg: opts.Config, poke: c.poke}
+	c.writer = crashWriter(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto})
 	wf, err := workflow.New(steps.Rotation(c.writer)...)
 	if err != nil {
 		return nil, err
@@ -289,6 +309,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 		return false, err
 	}
 	s := c.snapshot(now, cp.Step, inFlight)
+	c.auto.fill(ctx, s, tar, cp.Step, c.index)
 	if done, err := c.repair(ctx, tar, s, now); done || err != nil {
 		return done, err
 	}
@@ -315,7 +336,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	if res.Acted {
 		crashPoint("acted", res.Checkpoint.Step)
 		c.metrics.acts.WithLabelValues(res.Checkpoint.Step).Inc()
-		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonStepActed, "step %s: %s", res.Checkpoint.Step, res.Decision.Message)
+		c.recorder.Eventf(tar, corev1.EventTypeNormal, actReason(res.Decision.Reason), "step %s: %s", res.Checkpoint.Step, res.Decision.Message)
 		log.Info("Acted", "step", res.Checkpoint.Step, "reason", res.Decision.Reason, "message", res.Decision.Message, "token", res.Checkpoint.Token)
 	}
 	if advErr != nil {
@@ -339,6 +360,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 		c.lastStatusWrite = time.Now()
 	}
 	c.metrics.Observe(&status)
+	c.metrics.ObserveCertificates(s)
 	if status.Phase != base.Status.Phase {
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "%s -> %s", orSynced(base.Status.Phase), status.Phase)
 		log.Info("Phase changed", "from", orSynced(base.Status.Phase), "to", status.Phase, "message", status.BlockingMessage)

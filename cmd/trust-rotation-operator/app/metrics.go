@@ -1,9 +1,12 @@
 package app
 
 import (
+	"crypto/x509"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -20,7 +23,16 @@ type Metrics struct {
 	previousAnchor         *prometheus.GaugeVec
 	refreshIntervalSeconds prometheus.Gauge
 	acts                   *prometheus.CounterVec
+	certExpiry             *prometheus.GaugeVec
 }
+
+// Certificate roles of trust_rotation_certificate_expiration_timestamp_seconds.
+const (
+	RoleTrustAnchor    = "trust-anchor"
+	RoleTrustBundle    = "trust-bundle"
+	RoleIdentityIssuer = "identity-issuer"
+	RolePreviousAnchor = "previous-anchor"
+)
 
 // NewMetrics registers the operator's metrics, plus the Go and process collectors.
 func NewMetrics() *Metrics {
@@ -54,9 +66,13 @@ func NewMetrics() *Metrics {
 		acts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trust_rotation_step_acts_total", Help: "Acts run by each rotation step.",
 		}, []string{"step"}),
+		certExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trust_rotation_certificate_expiration_timestamp_seconds",
+			Help: "NotAfter (Unix seconds) of each certificate the rotation relies on: the current trust anchor, every anchor of the trust bundle, the identity issuer and the previous anchor, by role and fingerprint.",
+		}, []string{"role", "fingerprint"}),
 	}
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
-		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts,
+		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range v1alpha1.Phases {
 		m.phase.WithLabelValues(string(p)).Set(0)
@@ -87,6 +103,28 @@ func (m *Metrics) Observe(st *v1alpha1.TrustAnchorRotationStatus) {
 		m.refreshIntervalSeconds.Set(st.WorkloadCertificateRefreshInterval.Seconds())
 	} else {
 		m.refreshIntervalSeconds.Set(0)
+	}
+}
+
+// ObserveCertificates sets the expiry gauges from a snapshot: one series per certificate and role,
+// and none for a certificate that is gone.
+func (m *Metrics) ObserveCertificates(s *steps.State) {
+	m.certExpiry.Reset()
+	set := func(role string, c *x509.Certificate) {
+		if c != nil {
+			m.certExpiry.WithLabelValues(role, steps.Fingerprint(c)).Set(float64(c.NotAfter.Unix()))
+		}
+	}
+	for _, src := range []struct {
+		role string
+		s    steps.Source
+	}{{RoleTrustAnchor, s.Anchor}, {RoleIdentityIssuer, s.Issuer}, {RolePreviousAnchor, s.Previous}} {
+		if src.s.Usable() {
+			set(src.role, src.s.Cert)
+		}
+	}
+	for _, c := range s.Bundle.Certs {
+		set(RoleTrustBundle, c)
 	}
 }
 

@@ -1,0 +1,483 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// automation is the operator's view of what the opt-in automations need, and only they: the
+// workloads of every namespace and the namespaces (automatic restarts), PodDisruptionBudgets
+// (restarts by eviction) and the identity issuer's Certificate (automatic issuer renewal). Its
+// informers start the first time the spec asks for them, so an operator whose RBAC grants none
+// of this (the chart's default) never lists any of it.
+type automation struct {
+	kube kubernetes.Interface
+	cm   cmclient.Interface
+	cfg  steps.Config
+	poke func()
+
+	mu                                                sync.Mutex
+	deployments, statefulSets, daemonSets, namespaces *lazyInformer
+	pdbs, certificate                                 *lazyInformer
+
+	// written holds the restart tokens the operator wrote to workloads, by "ns/Kind/name", until
+	// its cache shows them: a reconcile right after an act must count that restart in the budget
+	// even though the informer has not delivered the patch yet.
+	written map[string]writtenMark
+}
+
+// writtenMark is a write the cache may not show yet.
+type writtenMark struct{ restartedAt, evictedFor string }
+
+// remember records a restart or an eviction mark the operator just wrote.
+func (a *automation) remember(ref steps.WorkloadRef, m writtenMark) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.written == nil {
+		a.written = map[string]writtenMark{}
+	}
+	prev := a.written[ref.String()]
+	if m.restartedAt == "" {
+		m.restartedAt = prev.restartedAt
+	}
+	if m.evictedFor == "" {
+		m.evictedFor = prev.evictedFor
+	}
+	a.written[ref.String()] = m
+}
+
+// overlay makes a workload read from a stale cache show the operator's own latest write: a
+// restart the cache does not show yet is a rollout that has not started.
+func (a *automation) overlay(w *steps.Workload) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m, ok := a.written[w.String()]
+	if !ok {
+		return
+	}
+	seen := true
+	if m.restartedAt != "" && w.RestartedAt != m.restartedAt {
+		w.RestartedAt, w.RolledOut, w.Progress, seen = m.restartedAt, false, "waiting for the restart to be observed", false
+	}
+	if m.evictedFor != "" && w.EvictedFor != m.evictedFor {
+		w.EvictedFor, seen = m.evictedFor, false
+	}
+	if seen {
+		delete(a.written, w.String())
+	}
+}
+
+// rememberingWriter tells the automation about the workload writes it makes.
+type rememberingWriter struct {
+	steps.Writer
+	auto *automation
+}
+
+func (r rememberingWriter) RestartWorkload(ctx context.Context, w steps.WorkloadRef, token string, ann map[string]*string) error {
+	err := r.Writer.RestartWorkload(ctx, w, token, ann)
+	if err == nil {
+		r.auto.remember(w, writtenMark{restartedAt: token})
+	}
+	return err
+}
+
+func (r rememberingWriter) AnnotateWorkload(ctx context.Context, w steps.WorkloadRef, ann map[string]string) error {
+	err := r.Writer.AnnotateWorkload(ctx, w, ann)
+	if err == nil && ann[steps.EvictedForAnnotation] != "" {
+		r.auto.remember(w, writtenMark{evictedFor: ann[steps.EvictedForAnnotation]})
+	}
+	return err
+}
+
+// overrideIndex indexes workloads whose pod template carries the operator's refresh override.
+const overrideIndex = "refreshOverride"
+
+// lazyInformer is an informer started on first use, remembering its last list/watch error.
+type lazyInformer struct {
+	what string
+	inf  cache.SharedIndexInformer
+	mu   sync.Mutex
+	err  error
+}
+
+func (l *lazyInformer) ready() (bool, string) {
+	if l.inf.HasSynced() {
+		return true, ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return false, fmt.Sprintf("cannot watch %s: %v", l.what, l.err)
+	}
+	return false, "waiting for the cache of " + l.what
+}
+
+func (a *automation) start(ctx context.Context, what string, lw cache.ListerWatcher, obj runtime.Object, transform cache.TransformFunc, indexers cache.Indexers) *lazyInformer {
+	l := &lazyInformer{what: what, inf: cache.NewSharedIndexInformer(lw, obj, 0, indexers)}
+	must(l.inf.SetTransform(transform))
+	must(l.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		l.mu.Lock()
+		l.err = err
+		l.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		a.poke()
+	}))
+	poke := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { a.poke() }, UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() }}
+	if _, err := l.inf.AddEventHandler(poke); err != nil {
+		panic(err)
+	}
+	go l.inf.RunWithContext(ctx)
+	return l
+}
+
+func listWatch[T runtime.Object](list func(context.Context, metav1.ListOptions) (T, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error), mutate func(*metav1.ListOptions)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if mutate != nil {
+				mutate(&o)
+			}
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if mutate != nil {
+				mutate(&o)
+			}
+			return w(ctx, o)
+		},
+	}
+}
+
+// slimWorkload keeps what automatic restarts read of a workload: metadata without managed
+// fields, the pod template's metadata, replicas, selector and status — never the pod spec.
+func slimWorkload(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		o.ManagedFields, o.Spec.Template.Spec = nil, corev1.PodSpec{}
+	case *appsv1.StatefulSet:
+		o.ManagedFields, o.Spec.Template.Spec, o.Spec.VolumeClaimTemplates = nil, corev1.PodSpec{}, nil
+	case *appsv1.DaemonSet:
+		o.ManagedFields, o.Spec.Template.Spec = nil, corev1.PodSpec{}
+	case *corev1.Namespace:
+		o.ManagedFields = nil
+	case *policyv1.PodDisruptionBudget:
+		o.ManagedFields = nil
+	case *cmapi.Certificate:
+		o.ManagedFields = nil
+	}
+	return obj, nil
+}
+
+func templateOf(obj any) *corev1.PodTemplateSpec {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return &o.Spec.Template
+	case *appsv1.StatefulSet:
+		return &o.Spec.Template
+	case *appsv1.DaemonSet:
+		return &o.Spec.Template
+	}
+	return nil
+}
+
+var workloadIndexers = cache.Indexers{
+	cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+	overrideIndex: func(obj any) ([]string, error) {
+		if t := templateOf(obj); t != nil && t.Annotations[steps.RefreshOverrideAnnotation] != "" {
+			return []string{"yes"}, nil
+		}
+		return nil, nil
+	},
+}
+
+// ensure starts the informers the spec needs, once.
+func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotationSpec) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	apps, core := a.kube.AppsV1(), a.kube.CoreV1()
+	if spec.DataPlaneRestart.Policy == v1alpha1.Automatic && a.deployments == nil {
+		all := metav1.NamespaceAll
+		a.deployments = a.start(ctx, "deployments", listWatch(apps.Deployments(all).List, apps.Deployments(all).Watch, nil), &appsv1.Deployment{}, slimWorkload, workloadIndexers)
+		a.statefulSets = a.start(ctx, "statefulsets", listWatch(apps.StatefulSets(all).List, apps.StatefulSets(all).Watch, nil), &appsv1.StatefulSet{}, slimWorkload, workloadIndexers)
+		a.daemonSets = a.start(ctx, "daemonsets", listWatch(apps.DaemonSets(all).List, apps.DaemonSets(all).Watch, nil), &appsv1.DaemonSet{}, slimWorkload, workloadIndexers)
+		a.namespaces = a.start(ctx, "namespaces", listWatch(core.Namespaces().List, core.Namespaces().Watch, nil), &corev1.Namespace{}, slimWorkload, cache.Indexers{})
+	}
+	if spec.DataPlaneRestart.Policy == v1alpha1.Automatic && spec.DataPlaneRestart.Method == v1alpha1.Evict && a.pdbs == nil {
+		p := a.kube.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll)
+		a.pdbs = a.start(ctx, "poddisruptionbudgets", listWatch(p.List, p.Watch, nil), &policyv1.PodDisruptionBudget{}, slimWorkload,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	}
+	if spec.IdentityIssuerRenewal == v1alpha1.Automatic && a.certificate == nil && a.cm != nil {
+		c := a.cm.CertmanagerV1().Certificates(a.cfg.LinkerdNamespace)
+		byName := func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.IssuerCertificate).String()
+		}
+		a.certificate = a.start(ctx, "Certificate "+a.cfg.LinkerdNamespace+"/"+a.cfg.IssuerCertificate, listWatch(c.List, c.Watch, byName), &cmapi.Certificate{}, slimWorkload, cache.Indexers{})
+	}
+}
+
+// idleSteps are the steps of a Synced rotation, at which automatic restarts need to know only
+// the workloads that still carry the refresh override; during a rotation they look at every
+// meshed workload (the workflow may pass into a restart step within one reconcile).
+var idleSteps = map[string]bool{steps.StepBootstrap: true, steps.StepDetectAnchorRotation: true}
+
+// fill adds to the State what the automations the spec enables need.
+func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, step string, index *observe.PodIndex) {
+	s.Spec = tar.Spec
+	if tar.Status.Phase == v1alpha1.PhaseRenewingWorkloadCerts && tar.Status.LastPhaseTransitionTime != nil {
+		s.PhaseSince = tar.Status.LastPhaseTransitionTime.Time
+	}
+	a.ensure(ctx, tar.Spec)
+	if tar.Spec.IdentityIssuerRenewal == v1alpha1.Automatic {
+		a.fillCertificate(s)
+	}
+	if tar.Spec.DataPlaneRestart.Policy == v1alpha1.Automatic {
+		a.fillWorkloads(s, !idleSteps[step], index)
+	}
+}
+
+func (a *automation) fillCertificate(s *steps.State) {
+	ic := &s.IssuerCertificate
+	ic.Namespace, ic.Name = a.cfg.LinkerdNamespace, a.cfg.IssuerCertificate
+	if a.certificate == nil {
+		ic.Err = "no cert-manager client"
+		return
+	}
+	if ok, why := a.certificate.ready(); !ok {
+		ic.Err = why
+		return
+	}
+	obj, found, _ := a.certificate.inf.GetStore().GetByKey(ic.Namespace + "/" + ic.Name)
+	if !found {
+		return
+	}
+	crt := obj.(*cmapi.Certificate)
+	ic.Found = true
+	if crt.Status.Revision != nil {
+		ic.Revision = *crt.Status.Revision
+	}
+	for _, c := range crt.Status.Conditions {
+		if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
+			ic.Issuing = true
+		}
+	}
+}
+
+func (a *automation) fillWorkloads(s *steps.State, all bool, index *observe.PodIndex) {
+	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets, a.namespaces, a.pdbs} {
+		if l == nil {
+			continue
+		}
+		if ok, why := l.ready(); !ok {
+			s.WorkloadsProblem = why
+			return
+		}
+	}
+	s.Workloads = map[string]*steps.Workload{}
+	get := func(key string) *steps.Workload {
+		if w := s.Workloads[key]; w != nil {
+			return w
+		}
+		ref, _ := steps.ParseWorkload(key)
+		w := &steps.Workload{WorkloadRef: ref}
+		s.Workloads[key] = w
+		return w
+	}
+	// The workloads carrying the refresh override, at every step: the override is in effect.
+	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets} {
+		objs, _ := l.inf.GetIndexer().ByIndex(overrideIndex, "yes")
+		for _, obj := range objs {
+			m := obj.(metav1.Object)
+			get(m.GetNamespace() + "/" + kindOf(obj) + "/" + m.GetName())
+		}
+	}
+	if all {
+		hash := steps.BundleHash(s.DesiredBundle())
+		index.Each(func(p *observe.Pod) {
+			if p.ControlPlane {
+				return
+			}
+			w := get(p.Workload)
+			if p.Terminating {
+				w.Terminating++
+				return
+			}
+			if p.Running {
+				w.Running++
+			}
+			w.Pods = append(w.Pods, p.Name)
+			if w.Created == nil {
+				w.Created = map[string]time.Time{}
+			}
+			w.Created[p.Name] = p.Created
+			if p.TrustRootHash != hash {
+				w.BundleBehind = append(w.BundleBehind, p.Name)
+			}
+		})
+		for _, b := range s.Certificates.Behind {
+			get(b.Workload)
+		}
+	}
+	for _, w := range s.Workloads {
+		a.describe(s, w)
+	}
+}
+
+func kindOf(obj any) string {
+	switch obj.(type) {
+	case *appsv1.Deployment:
+		return "Deployment"
+	case *appsv1.StatefulSet:
+		return "StatefulSet"
+	case *appsv1.DaemonSet:
+		return "DaemonSet"
+	}
+	return ""
+}
+
+// describe fills a workload from its object, its namespace and the PodDisruptionBudgets.
+func (a *automation) describe(s *steps.State, w *steps.Workload) {
+	var l *lazyInformer
+	switch w.Kind {
+	case "Deployment":
+		l = a.deployments
+	case "StatefulSet":
+		l = a.statefulSets
+	case "DaemonSet":
+		l = a.daemonSets
+	default:
+		return
+	}
+	obj, found, _ := l.inf.GetStore().GetByKey(w.Namespace + "/" + w.Name)
+	if !found {
+		return
+	}
+	w.Found = true
+	m, t := obj.(metav1.Object), templateOf(obj)
+	w.RestartedAt = t.Annotations[steps.RestartedAtAnnotation]
+	w.AdditionalEnv = t.Annotations[steps.AdditionalEnvAnnotation]
+	w.RefreshOverride = t.Annotations[steps.RefreshOverrideAnnotation]
+	w.EvictedFor = m.GetAnnotations()[steps.EvictedForAnnotation]
+	w.RolledOut, w.Progress, w.Failed = rollout(obj)
+	w.Replicas = replicas(obj)
+	a.overlay(w)
+	w.Selected = a.selected(s, w, m.GetLabels())
+	if a.pdbs != nil {
+		pdbs, _ := a.pdbs.inf.GetIndexer().ByIndex(cache.NamespaceIndex, w.Namespace)
+		podLabels := labels.Set(t.Labels)
+		for _, o := range pdbs {
+			pdb := o.(*policyv1.PodDisruptionBudget)
+			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+			if err != nil || sel.Empty() || !sel.Matches(podLabels) {
+				continue
+			}
+			if w.PDB == "" || pdb.Status.DisruptionsAllowed < w.DisruptionsAllowed {
+				w.PDB, w.DisruptionsAllowed = pdb.Name, pdb.Status.DisruptionsAllowed
+			}
+		}
+	}
+}
+
+// selected applies the spec's selectors; without a namespace selector, the Linkerd namespace
+// is left out.
+func (a *automation) selected(s *steps.State, w *steps.Workload, objLabels map[string]string) bool {
+	dp := s.Spec.DataPlaneRestart
+	if dp.WorkloadSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(dp.WorkloadSelector)
+		if err != nil || !sel.Matches(labels.Set(objLabels)) {
+			return false
+		}
+	}
+	if dp.NamespaceSelector == nil {
+		return w.Namespace != a.cfg.LinkerdNamespace
+	}
+	sel, err := metav1.LabelSelectorAsSelector(dp.NamespaceSelector)
+	if err != nil {
+		return false
+	}
+	obj, found, _ := a.namespaces.inf.GetStore().GetByKey(w.Namespace)
+	if !found {
+		return false
+	}
+	return sel.Matches(labels.Set(obj.(*corev1.Namespace).Labels))
+}
+
+// replicas is how many pods a workload wants.
+func replicas(obj any) int32 {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		if o.Spec.Replicas != nil {
+			return *o.Spec.Replicas
+		}
+		return 1
+	case *appsv1.StatefulSet:
+		if o.Spec.Replicas != nil {
+			return *o.Spec.Replicas
+		}
+		return 1
+	case *appsv1.DaemonSet:
+		return o.Status.DesiredNumberScheduled
+	}
+	return 0
+}
+
+// rollout reports whether a workload's latest template is rolled out and available (the tests
+// of `kubectl rollout status`), what it waits for, and why it failed.
+func rollout(obj any) (done bool, progress, failed string) {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		d := observe.DeploymentFrom(o.Namespace, o.Name, o)
+		for _, c := range o.Status.Conditions {
+			if c.Type == appsv1.DeploymentProgressing && c.Reason == "ProgressDeadlineExceeded" {
+				failed = "progress deadline exceeded: " + c.Message
+			}
+		}
+		return d.RolledOut, d.Progress, failed
+	case *appsv1.StatefulSet:
+		want := int32(1)
+		if o.Spec.Replicas != nil {
+			want = *o.Spec.Replicas
+		}
+		st := o.Status
+		switch {
+		case o.Generation > st.ObservedGeneration:
+			return false, "waiting for the statefulset spec update to be observed", ""
+		case st.UpdatedReplicas < want || st.UpdateRevision != "" && st.CurrentRevision != st.UpdateRevision:
+			return false, fmt.Sprintf("%d of %d pods updated", st.UpdatedReplicas, want), ""
+		case st.ReadyReplicas < want:
+			return false, fmt.Sprintf("%d of %d pods ready", st.ReadyReplicas, want), ""
+		}
+		return true, "", ""
+	case *appsv1.DaemonSet:
+		st := o.Status
+		switch {
+		case o.Generation > st.ObservedGeneration:
+			return false, "waiting for the daemonset spec update to be observed", ""
+		case st.UpdatedNumberScheduled < st.DesiredNumberScheduled:
+			return false, fmt.Sprintf("%d of %d pods updated", st.UpdatedNumberScheduled, st.DesiredNumberScheduled), ""
+		case st.NumberAvailable < st.DesiredNumberScheduled:
+			return false, fmt.Sprintf("%d of %d pods available", st.NumberAvailable, st.DesiredNumberScheduled), ""
+		}
+		return true, "", ""
+	}
+	return false, "", ""
+}

@@ -1,0 +1,82 @@
+package app
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+func selfSigned(t *testing.T, cn string, notAfter time.Time) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now(), NotAfter: notAfter,
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// expirySeries gathers the expiry gauge as "role fingerprint value" lines.
+func expirySeries(t *testing.T, m *Metrics) []string {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != "trust_rotation_certificate_expiration_timestamp_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			out = append(out, l["role"]+" "+l["fingerprint"]+" "+strconv.FormatFloat(mt.GetGauge().GetValue(), 'f', 0, 64))
+		}
+	}
+	return out
+}
+
+// The expiry gauges carry every certificate of the snapshot by role and fingerprint, and drop
+// the ones that are gone.
+func TestObserveCertificates(t *testing.T) {
+	notAfter := time.Unix(2000000000, 0)
+	oldA, newA, iss := selfSigned(t, "old", notAfter), selfSigned(t, "new", notAfter.Add(time.Hour)), selfSigned(t, "issuer", notAfter)
+	src := func(c *x509.Certificate) steps.Source { return steps.Source{Found: true, Cert: c} }
+	s := &steps.State{Anchor: src(newA), Previous: src(oldA), Issuer: src(iss), Bundle: steps.Bundle{Found: true, Certs: []*x509.Certificate{newA, oldA}}}
+	m := NewMetrics()
+	m.ObserveCertificates(s)
+	got := expirySeries(t, m)
+	if len(got) != 5 {
+		t.Fatalf("series %v, want 5 (anchor, 2 in the bundle, issuer, previous)", got)
+	}
+	if want := "identity-issuer " + steps.Fingerprint(iss) + " 2000000000"; !slices.Contains(got, want) {
+		t.Fatalf("series %v lack %s", got, want)
+	}
+	s.Bundle.Certs, s.Previous = []*x509.Certificate{newA}, src(newA)
+	m.ObserveCertificates(s)
+	if got := expirySeries(t, m); len(got) != 4 || strings.Contains(strings.Join(got, ","), steps.Fingerprint(oldA)) {
+		t.Fatalf("series after the bundle was reduced %v, want 4 without the old anchor", got)
+	}
+}
