@@ -149,6 +149,7 @@ func commands(env *Env) []*command {
 		checkCommand(env),
 		inspectCommand(env),
 		planCommand(env),
+		rotateCommand(env),
 		versionCommand(env),
 		metadataCommand(env),
 	}

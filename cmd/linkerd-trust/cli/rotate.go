@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/apply"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+func rotateCommand(env *Env) *command {
+	fs := newFlagSet("rotate")
+	o := &checkOptions{pre: true}
+	o.kube = addKubeFlags(fs)
+	fs.StringVar(&o.rootIssuer, "trust-root-issuer", "linkerd-trust-root-issuer", "cert-manager Issuer (in the cert-manager namespace) that signs the trust anchor")
+	fs.StringVar(&o.identityClusterIssuer, "identity-cluster-issuer", "linkerd-identity-issuer", "cert-manager ClusterIssuer that signs the identity issuer")
+	c := &command{
+		name:  "rotate",
+		short: "Start a trust-anchor rotation by renewing the anchor, when it is safe to",
+		long: `Start a trust-anchor rotation: renew the trust anchor's cert-manager Certificate exactly as
+"cmctl renew" does (condition Issuing=True, reason ManuallyTriggered), for the trust-rotation
+operator to carry the rotation through.
+
+It does so only when the TrustAnchorRotation is Synced (no rotation in progress, nothing blocked)
+and the prerequisite checks of cert-manager and the Linkerd PKI pass (those of "check --pre" that
+read cert-manager's objects: rotate never reads a Secret, so it needs no access to a private
+key). Otherwise it changes nothing and exits 1 with the reason; a rotation in progress is
+reported and left alone.
+
+The operator chart runs it on a schedule (value rotationSchedule): with
+spec.dataPlaneRestart.policy and spec.identityIssuerRenewal Automatic, a scheduled rotation then
+needs nobody.`,
+		example: `  # Rotate now, if it is safe to
+  linkerd trust rotate
+
+  # Then follow the rotation
+  linkerd trust inspect --watch`,
+		flags: fs,
+	}
+	c.run = func(ctx context.Context, args []string) error {
+		if len(args) > 0 {
+			return usagef("rotate takes no arguments, got %q", args)
+		}
+		if err := o.kube.validate(); err != nil {
+			return err
+		}
+		o.anchorCertificate, o.identityIssuerCert = o.kube.Config.AnchorCertificate, o.kube.Config.IssuerCertificate
+		o.certManagerSelector = CertManagerControllerSelector
+		cl, err := env.clients(o.kube)
+		if err != nil {
+			return err
+		}
+		return rotate(ctx, env, o, cl)
+	}
+	return c
+}
+
+// rotatePrerequisites are the checks rotate runs: cert-manager's API and the PKI's issuers and
+// Certificates, the operator's CRD. They read no Secret.
+func (c *checks) rotatePrerequisites() []category {
+	o := c.o
+	return []category{
+		{name: categoryCertManager, checkers: []checker{
+			{description: "cert-manager CRDs are installed", hint: "l5d-trust-cm-crds", fatal: true, check: c.certManagerCRDs},
+		}},
+		{name: categoryPKI, checkers: []checker{
+			{description: fmt.Sprintf("Issuer %s is Ready", o.rootIssuer), hint: "l5d-trust-root-issuer", check: c.rootIssuerReady},
+			{description: fmt.Sprintf("Certificate %s is Ready", o.anchorCertificate), hint: "l5d-trust-anchor-certificate", check: c.anchorCertificateReady},
+			{description: "trust anchor renewal rotates its private key", hint: "l5d-trust-anchor-rotation-policy", check: c.anchorRotationPolicy},
+			{description: fmt.Sprintf("ClusterIssuer %s is Ready", o.identityClusterIssuer), hint: "l5d-trust-identity-cluster-issuer", check: c.identityClusterIssuerReady},
+			{description: fmt.Sprintf("Certificate %s is Ready", o.identityIssuerCert), hint: "l5d-trust-identity-issuer-certificate", check: c.identityIssuerReady},
+		}},
+		{name: categoryOperator, checkers: []checker{
+			{description: "TrustAnchorRotation CRD is installed", hint: "l5d-trust-operator-crd", fatal: true, check: c.rotationCRD},
+			{description: fmt.Sprintf("TrustAnchorRotation %s is Synced", o.kube.RotationName), hint: "l5d-trust-operator-blocked", fatal: true, check: c.rotationSynced},
+		}},
+	}
+}
+
+// rotationSynced passes when no rotation is in progress and nothing blocks the operator.
+func (c *checks) rotationSynced(ctx context.Context) error {
+	tar, err := c.rotation.get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+	}
+	st := tar.Status
+	if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionIgnored); cond != nil && cond.Status == metav1.ConditionTrue {
+		return fmt.Errorf("TrustAnchorRotation %s is not driven by the operator: %s", tar.Name, cond.Message)
+	}
+	step := ""
+	if st.Checkpoint != nil {
+		step = st.Checkpoint.Step
+	}
+	phase := orDefault(string(st.Phase), string(v1alpha1.PhaseSynced))
+	switch {
+	case phase != string(v1alpha1.PhaseSynced) || step != steps.StepDetectAnchorRotation:
+		msg := fmt.Sprintf("a rotation is in progress (phase %s, step %s); it is left alone", phase, orDefault(step, "none yet"))
+		if st.BlockingMessage != "" {
+			msg += ": " + st.BlockingMessage
+		}
+		return errors.New(msg)
+	case st.BlockingMessage != "":
+		return fmt.Errorf("the operator is blocked: %s", st.BlockingMessage)
+	case st.ObservedGeneration != tar.Generation:
+		return fmt.Errorf("the operator has not acted on the latest spec of TrustAnchorRotation %s yet (generation %d, observed %d)", tar.Name, tar.Generation, st.ObservedGeneration)
+	}
+	return nil
+}
+
+func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients) error {
+	c := newChecks(o, cl, env)
+	r := &tableRenderer{w: env.Out}
+	ok := runChecks(ctx, c.rotatePrerequisites(), r.result)
+	fmt.Fprintln(env.Out)
+	if !ok {
+		fmt.Fprintln(env.Out, "Not rotating: a prerequisite check failed (above). Nothing was changed.")
+		return errReported
+	}
+	ns, name := o.kube.Config.CertManagerNamespace, o.anchorCertificate
+	crt, err := cl.CertManager.CertmanagerV1().Certificates(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading Certificate %s/%s: %w", ns, name, err)
+	}
+	for _, cond := range crt.Status.Conditions {
+		if cond.Type == cmapi.CertificateConditionIssuing && cond.Status == cmmeta.ConditionTrue {
+			fmt.Fprintf(env.Out, "Not rotating: Certificate %s/%s is already being re-issued (%s). Nothing was changed.\n", ns, name, cond.Reason)
+			return errReported
+		}
+	}
+	if err := apply.RenewCertificate(ctx, cl.CertManager, ns, name); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Out, "Triggered the renewal of Certificate %s/%s (as cmctl renew does): cert-manager issues a new trust anchor and the operator rotates onto it.\nFollow it with: %s inspect --watch\n", ns, name, binary)
+	return nil
+}
