@@ -38,6 +38,8 @@ type Env struct {
 type EnvOptions struct {
 	Namespaces, Deployments int
 	Replicas                int32
+	// ChartSet are --set values of the operator chart (the TrustAnchorRotation's spec, say).
+	ChartSet []string
 }
 
 // NewEnv installs the PKI, then both charts with helm (the CRD, the operator's ServiceAccount
@@ -53,7 +55,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 	if e.PKI, err = pki.Install(ctx, kube, c.CertManager(), pki.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if e.Release, err = charts.Install(ctx, c, charts.InstallOptions{}); err != nil {
+	if e.Release, err = charts.Install(ctx, c, charts.InstallOptions{Set: opts.ChartSet}); err != nil {
 		t.Fatal(err)
 	}
 	if e.TARs, err = client.NewForConfig(c.RESTConfig()); err != nil {

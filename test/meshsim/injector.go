@@ -295,6 +295,11 @@ func (m *Mesh) injectPatch(pod *corev1.Pod, namespace, bundle string) ([]byte, e
 	if err != nil {
 		klog.InfoS("Ignoring invalid proxy-additional-env annotation", "namespace", namespace, "err", err)
 	}
+	m.mu.Lock()
+	if m.ignoreAdditionalEnv {
+		extra = nil // a Linkerd before edge-26.4.3 does not know the annotation
+	}
+	m.mu.Unlock()
 	c := m.proxyContainer(corev1.EnvVar{Name: EnvTrustAnchors, Value: strings.TrimSpace(bundle) + "\n"}, extra)
 	var ops []map[string]any
 	add := func(path string, v any) { ops = append(ops, map[string]any{"op": "add", "path": path, "value": v}) }

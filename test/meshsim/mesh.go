@@ -154,8 +154,11 @@ type Mesh struct {
 	pending     map[types.UID]string // pods whose containers cannot start yet, and why
 	proxyStarts map[string]int       // by "<ns>/<deployment>"
 	restarts    map[string]int       // RolloutRestart calls, by "<ns>/<deployment>"
-	stopped     bool
-	wg          sync.WaitGroup
+	rollouts    *rollouts            // restarts and concurrency seen on application Deployments
+	// ignoreAdditionalEnv makes the injector ignore config.linkerd.io/proxy-additional-env.
+	ignoreAdditionalEnv bool
+	stopped             bool
+	wg                  sync.WaitGroup
 }
 
 // Start runs the simulated mesh until Stop: informers on the cluster, the admission webhook
@@ -180,6 +183,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		cfg: cfg, client: client, clock: cfg.Clock.(clockWithAfterFunc), ctx: mctx, cancel: cancel,
 		proxies: map[types.UID]*proxy{}, identities: map[types.UID]*identityProc{}, injectors: map[types.UID]*injectorProc{},
 		pending: map[types.UID]string{}, proxyStarts: map[string]int{}, restarts: map[string]int{},
+		rollouts: newRollouts(),
 	}
 	m.oracle = NewOracle(cfg.Clock, cfg.OracleTick, cfg.Registerer)
 	m.admin = newAdminServer(mctx)
@@ -219,6 +223,10 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		return nil, fmt.Errorf("meshsim: watching pods: %w", err)
 	}
 	_ = nsInf.Informer()
+	if _, err := m.factory.Apps().V1().Deployments().Informer().AddEventHandler(m.rollouts.handler(cfg.LinkerdNamespace)); err != nil {
+		cancel()
+		return nil, fmt.Errorf("meshsim: watching deployments: %w", err)
+	}
 	// ConfigMaps and Secrets first, so that the first pod events see them.
 	m.lnFactory.Start(mctx.Done())
 	m.lnFactory.WaitForCacheSync(ctx.Done())

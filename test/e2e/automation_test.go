@@ -1,0 +1,405 @@
+package e2e
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/charts"
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// automationValues turn both automations on: restarts by rollout within a budget of two
+// workloads at once (one per namespace), automatic issuer renewal, a 10s accelerated interval.
+var automationValues = []string{
+	"rotation.spec.workloadCertificateRefreshInterval=10s",
+	"rotation.spec.dataPlaneRestart.policy=Automatic",
+	"rotation.spec.dataPlaneRestart.maxConcurrent=2",
+	"rotation.spec.dataPlaneRestart.maxConcurrentPerNamespace=1",
+	"rotation.spec.identityIssuerRenewal=Automatic",
+}
+
+// TestHandsOffRotation rotates with nobody in the loop: cert-manager renews the anchor on its own
+// schedule and the operator does everything else (data-plane restarts, the issuer renewal),
+// under the chart's ServiceAccount with the RBAC the automation values add, the oracle watching.
+func TestHandsOffRotation(t *testing.T) {
+	c := cluster.Shared(t)
+	cluster.DumpLogsOnFailure(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ChartSet: automationValues}, func(rel *charts.Release) *Operator {
+		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
+	})
+	// Leave the cluster as the other tests expect it: the charts' defaults, Synced.
+	t.Cleanup(func() {
+		e.Mesh.SetIgnoreAdditionalEnv(false)
+		ctx := context.Background()
+		// A value, even a default one: without any, Helm 3 would reuse the previous values.
+		if _, err := charts.Install(ctx, c, charts.InstallOptions{Set: []string{"rotation.spec.dataPlaneRestart.policy=Manual"}}); err != nil {
+			t.Errorf("restoring the charts' defaults: %v", err)
+		}
+		// And the rotation's spec itself, whatever Helm's three-way merge made of it.
+		if err := e.resetSpec(ctx); err != nil {
+			t.Errorf("restoring the rotation's default spec: %v", err)
+		}
+	})
+	start := time.Now()
+
+	t.Run("TwoRestartsPerWorkload", func(t *testing.T) {
+		e := *e
+		e.T = t
+		e.Mesh.ResetRolloutStats()
+		since := time.Now()
+		_, newAnchor := e.letCertManagerRenewAnchor()
+		tar := e.waitSyncedOn(newAnchor, 6*time.Minute)
+		stats := e.Mesh.RolloutStats()
+		for _, w := range e.Apps {
+			if n := stats.Restarts[w.String()]; n != 2 {
+				t.Errorf("%s restarted %d times, want 2 (expanded bundle, reduced bundle)", w, n)
+			}
+		}
+		if stats.MaxConcurrent > 2 || stats.MaxConcurrentPerNamespace > 1 {
+			t.Errorf("budget exceeded: %d workloads rolling at once (max 2), %d in one namespace (max 1)", stats.MaxConcurrent, stats.MaxConcurrentPerNamespace)
+		}
+		if tar.Status.WorkloadCertificateRefreshInterval != nil {
+			t.Errorf("Synced with the refresh override still in effect: %v", tar.Status.WorkloadCertificateRefreshInterval)
+		}
+		e.checkNoOverrideLeft()
+		e.checkEvents(since, ReasonWorkloadsRestartedEvent, ReasonIssuerRenewalEvent)
+		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
+			t.Fatalf("mTLS violations: %v", err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("FallbackRestartWhenProxiesIgnoreTheInterval", func(t *testing.T) {
+		e := *e
+		e.T = t
+		e.Mesh.SetIgnoreAdditionalEnv(true)
+		defer e.Mesh.SetIgnoreAdditionalEnv(false)
+		e.Mesh.ResetRolloutStats()
+		since := time.Now()
+		newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
+		e.waitSyncedOn(newAnchor, 6*time.Minute)
+		stats := e.Mesh.RolloutStats()
+		for _, w := range e.Apps {
+			if n := stats.Restarts[w.String()]; n != 3 {
+				t.Errorf("%s restarted %d times, want 3 (the certificate fallback included)", w, n)
+			}
+		}
+		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
+			t.Fatalf("mTLS violations: %v", err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("EvictionHeldByMaintenanceWindowAndPDB", func(t *testing.T) {
+		e := *e
+		e.T = t
+		// The window opens at the next full minute and lasts an hour.
+		opens := time.Now().UTC().Truncate(time.Minute).Add(time.Minute)
+		window := fmt.Sprintf(`rotation.spec.dataPlaneRestart.maintenanceWindows=[{"start":%q,"end":%q}]`, opens.Format("15:04"), opens.Add(time.Hour).Format("15:04"))
+		if _, err := charts.Install(ctx, c, charts.InstallOptions{Set: append(append([]string{}, automationValues...), "rotation.spec.dataPlaneRestart.method=Evict"), SetJSON: []string{window}}); err != nil {
+			t.Fatal(err)
+		}
+		// A PodDisruptionBudget that allows no disruption of one workload.
+		blocked := e.Apps[0]
+		pdbs := c.Kube().PolicyV1().PodDisruptionBudgets(blocked.Namespace)
+		minAvailable := intstr.FromInt32(2)
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: blocked.Name, Namespace: blocked.Namespace},
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable,
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": blocked.Name}}},
+		}
+		if _, err := pdbs.Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = pdbs.Delete(context.Background(), blocked.Name, metav1.DeleteOptions{}) }()
+		since := time.Now()
+		e.Mesh.ResetRolloutStats()
+		starts := proxyStarts(&e)
+
+		newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
+		if time.Now().Before(opens) {
+			if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Until(opens), "restarts held outside the maintenance window",
+				func(tar *v1alpha1.TrustAnchorRotation) bool {
+					return strings.Contains(tar.Status.BlockingMessage, "the next maintenance window opens at "+opens.Format(time.RFC3339))
+				}); err != nil {
+				t.Fatal(err)
+			}
+			if time.Now().Before(opens) {
+				if got := proxyStarts(&e); got != starts {
+					t.Fatalf("pods were replaced before the maintenance window opened: %d proxy starts, want %d", got, starts)
+				}
+			}
+		}
+		// Once the window opens, evictions start; the PDB holds its workload with a clear message.
+		want := fmt.Sprintf("PodDisruptionBudget %s/%s allows no disruption of %s/Deployment/%s", blocked.Namespace, blocked.Name, blocked.Namespace, blocked.Name)
+		if _, err := WaitRotation(ctx, e.TARs, rotationName, 4*time.Minute, "the rotation parked on the PDB",
+			func(tar *v1alpha1.TrustAnchorRotation) bool {
+				return tar.Status.Phase == v1alpha1.PhasePropagatingTrustRoots && strings.Contains(tar.Status.BlockingMessage, want) &&
+					tar.Status.TrustBundle != nil && tar.Status.TrustBundle.TargetPods-tar.Status.TrustBundle.ConvergedPods == 2
+			}); err != nil {
+			t.Fatal(err)
+		}
+		// The PDB allows one disruption at a time: the rotation goes on by itself.
+		if _, err := pdbs.Patch(ctx, blocked.Name, types.MergePatchType, []byte(`{"spec":{"minAvailable":1}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitSyncedOn(newAnchor, 6*time.Minute)
+		// Not asserted for Evict: the operator counts an evicted workload restarted once its
+		// replacement pods run, which the Deployment's status (what the simulator counts) shows a
+		// moment later, so the simulator may see two overlap in a namespace.
+		t.Logf("rollouts seen under Evict: %+v", e.Mesh.RolloutStats())
+		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
+			t.Fatalf("mTLS violations: %v", err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("ScheduledRotate", func(t *testing.T) {
+		e := *e
+		e.T = t
+		testScheduledRotate(&e, c)
+	})
+	if err := e.Mesh.Oracle().CheckNoViolationsSince(start); err != nil {
+		t.Fatalf("mTLS violations: %v", err)
+	}
+}
+
+// testScheduledRotate installs the chart's CronJob, runs its `linkerd-trust rotate` under its
+// ServiceAccount: it starts a rotation when Synced, refuses and changes nothing while one is in
+// progress, and its ServiceAccount may do what rotate needs and nothing more.
+func testScheduledRotate(e *Env, c *cluster.Cluster) {
+	t, ctx := e.T, e.Ctx
+	rel, err := charts.Install(ctx, c, charts.InstallOptions{Set: append(append([]string{}, automationValues...), "rotationSchedule=0 3 1 * *")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cj, err := c.Kube().BatchV1().CronJobs(rel.Namespace).Get(ctx, "trust-rotation-operator-rotate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cj.Spec.Schedule != "0 3 1 * *" || cj.Spec.ConcurrencyPolicy != "Forbid" {
+		t.Errorf("CronJob schedule %q, concurrencyPolicy %s", cj.Spec.Schedule, cj.Spec.ConcurrencyPolicy)
+	}
+	pod := cj.Spec.JobTemplate.Spec.Template.Spec
+	sa, args := pod.ServiceAccountName, pod.Containers[0].Args
+	if sa == rel.ServiceAccount || len(args) == 0 || args[0] != "rotate" {
+		t.Fatalf("CronJob runs %v as %s (the operator is %s)", args, sa, rel.ServiceAccount)
+	}
+	user := cluster.ServiceAccountUser(rel.Namespace, sa)
+	kubeconfig, err := c.KubeconfigFor(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() (string, int) {
+		cmd := exec.CommandContext(ctx, Binary(t, "linkerd-trust"), append(append([]string{}, args...), "--kubeconfig", kubeconfig)...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if err != nil {
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatal(err)
+			}
+			code = ee.ExitCode()
+		}
+		return string(out), code
+	}
+
+	old := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+	out, code := run()
+	if code != 0 || !strings.Contains(out, "Triggered the renewal of Certificate cert-manager/linkerd-trust-anchor") {
+		t.Fatalf("rotate on a Synced rotation: exit %d\n%s", code, out)
+	}
+	fp, err := pki.WaitRenewed(ctx, c.Kube(), c.CertManager(), "cert-manager", "linkerd-trust-anchor", steps.Fingerprint(old), 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Minute, "the rotation under way", func(tar *v1alpha1.TrustAnchorRotation) bool {
+		return tar.Status.Phase != v1alpha1.PhaseSynced
+	}); err != nil {
+		t.Fatal(err)
+	}
+	crt, err := c.CertManager().CertmanagerV1().Certificates("cert-manager").Get(ctx, "linkerd-trust-anchor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code = run()
+	if code != 1 || !strings.Contains(out, "a rotation is in progress") || !strings.Contains(out, "Not rotating") {
+		t.Fatalf("rotate during a rotation: exit %d, want 1 with the reason\n%s", code, out)
+	}
+	after, err := c.CertManager().CertmanagerV1().Certificates("cert-manager").Get(ctx, "linkerd-trust-anchor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != crt.ResourceVersion {
+		t.Errorf("rotate changed Certificate cert-manager/linkerd-trust-anchor while refusing")
+	}
+	anchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+	if steps.Fingerprint(anchor) != fp {
+		t.Fatalf("the anchor changed again")
+	}
+	e.waitSyncedOn(anchor, 6*time.Minute)
+
+	// Exactly what rotate needs: the objects it reads by name, the anchor's status; nothing else.
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + rel.Namespace, "system:authenticated"}
+	for _, tc := range []struct {
+		ns, group, resource, sub, verb, name string
+		allowed                              bool
+	}{
+		{"", "trust.linkerd.io", "trustanchorrotations", "", "get", rotationName, true},
+		{"cert-manager", "cert-manager.io", "certificates", "status", "update", "linkerd-trust-anchor", true},
+		{"cert-manager", "cert-manager.io", "certificates", "", "get", "linkerd-trust-anchor", true},
+		{"linkerd", "cert-manager.io", "certificates", "", "get", "linkerd-identity-issuer", true},
+		{"cert-manager", "cert-manager.io", "issuers", "", "get", "linkerd-trust-root-issuer", true},
+		{"", "cert-manager.io", "clusterissuers", "", "get", "linkerd-identity-issuer", true},
+		{"cert-manager", "", "secrets", "", "get", "linkerd-trust-anchor", false},
+		{"linkerd", "", "secrets", "", "get", "linkerd-identity-issuer", false},
+		{"linkerd", "cert-manager.io", "certificates", "status", "update", "linkerd-identity-issuer", false},
+		{"cert-manager", "cert-manager.io", "certificates", "", "update", "linkerd-trust-anchor", false},
+		{"cert-manager", "cert-manager.io", "certificates", "", "list", "", false},
+		{"", "trust.linkerd.io", "trustanchorrotations", "status", "update", rotationName, false},
+		{"app-0", "apps", "deployments", "", "patch", "svc-0", false},
+		{"linkerd", "", "configmaps", "", "get", "linkerd-identity-trust-roots", false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: tc.ns, Group: tc.group, Resource: tc.resource,
+				Subresource: tc.sub, Verb: tc.verb, Name: tc.name}}}
+		res, err := c.Kube().AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status.Allowed != tc.allowed {
+			t.Errorf("%s %s/%s %s in %q: allowed %v, want %v", tc.verb, tc.resource, tc.sub, tc.name, tc.ns, res.Status.Allowed, tc.allowed)
+		}
+	}
+}
+
+// Event reasons the operator records for the automations' acts.
+const (
+	ReasonWorkloadsRestartedEvent = "WorkloadsRestarted"
+	ReasonIssuerRenewalEvent      = "IdentityIssuerRenewalTriggered"
+)
+
+// letCertManagerRenewAnchor makes cert-manager renew the trust anchor by itself: it shortens the
+// Certificate's renewBefore so that its renewal time is past, waits for the new anchor, and puts
+// renewBefore back before the next renewal is due.
+func (e *Env) letCertManagerRenewAnchor() (oldAnchor, newAnchor *x509.Certificate) {
+	t, ctx := e.T, e.Ctx
+	oldAnchor = e.SecretCert("cert-manager", "linkerd-trust-anchor")
+	certs := e.Cluster.CertManager().CertmanagerV1().Certificates("cert-manager")
+	crt, err := certs.Get(ctx, "linkerd-trust-anchor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewBefore := crt.Spec.RenewBefore.Duration
+	short := crt.Spec.Duration.Duration - time.Minute // renew one minute after issuance: now
+	patch := func(d time.Duration) {
+		t.Helper()
+		p := fmt.Sprintf(`{"spec":{"renewBefore":%q}}`, d.String())
+		if _, err := certs.Patch(ctx, "linkerd-trust-anchor", types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patch(short)
+	defer patch(renewBefore)
+	if _, err := pki.WaitRenewed(ctx, e.Cluster.Kube(), e.Cluster.CertManager(), "cert-manager", "linkerd-trust-anchor", steps.Fingerprint(oldAnchor), 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return oldAnchor, e.SecretCert("cert-manager", "linkerd-trust-anchor")
+}
+
+// waitSyncedOn waits until the rotation to anchor completed.
+func (e *Env) waitSyncedOn(anchor *x509.Certificate, timeout time.Duration) *v1alpha1.TrustAnchorRotation {
+	e.T.Helper()
+	fp := steps.Fingerprint(anchor)
+	tar, err := WaitRotation(e.Ctx, e.TARs, rotationName, timeout, "Synced on anchor "+fp[:12], func(tar *v1alpha1.TrustAnchorRotation) bool {
+		return tar.Status.Phase == v1alpha1.PhaseSynced && tar.Status.PreviousAnchorFingerprint == fp &&
+			stepOf(tar) == steps.StepDetectAnchorRotation && tar.Status.BlockingMessage == ""
+	})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return tar
+}
+
+// checkNoOverrideLeft fails unless no application pod template keeps the operator's refresh
+// override or a proxy-additional-env annotation it created.
+func (e *Env) checkNoOverrideLeft() {
+	e.T.Helper()
+	for _, w := range e.Apps {
+		d, err := e.Cluster.Kube().AppsV1().Deployments(w.Namespace).Get(e.Ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			e.T.Fatal(err)
+		}
+		for _, a := range []string{steps.RefreshOverrideAnnotation, steps.AdditionalEnvAnnotation} {
+			if v, ok := d.Spec.Template.Annotations[a]; ok {
+				e.T.Errorf("%s keeps %s=%s after the rotation", w, a, v)
+			}
+		}
+	}
+}
+
+// checkEvents fails unless the operator recorded an Event of each reason since the time.
+func (e *Env) checkEvents(since time.Time, reasons ...string) {
+	e.T.Helper()
+	evs, err := e.Cluster.Kube().CoreV1().Events("default").List(e.Ctx, metav1.ListOptions{})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	for _, r := range reasons {
+		found := false
+		for _, ev := range evs.Items {
+			if ev.Reason == r && ev.InvolvedObject.Kind == "TrustAnchorRotation" && !ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
+				found = true
+			}
+		}
+		if !found {
+			e.T.Errorf("no %s Event since %s", r, since.Format(time.RFC3339))
+		}
+	}
+}
+
+func proxyStarts(e *Env) int {
+	n := 0
+	for _, w := range e.Apps {
+		n += e.Mesh.ProxyStarts(w.Namespace, w.Name)
+	}
+	return n
+}
+
+// resetSpec puts the TrustAnchorRotation's spec back to its defaults: no automation.
+func (e *Env) resetSpec(ctx context.Context) error {
+	dyn, err := dynamic.NewForConfig(e.Cluster.RESTConfig())
+	if err != nil {
+		return err
+	}
+	patch := []byte(`{"spec":{"workloadCertificateRefreshInterval":"5m","identityIssuerRenewal":"Manual",` +
+		`"dataPlaneRestart":{"policy":"Manual","method":"RolloutRestart","maxConcurrent":5,"maxConcurrentPerNamespace":1,` +
+		`"namespaceSelector":null,"workloadSelector":null,"maintenanceWindows":null}}}`)
+	gvr := v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.Resource)
+	_, err = dyn.Resource(gvr).Patch(ctx, rotationName, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}

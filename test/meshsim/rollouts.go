@@ -1,0 +1,124 @@
+package meshsim
+
+import (
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// rollouts counts, from the Deployments the apiserver shows, the restarts of every application
+// Deployment (a change of its pod template's kubectl.kubernetes.io/restartedAt, whoever made it)
+// and how many were rolling out at once, cluster-wide and per namespace: the ground truth a
+// restart budget is checked against. The control plane's namespace is left out.
+type rollouts struct {
+	mu        sync.Mutex
+	restarted map[string]string // last restartedAt seen, by "<ns>/<name>"
+	restarts  map[string]int
+	rolling   map[string]bool
+	maxAll    int
+	maxNS     map[string]int
+}
+
+func newRollouts() *rollouts {
+	return &rollouts{restarted: map[string]string{}, restarts: map[string]int{}, rolling: map[string]bool{}, maxNS: map[string]int{}}
+}
+
+func (r *rollouts) handler(linkerdNS string) cache.ResourceEventHandler {
+	update := func(obj any) {
+		d, ok := obj.(*appsv1.Deployment)
+		if !ok || d.Namespace == linkerdNS {
+			return
+		}
+		key := d.Namespace + "/" + d.Name
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		at := d.Spec.Template.Annotations[AnnotationRestartedAt]
+		if prev, seen := r.restarted[key]; seen && prev != at && at != "" {
+			r.restarts[key]++
+		}
+		r.restarted[key] = at
+		done, _, err := rolloutComplete(d)
+		r.rolling[key] = !done || err != nil
+		all, perNS := 0, map[string]int{}
+		for k, rolling := range r.rolling {
+			if rolling {
+				all++
+				perNS[k[:indexSlash(k)]]++
+			}
+		}
+		r.maxAll = max(r.maxAll, all)
+		for ns, n := range perNS {
+			r.maxNS[ns] = max(r.maxNS[ns], n)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    update,
+		UpdateFunc: func(_, obj any) { update(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(*appsv1.Deployment); ok {
+				r.mu.Lock()
+				delete(r.rolling, d.Namespace+"/"+d.Name)
+				r.mu.Unlock()
+			}
+		},
+	}
+}
+
+func indexSlash(s string) int {
+	for i := range s {
+		if s[i] == '/' {
+			return i
+		}
+	}
+	return len(s)
+}
+
+// RolloutStats are the restarts the mesh saw since the last ResetRolloutStats.
+type RolloutStats struct {
+	// Restarts counts the restartedAt changes of each application Deployment, by "<ns>/<name>".
+	Restarts map[string]int
+	// MaxConcurrent is the most application Deployments seen rolling out at once, and
+	// MaxConcurrentPerNamespace the most in one namespace.
+	MaxConcurrent             int
+	MaxConcurrentPerNamespace int
+}
+
+// RolloutStats returns what the mesh saw of application rollouts.
+func (m *Mesh) RolloutStats() RolloutStats {
+	r := m.rollouts
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := RolloutStats{Restarts: map[string]int{}, MaxConcurrent: r.maxAll}
+	for k, v := range r.restarts {
+		s.Restarts[k] = v
+	}
+	for _, n := range r.maxNS {
+		s.MaxConcurrentPerNamespace = max(s.MaxConcurrentPerNamespace, n)
+	}
+	return s
+}
+
+// ResetRolloutStats starts counting restarts and concurrency afresh.
+func (m *Mesh) ResetRolloutStats() {
+	r := m.rollouts
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.restarts, r.maxNS = map[string]int{}, map[string]int{}
+	r.maxAll = 0
+	for k, rolling := range r.rolling {
+		if rolling {
+			r.maxAll++
+			r.maxNS[k[:indexSlash(k)]]++
+		}
+	}
+}
+
+// SetIgnoreAdditionalEnv makes the proxy-injector ignore config.linkerd.io/proxy-additional-env,
+// as Linkerd releases before edge-26.4.3 do: an accelerated refresh interval set there then never
+// reaches the proxies.
+func (m *Mesh) SetIgnoreAdditionalEnv(ignore bool) {
+	m.mu.Lock()
+	m.ignoreAdditionalEnv = ignore
+	m.mu.Unlock()
+}
