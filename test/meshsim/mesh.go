@@ -157,8 +157,10 @@ type Mesh struct {
 	rollouts    *rollouts            // restarts and concurrency seen on application Deployments
 	// ignoreAdditionalEnv makes the injector ignore config.linkerd.io/proxy-additional-env.
 	ignoreAdditionalEnv bool
-	stopped             bool
-	wg                  sync.WaitGroup
+	// faults are the admin-port faults tests inject (SetProxyFault).
+	faults  faultSet
+	stopped bool
+	wg      sync.WaitGroup
 }
 
 // Start runs the simulated mesh until Stop: informers on the cluster, the admission webhook
@@ -515,7 +517,7 @@ func (m *Mesh) newProxy(pod *corev1.Pod, ref PodRef, component string) (*proxy, 
 	return &proxy{
 		mesh: m, pod: ref, podIP: pod.Status.PodIP, port: adminPort(c), workload: ownerDeployment(pod),
 		component: component, identity: name, roots: roots, rootsPEM: env[EnvTrustAnchors],
-		minRef: minRef, maxRef: maxRef, key: key, started: m.clock.Now(),
+		minRef: minRef, maxRef: maxRef, key: key, started: m.clock.Now(), done: make(chan struct{}),
 	}, nil
 }
 

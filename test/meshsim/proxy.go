@@ -49,6 +49,7 @@ type proxy struct {
 	timer       clock.Timer
 	listener    net.Listener
 	stopped     bool
+	done        chan struct{} // closed by stop
 }
 
 // start brings the proxy up: roots into the oracle, admin listener, first certification now.
@@ -63,6 +64,9 @@ func (p *proxy) start() {
 // stop ends the proxy (its pod was deleted or stopped running).
 func (p *proxy) stop() {
 	p.mu.Lock()
+	if !p.stopped {
+		close(p.done)
+	}
 	p.stopped = true
 	if p.timer != nil {
 		p.timer.Stop()
@@ -254,6 +258,9 @@ func (a *adminServer) serve(l net.Listener, p *proxy) {
 			a.wg.Add(1)
 			go func() {
 				defer a.wg.Done()
+				if a.misbehave(c, p) {
+					return
+				}
 				a.sniff(c, cfg)
 			}()
 		}

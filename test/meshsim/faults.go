@@ -1,0 +1,158 @@
+package meshsim
+
+import (
+	"net"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ProxyFault is a misbehaviour of a proxy's admin port (podIP:4191), injected by tests to
+// simulate stuck pods: the proxy's identity is unaffected (it keeps certifying, and the oracle
+// keeps judging its certificate); only what a prober of the admin port sees changes.
+type ProxyFault int
+
+const (
+	// ProxyFaultNone is a healthy admin port.
+	ProxyFaultNone ProxyFault = iota
+	// ProxyFaultRefuseTLS accepts each connection and closes it without answering: a TLS
+	// handshake fails at once (EOF), as with a proxy whose admin server refuses TLS.
+	ProxyFaultRefuseTLS
+	// ProxyFaultHang accepts each connection and never answers: a prober times out. The
+	// connection is held until the fault is cleared, the proxy stops (its pod was deleted or
+	// stopped running) or the mesh stops.
+	ProxyFaultHang
+)
+
+func (f ProxyFault) String() string {
+	switch f {
+	case ProxyFaultNone:
+		return "none"
+	case ProxyFaultRefuseTLS:
+		return "refuse-tls"
+	case ProxyFaultHang:
+		return "hang"
+	}
+	return "unknown"
+}
+
+// faultSet holds the injected proxy faults, by pod UID and by owning Deployment.
+type faultSet struct {
+	mu         sync.Mutex
+	byUID      map[types.UID]ProxyFault
+	byWorkload map[string]ProxyFault // "<ns>/<deployment>"
+	hung       map[types.UID]int     // connections held open by ProxyFaultHang, by pod
+	changed    chan struct{}         // closed and replaced at every change
+}
+
+func (s *faultSet) initLocked() {
+	if s.byUID == nil {
+		s.byUID, s.byWorkload, s.hung = map[types.UID]ProxyFault{}, map[string]ProxyFault{}, map[types.UID]int{}
+		s.changed = make(chan struct{})
+	}
+}
+
+func (s *faultSet) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// SetProxyFault makes the admin port of the proxy of the pod with this UID fail as fault says,
+// for connections accepted from now on (ProxyFaultNone clears it, and releases hung connections).
+// A fault set for the pod takes precedence over one set for its Deployment. For tests only.
+func (m *Mesh) SetProxyFault(uid types.UID, fault ProxyFault) {
+	s := &m.faults
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	if fault == ProxyFaultNone {
+		delete(s.byUID, uid)
+	} else {
+		s.byUID[uid] = fault
+	}
+	s.notifyLocked()
+}
+
+// SetWorkloadProxyFault is SetProxyFault for every proxy of the Deployment namespace/name,
+// those running now and those that start later (a restart does not clear it). For tests only.
+func (m *Mesh) SetWorkloadProxyFault(namespace, deployment string, fault ProxyFault) {
+	s := &m.faults
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	if key := namespace + "/" + deployment; fault == ProxyFaultNone {
+		delete(s.byWorkload, key)
+	} else {
+		s.byWorkload[key] = fault
+	}
+	s.notifyLocked()
+}
+
+// ClearProxyFaults removes every injected proxy fault.
+func (m *Mesh) ClearProxyFaults() {
+	s := &m.faults
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	clear(s.byUID)
+	clear(s.byWorkload)
+	s.notifyLocked()
+}
+
+// HungConnections is the number of admin-port connections to the pod's proxy that
+// ProxyFaultHang holds open right now: a prober waiting for an answer.
+func (m *Mesh) HungConnections(uid types.UID) int {
+	s := &m.faults
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hung[uid]
+}
+
+// faultOf returns the proxy's fault and a channel closed at the next change of the faults.
+func (s *faultSet) faultOf(p *proxy) (ProxyFault, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	f, ok := s.byUID[p.pod.UID]
+	if !ok && p.workload != "" {
+		f = s.byWorkload[p.pod.Namespace+"/"+p.workload]
+	}
+	return f, s.changed
+}
+
+// misbehave applies the proxy's fault to an accepted admin connection; it reports whether it
+// took the connection (closed it), so that it must not be served.
+func (a *adminServer) misbehave(c net.Conn, p *proxy) bool {
+	s := &p.mesh.faults
+	f, changed := s.faultOf(p)
+	switch f {
+	case ProxyFaultRefuseTLS:
+		_ = c.Close()
+		return true
+	case ProxyFaultHang:
+		s.mu.Lock()
+		s.hung[p.pod.UID]++
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			if s.hung[p.pod.UID]--; s.hung[p.pod.UID] <= 0 {
+				delete(s.hung, p.pod.UID)
+			}
+			s.mu.Unlock()
+			_ = c.Close()
+		}()
+		for f == ProxyFaultHang {
+			select {
+			case <-changed:
+				f, changed = s.faultOf(p)
+			case <-p.done:
+				return true
+			case <-a.ctx.Done():
+				return true
+			}
+		}
+		// Cleared: the prober has likely given up; it will connect again.
+		return true
+	}
+	return false
+}
