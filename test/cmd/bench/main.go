@@ -54,6 +54,7 @@ type options struct {
 	cliBin       string
 	logDir       string
 	operatorArgs []string
+	rotate       bool
 }
 
 // result is one size's figures.
@@ -85,6 +86,7 @@ func main() {
 	flag.StringVar(&o.operatorBin, "operator", "bin/trust-rotation-operator", "operator binary")
 	flag.StringVar(&o.cliBin, "cli", "bin/linkerd-trust", "linkerd-trust binary")
 	flag.StringVar(&o.logDir, "log-dir", "bin/bench", "directory for the operator's logs and heap profiles")
+	flag.BoolVar(&o.rotate, "rotate", true, "rotate the trust anchor; false measures sync, steady state and inspect only")
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
 	flag.Parse()
 	var err error
@@ -252,15 +254,11 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	r.steady = after.minus(before).scaled(float64(time.Minute) / float64(r.steadyWindow))
 	r.cpuSteady = procCPU(op.pid()) - cpu0
 
-	progress("%d pods: rotating the trust anchor", pods)
 	cpu1 := procCPU(op.pid())
-	go func() { // a CPU profile of the rotation's first minute, for pprof
-		if prof, err := op.get(ctx, "/debug/pprof/profile?seconds=60"); err == nil {
-			_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-cpu-%d.pprof", pods)), prof, 0o644)
+	if o.rotate {
+		if err := measureRotation(ctx, o, w, c, p, mesh, apps, op, r); err != nil {
+			return nil, err
 		}
-	}()
-	if err := rotate(ctx, w, c, p, mesh, apps, r); err != nil {
-		return nil, fmt.Errorf("rotation: %w (operator log: %s)", err, op.logPath)
 	}
 	final, err := op.apiRequests(ctx)
 	if err != nil {
@@ -273,7 +271,27 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	if heap, err := op.get(ctx, "/debug/pprof/heap"); err == nil {
 		_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-heap-%d.pprof", pods)), heap, 0o644)
 	}
+	inspectAll(ctx, o, c, r)
+	return r, nil
+}
 
+func measureRotation(ctx context.Context, o options, w *world, c *cluster.Cluster, p *pki.PKI, mesh *meshsim.Mesh,
+	apps []meshsim.Workload, op *operator, r *result) error {
+	pods := r.pods
+	progress("%d pods: rotating the trust anchor", pods)
+	go func() { // a CPU profile of the rotation's first minute, for pprof
+		if prof, err := op.get(ctx, "/debug/pprof/profile?seconds=60"); err == nil {
+			_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-cpu-%d.pprof", pods)), prof, 0o644)
+		}
+	}()
+	if err := rotate(ctx, w, c, p, mesh, apps, r); err != nil {
+		return fmt.Errorf("rotation: %w (operator log: %s)", err, op.logPath)
+	}
+	return nil
+}
+
+func inspectAll(ctx context.Context, o options, c *cluster.Cluster, r *result) {
+	pods := r.pods
 	for _, n := range o.concurrency {
 		progress("%d pods: linkerd trust inspect --concurrency %d", pods, n)
 		began := time.Now()
@@ -284,7 +302,6 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 			r.inspectErr[n] = fmt.Sprintf("%v: %s", err, lastLine(string(out)))
 		}
 	}
-	return r, nil
 }
 
 func convergedAll(c *v1alpha1.ConvergenceStatus) bool {
@@ -451,6 +468,9 @@ func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 func printResult(r *result) {
 	fmt.Printf("\n== %d meshed pods in %d namespaces (%d Deployments; + 3 control-plane pods); bed ready in %s\n",
 		r.pods, r.namespaces, r.deployments, r.bedReady.Round(time.Second))
+	if r.wall == 0 {
+		fmt.Println("  no rotation (--rotate=false)")
+	}
 	for _, t := range r.latencies {
 		fmt.Printf("  %-28s -> %-28s reaction %s\n", t.from, t.to, ms(t.latency))
 	}
@@ -489,6 +509,11 @@ func sortedKeys(m map[int]time.Duration) []int {
 	return ks
 }
 
+// rotationRows are the table rows that exist only with a rotation.
+var rotationRows = map[string]bool{
+	"reaction latency p50 / p99 / max": true, "rotation wall time": true, "operator-added time (share)": true,
+}
+
 // printTable prints the figures of every size as one Markdown table (docs/performance.md).
 func printTable(rs []*result) {
 	fmt.Println()
@@ -503,6 +528,10 @@ func printTable(rs []*result) {
 	row := func(name, target string, f func(r *result) string) {
 		line := "| " + name + " | " + target + " |"
 		for _, r := range rs {
+			if r.wall == 0 && rotationRows[name] {
+				line += " not measured |"
+				continue
+			}
 			line += " " + f(r) + " |"
 		}
 		fmt.Println(line)
