@@ -474,15 +474,17 @@ func printResult(r *result) {
 	for _, t := range r.latencies {
 		fmt.Printf("  %-28s -> %-28s reaction %s\n", t.from, t.to, ms(t.latency))
 	}
-	ls := latencies(r.latencies)
-	fmt.Printf("  reaction latency p50/p99/max: %s / %s / %s (%d phase changes)\n", ms(percentile(ls, .5)), ms(percentile(ls, .99)), ms(percentile(ls, 1)), len(ls))
-	added := r.wall - r.busy
-	fmt.Printf("  rotation wall %s, world busy %s, operator-added %s (%.2f %%)\n", r.wall.Round(time.Millisecond), r.busy.Round(time.Millisecond),
-		added.Round(time.Millisecond), 100*float64(added)/float64(r.wall))
-	gaps := append([]gap(nil), r.gaps...)
-	sort.Slice(gaps, func(i, j int) bool { return gaps[i].d > gaps[j].d })
-	for _, g := range gaps[:min(len(gaps), 5)] {
-		fmt.Printf("    operator time: %s at step %s, until %s\n", ms(g.d), g.step, g.until)
+	if r.wall > 0 {
+		ls := latencies(r.latencies)
+		fmt.Printf("  reaction latency p50/p99/max: %s / %s / %s (%d phase changes)\n", ms(percentile(ls, .5)), ms(percentile(ls, .99)), ms(percentile(ls, 1)), len(ls))
+		added := r.wall - r.busy
+		fmt.Printf("  rotation wall %s, world busy %s, operator-added %s (%.2f %%)\n", r.wall.Round(time.Millisecond), r.busy.Round(time.Millisecond),
+			added.Round(time.Millisecond), 100*float64(added)/float64(r.wall))
+		gaps := append([]gap(nil), r.gaps...)
+		sort.Slice(gaps, func(i, j int) bool { return gaps[i].d > gaps[j].d })
+		for _, g := range gaps[:min(len(gaps), 5)] {
+			fmt.Printf("    operator time: %s at step %s, until %s\n", ms(g.d), g.step, g.until)
+		}
 	}
 	fmt.Printf("  operator RSS after sync %s, peak (VmHWM) %s; CPU %.1fs total, %.2fs per steady minute, %.1fs during the rotation\n",
 		mib(r.rssSynced), mib(r.rssPeak), r.cpu.Seconds(), r.cpuSteady.Seconds()*float64(time.Minute)/float64(r.steadyWindow), r.cpuRotation.Seconds())
