@@ -48,6 +48,31 @@ func TestRotation(t *testing.T) {
 		e.T = t
 		rotateInOrder(&e, true)
 	})
+	t.Run("ASecondTrustAnchorRotationIsIgnored", func(t *testing.T) {
+		second := &v1alpha1.TrustAnchorRotation{ObjectMeta: metav1.ObjectMeta{Name: "second"}}
+		if _, err := e.TARs.Create(ctx, second, "e2e"); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = e.TARs.Delete(context.Background(), "second") }()
+		got, err := WaitRotation(ctx, e.TARs, "second", time.Minute, "TrustAnchorRotation second marked Ignored",
+			func(tar *v1alpha1.TrustAnchorRotation) bool {
+				return meta.IsStatusConditionTrue(tar.Status.Conditions, v1alpha1.ConditionIgnored)
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionIgnored); !strings.Contains(c.Message, `"cluster"`) {
+			t.Errorf("Ignored message %q does not name the driven rotation", c.Message)
+		}
+		// (status.phase reads Synced: the CRD's default.)
+		if got.Status.Checkpoint != nil || got.Status.ActiveIssuerFingerprint != "" || got.Status.TrustBundle != nil {
+			t.Errorf("the ignored object got a rotation status: %+v", got.Status)
+		}
+		cluster, err := e.TARs.Get(ctx, rotationName)
+		if err != nil || cluster.Status.Phase != v1alpha1.PhaseSynced {
+			t.Errorf("TrustAnchorRotation cluster: %v, phase %v", err, cluster.Status.Phase)
+		}
+	})
 	if err := e.Mesh.Oracle().CheckNoViolationsSince(start); err != nil {
 		t.Fatalf("mTLS violations during the rotations: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -144,8 +145,9 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 	// PodIndex: a stripped corev1.Pod still weighs kilobytes, and at 10,000 pods it was most of
 	// the operator's memory.
 	must(c.pods.SetTransform(observe.PodCacheTransform(cfg)))
+	// Every TrustAnchorRotation: the driven one, and any other, to mark it Ignored.
 	c.rotation = cache.NewSharedIndexInformer(
-		tars.ListWatch(fields.OneTermEqualSelector("metadata.name", opts.RotationName)),
+		tars.ListWatch(fields.Everything()),
 		&v1alpha1.TrustAnchorRotation{}, 0, cache.Indexers{})
 
 	c.index = observe.NewPodIndex(c.podChanged)
@@ -295,6 +297,9 @@ func (c *Controller) write(ctx context.Context, tar *v1alpha1.TrustAnchorRotatio
 // reconcile observes, advances the workflow by at most one act, and publishes the status.
 func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	log := klog.FromContext(ctx)
+	if err := c.markIgnored(ctx); err != nil {
+		return false, err
+	}
 	tar, ok := c.current()
 	if !ok {
 		return c.createRotation(ctx)
@@ -415,6 +420,33 @@ func getSecret(inf cache.SharedIndexInformer, ns, name string) *corev1.Secret {
 		return nil
 	}
 	return obj.(*corev1.Secret)
+}
+
+// markIgnored gives every TrustAnchorRotation but the driven one the condition Ignored=True,
+// once, with a Warning event: a mesh has one trust anchor, so a second object would otherwise
+// look like configuration that is in effect.
+func (c *Controller) markIgnored(ctx context.Context) error {
+	for _, obj := range c.rotation.GetStore().List() {
+		tar := obj.(*v1alpha1.TrustAnchorRotation)
+		if tar.Name == c.opts.RotationName || meta.IsStatusConditionTrue(tar.Status.Conditions, v1alpha1.ConditionIgnored) {
+			continue
+		}
+		msg := fmt.Sprintf(v1alpha1.MessageNotDrivenFmt, c.opts.RotationName)
+		out := tar.DeepCopy()
+		meta.SetStatusCondition(&out.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionIgnored, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNotDriven,
+			Message: msg, ObservedGeneration: tar.Generation,
+		})
+		if _, err := c.tars.UpdateStatus(ctx, out, apply.FieldManager); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				continue // the informer brings the new version, and a poke
+			}
+			return fmt.Errorf("marking TrustAnchorRotation %s ignored: %w", tar.Name, err)
+		}
+		c.recorder.Event(tar, corev1.EventTypeWarning, v1alpha1.ReasonNotDriven, msg)
+		klog.FromContext(ctx).Info("Ignoring TrustAnchorRotation", "name", tar.Name, "driven", c.opts.RotationName)
+	}
+	return nil
 }
 
 // createRotation creates the TrustAnchorRotation when it does not exist (the chart creates it;
