@@ -116,3 +116,16 @@ func IndexOf(pods []*Pod) *PodIndex {
 	}
 	return x
 }
+
+// SetInFlight adds the anchors the TrustAnchorRotation keeps in flight (status.inFlightAnchors:
+// a rotation superseded by another renewal of the anchor) to the State and counts again, so the
+// desired bundle is the operator's, which keeps them until the previous anchor is retired.
+func (s *Snapshot) SetInFlight(pems []string) error {
+	inFlight, err := steps.ParseInFlight(pems)
+	if err != nil {
+		return err
+	}
+	s.State.InFlight = inFlight
+	s.Recount()
+	return nil
+}

@@ -46,7 +46,7 @@ not PEM, is not a CA certificate or is outside its validity period.`,
 		if err != nil {
 			return err
 		}
-		bundle, err := renderBundle(ctx, cl, kf.Config, env)
+		bundle, err := renderBundle(ctx, cl, kf.Config, kf.RotationName, env)
 		if err != nil {
 			return err
 		}
@@ -62,7 +62,7 @@ not PEM, is not a CA certificate or is outside its validity period.`,
 
 // renderBundle reads the anchor and the previous anchor and returns the bundle the operator
 // would write (steps.State.DesiredBundle), or an error that names the object and what is wrong.
-func renderBundle(ctx context.Context, cl *Clients, cfg steps.Config, env *Env) (string, error) {
+func renderBundle(ctx context.Context, cl *Clients, cfg steps.Config, rotation string, env *Env) (string, error) {
 	s := &steps.State{Config: cfg, Now: env.now()}
 	var err error
 	if s.Anchor, err = getSource(ctx, cl, cfg.CertManagerNamespace, cfg.AnchorSecret); err != nil {
@@ -83,6 +83,14 @@ func renderBundle(ctx context.Context, cl *Clients, cfg steps.Config, env *Env) 
 	}
 	if s.Previous.Found && !s.Previous.Usable() {
 		return "", fmt.Errorf("%s; fix or delete it", s.Previous.Problem("previous-anchor Secret"))
+	}
+	// Mid-rotation, the operator also keeps the anchors of a superseded rotation: render them
+	// too, or applying this output would drop an anchor live certificates may chain to. Before
+	// the operator is installed there is no TrustAnchorRotation (or no CRD): nothing in flight.
+	if tar, err := cl.Rotations.Get(ctx, rotation); err == nil {
+		if s.InFlight, err = steps.ParseInFlight(tar.Status.InFlightAnchors); err != nil {
+			return "", fmt.Errorf("TrustAnchorRotation %s: %w", tar.Name, err)
+		}
 	}
 	return s.DesiredBundle(), nil
 }

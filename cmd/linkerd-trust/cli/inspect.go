@@ -161,6 +161,11 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	if err != nil {
 		return nil, err
 	}
+	if tar != nil && in.Found {
+		if err := snap.SetInFlight(tar.Status.InFlightAnchors); err != nil {
+			return nil, fmt.Errorf("TrustAnchorRotation %s: %w", kf.RotationName, err)
+		}
+	}
 	s := snap.State
 	hash := ""
 	if desired := s.DesiredBundle(); desired != "" {

@@ -211,6 +211,11 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	if err != nil {
 		return nil, err
 	}
+	if len(tar.Status.InFlightAnchors) > 0 {
+		if err := snap.SetInFlight(tar.Status.InFlightAnchors); err != nil {
+			return nil, fmt.Errorf("TrustAnchorRotation %s: %w", kf.RotationName, err)
+		}
+	}
 	s := snap.State
 	if assumeRenewed {
 		if at.Phase != string(v1alpha1.PhaseSynced) || s.Rotating() {
