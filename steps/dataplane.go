@@ -77,6 +77,10 @@ type Workload struct {
 	Progress string
 	// Failed says why the rollout failed (progress deadline exceeded), when it did.
 	Failed string
+	// Settling says, after the operator evicted pods of the workload, that its controller's
+	// status has not changed since: the cached status predates the eviction, so RolledOut says
+	// nothing about it yet ("" once the status moved, or when nothing was evicted).
+	Settling string
 	// BundleBehind are the names of its alive, not terminating, pods that were not injected with
 	// the desired trust bundle.
 	BundleBehind []string
@@ -423,7 +427,10 @@ func (plan restartPlan) describe() string {
 				break
 			}
 			p := w.String()
-			if w.Progress != "" && !w.RolledOut {
+			switch {
+			case w.Settling != "":
+				p += " (" + w.Settling + ")"
+			case w.Progress != "" && !w.RolledOut:
 				p += " (" + w.Progress + ")"
 			}
 			out = append(out, p)
@@ -532,7 +539,7 @@ func actRestarts(w Writer, p restartPurpose) func(context.Context, *State, strin
 				if err := w.AnnotateWorkload(ctx, wl.WorkloadRef, map[string]string{EvictedForAnnotation: token}); err != nil {
 					return err
 				}
-				if err := w.EvictPods(ctx, wl.Namespace, evictable(p, wl, token)); err != nil {
+				if err := w.EvictPods(ctx, wl.WorkloadRef, evictable(p, wl, token)); err != nil {
 					return err
 				}
 				continue
@@ -542,7 +549,7 @@ func actRestarts(w Writer, p restartPurpose) func(context.Context, *State, strin
 			}
 		}
 		for _, wl := range plan.evict {
-			if err := w.EvictPods(ctx, wl.Namespace, evictable(p, wl, token)); err != nil {
+			if err := w.EvictPods(ctx, wl.WorkloadRef, evictable(p, wl, token)); err != nil {
 				return err
 			}
 		}
@@ -551,13 +558,22 @@ func actRestarts(w Writer, p restartPurpose) func(context.Context, *State, strin
 }
 
 // restarted reports whether a workload restarted under this step's token has finished
-// restarting: rolled out and, after evictions, none of its pods terminating and as many running
-// as it wants (its controller's status may not show the replacements yet).
+// restarting. With RolloutRestart the template change makes the controller's status show the
+// rollout (observedGeneration) until it completes: RolledOut is enough. An eviction changes no
+// generation: for a moment after it, the cached status still shows the workload as it was
+// before, rolled out, and the replacement pods may run before the status shows them missing —
+// the budget was then exceeded, the next evictions starting while this rollout still showed.
+// So an evicted workload is restarted only once all three hold:
+//   - its status changed since the eviction (Settling is ""): it is not the stale one;
+//   - that status is rolled out (RolledOut: observedGeneration, updated, ready and available
+//     replicas as many as wanted, none unavailable);
+//   - none of its pods terminating and as many running as it wants: the evicted pods are gone
+//     and replaced (a status change might be an intermediate one).
 func (w *Workload) restarted(evict bool) bool {
 	if !w.RolledOut {
 		return false
 	}
-	return !evict || w.Terminating == 0 && int32(w.Running) >= w.Replicas
+	return !evict || w.Settling == "" && w.Terminating == 0 && int32(w.Running) >= w.Replicas
 }
 
 // evictable are the pods to evict to restart a workload: those behind on the trust bundle, or

@@ -39,7 +39,7 @@ func (w *fakeWriter) AnnotateWorkload(_ context.Context, ref WorkloadRef, ann ma
 	return nil
 }
 
-func (w *fakeWriter) EvictPods(_ context.Context, ns string, names []string) error {
+func (w *fakeWriter) EvictPods(_ context.Context, _ WorkloadRef, names []string) error {
 	w.evicted = append(w.evicted, names...)
 	return nil
 }
@@ -62,6 +62,12 @@ func pdb(name string, allowed int32) workloadOpt {
 }
 func evictedFor(token string) workloadOpt { return func(w *Workload) { w.EvictedFor = token } }
 func override(marker string) workloadOpt  { return func(w *Workload) { w.RefreshOverride = marker } }
+func settling(why string) workloadOpt     { return func(w *Workload) { w.Settling = why } }
+
+// replaced sets the pods of a workload that wants 2: running ones and terminating ones.
+func replaced(running, terminating int) workloadOpt {
+	return func(w *Workload) { w.Replicas, w.Running, w.Terminating = 2, running, terminating }
+}
 
 // workload adds a restartable, selected, rolled-out workload with pods behind on the bundle.
 func workload(key string, opts ...workloadOpt) stateOpt {
@@ -178,6 +184,27 @@ func TestPropagateTrustRootsAutomatic(t *testing.T) {
 			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
 				workload("a/Deployment/x", evictedFor("T"), behindPods("x-1"), pdb("x-pdb", 1))},
 			token: "T", outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"evict the remaining pods of a/Deployment/x (1 pod(s))"},
+		},
+		// a/Deployment/x was evicted under T, its replacement pods run and its cached status is
+		// rolled out: while that status has not changed since the eviction (Settling), it is
+		// the status from before the eviction and x still counts against the per-namespace
+		// budget of 1, so a/Deployment/y waits.
+		"an evicted workload whose status predates the eviction holds the budget": {
+			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
+				workload("a/Deployment/x", evictedFor("T"), behindPods(), replaced(2, 0), settling("waiting for its status to show the eviction")),
+				workload("a/Deployment/y")},
+			token: "T", outcome: workflow.Wait, reason: "WorkloadsRestarting",
+			contains: []string{"restarting a/Deployment/x (waiting for its status to show the eviction)", "1 workload(s) wait to be restarted"},
+		},
+		"an evicted workload whose pods are not all replaced holds the budget": {
+			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
+				workload("a/Deployment/x", evictedFor("T"), behindPods(), replaced(1, 1)), workload("a/Deployment/y")},
+			token: "T", outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarting a/Deployment/x"},
+		},
+		"once the evicted workload's status moved and shows it rolled out, the next starts": {
+			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
+				workload("a/Deployment/x", evictedFor("T"), behindPods(), replaced(2, 0)), workload("a/Deployment/y")},
+			token: "T", outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"evict the pods of a/Deployment/y"},
 		},
 		"without a view of the workloads, automatic restarts wait": {
 			opts:    []stateOpt{automatic(), bundlePods(0, 1), func(s *State) { s.Workloads, s.WorkloadsProblem = nil, "cannot list deployments: forbidden" }},

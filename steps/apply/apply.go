@@ -204,7 +204,8 @@ func (w *KubeWriter) AnnotateWorkload(ctx context.Context, ref steps.WorkloadRef
 
 // EvictPods evicts each pod through the Eviction API. A PodDisruptionBudget that does not allow
 // the eviction now answers 429: the pod is skipped, the step sees the budget and waits.
-func (w *KubeWriter) EvictPods(ctx context.Context, namespace string, names []string) error {
+func (w *KubeWriter) EvictPods(ctx context.Context, ref steps.WorkloadRef, names []string) error {
+	namespace := ref.Namespace
 	for _, name := range names {
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
 		err := w.Client.PolicyV1().Evictions(namespace).Evict(ctx, ev)
@@ -255,9 +256,9 @@ func (r *Recorder) AnnotateWorkload(_ context.Context, ref steps.WorkloadRef, an
 	return r.record(Write{"annotate", ref.Kind, ref.Namespace, ref.Name, strings.Join(keys, ", ")})
 }
 
-func (r *Recorder) EvictPods(_ context.Context, namespace string, names []string) error {
+func (r *Recorder) EvictPods(_ context.Context, ref steps.WorkloadRef, names []string) error {
 	for _, n := range names {
-		if err := r.record(Write{"evict", "Pod", namespace, n, "Eviction API (respects PodDisruptionBudgets)"}); err != nil {
+		if err := r.record(Write{"evict", "Pod", ref.Namespace, n, "Eviction API (respects PodDisruptionBudgets)"}); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -44,6 +45,14 @@ type automation struct {
 	// its cache shows them: a reconcile right after an act must count that restart in the budget
 	// even though the informer has not delivered the patch yet.
 	written map[string]writtenMark
+
+	// evicted holds, by "ns/Kind/name", the workload's status as the cache showed it when the
+	// operator evicted some of its pods, until the cache shows another status. An eviction
+	// changes no generation, so until the controller writes its status again the cached status
+	// is the one from before the eviction (rolled out); the workload counts against the restart
+	// budget meanwhile (steps.Workload.Settling). Informer events clear it, so that a status
+	// that moves and comes back between two reconciles is not missed.
+	evicted map[string]any
 }
 
 // writtenMark is a write the cache may not show yet.
@@ -87,6 +96,86 @@ func (a *automation) overlay(w *steps.Workload) {
 	}
 }
 
+// statusOf is a copy of a workload's status, or nil for another object.
+func statusOf(obj any) any {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return *o.Status.DeepCopy()
+	case *appsv1.StatefulSet:
+		return *o.Status.DeepCopy()
+	case *appsv1.DaemonSet:
+		return *o.Status.DeepCopy()
+	}
+	return nil
+}
+
+func workloadKey(obj any) string {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return ""
+	}
+	return m.GetNamespace() + "/" + kindOf(obj) + "/" + m.GetName()
+}
+
+// evicting records the workload's cached status before the operator evicts its pods. A mark
+// already there is kept: its status is older still (a repeated act, before the cache shows the
+// first eviction, must not take a status that already moved as the reference).
+func (a *automation) evicting(ref steps.WorkloadRef) {
+	var l *lazyInformer
+	a.mu.Lock()
+	switch ref.Kind {
+	case "Deployment":
+		l = a.deployments
+	case "StatefulSet":
+		l = a.statefulSets
+	case "DaemonSet":
+		l = a.daemonSets
+	}
+	a.mu.Unlock()
+	if l == nil {
+		return
+	}
+	obj, found, _ := l.inf.GetStore().GetByKey(ref.Namespace + "/" + ref.Name)
+	if !found {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.evicted == nil {
+		a.evicted = map[string]any{}
+	}
+	if _, ok := a.evicted[ref.String()]; !ok {
+		a.evicted[ref.String()] = statusOf(obj)
+	}
+}
+
+// statusSeen forgets the eviction mark of the workload once obj shows another status than the
+// one recorded at the eviction, and reports whether none is left.
+func (a *automation) statusSeen(obj any) bool {
+	key := workloadKey(obj)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	before, ok := a.evicted[key]
+	if !ok {
+		return true
+	}
+	if equality.Semantic.DeepEqual(before, statusOf(obj)) {
+		return false
+	}
+	delete(a.evicted, key)
+	return true
+}
+
+// forgetEviction drops the eviction mark of a deleted workload.
+func (a *automation) forgetEviction(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	a.mu.Lock()
+	delete(a.evicted, workloadKey(obj))
+	a.mu.Unlock()
+}
+
 // rememberingWriter tells the automation about the workload writes it makes.
 type rememberingWriter struct {
 	steps.Writer
@@ -107,6 +196,13 @@ func (r rememberingWriter) AnnotateWorkload(ctx context.Context, w steps.Workloa
 		r.auto.remember(w, writtenMark{evictedFor: ann[steps.EvictedForAnnotation]})
 	}
 	return err
+}
+
+func (r rememberingWriter) EvictPods(ctx context.Context, w steps.WorkloadRef, names []string) error {
+	if len(names) > 0 {
+		r.auto.evicting(w) // before: the status may move as soon as the first pod goes
+	}
+	return r.Writer.EvictPods(ctx, w, names)
 }
 
 // overrideIndex indexes workloads whose pod template carries the operator's refresh override.
@@ -219,6 +315,13 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 		a.deployments = a.start(ctx, "deployments", listWatch(apps.Deployments(all).List, apps.Deployments(all).Watch, nil), &appsv1.Deployment{}, slimWorkload, workloadIndexers)
 		a.statefulSets = a.start(ctx, "statefulsets", listWatch(apps.StatefulSets(all).List, apps.StatefulSets(all).Watch, nil), &appsv1.StatefulSet{}, slimWorkload, workloadIndexers)
 		a.daemonSets = a.start(ctx, "daemonsets", listWatch(apps.DaemonSets(all).List, apps.DaemonSets(all).Watch, nil), &appsv1.DaemonSet{}, slimWorkload, workloadIndexers)
+		for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets} {
+			// Every status the watch delivers, not only the one a reconcile happens to read.
+			seen := cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) { a.statusSeen(obj) }, DeleteFunc: a.forgetEviction}
+			if _, err := l.inf.AddEventHandler(seen); err != nil {
+				panic(err)
+			}
+		}
 		a.namespaces = a.start(ctx, "namespaces", listWatch(core.Namespaces().List, core.Namespaces().Watch, nil), &corev1.Namespace{}, slimWorkload, cache.Indexers{})
 	}
 	if spec.DataPlaneRestart.Policy == v1alpha1.Automatic && spec.DataPlaneRestart.Method == v1alpha1.Evict && a.pdbs == nil {
@@ -380,6 +483,9 @@ func (a *automation) describe(s *steps.State, w *steps.Workload) {
 	w.RolledOut, w.Progress, w.Failed = rollout(obj)
 	w.Replicas = replicas(obj)
 	a.overlay(w)
+	if !a.statusSeen(obj) {
+		w.Settling = "waiting for its status to show the eviction"
+	}
 	w.Selected = a.selected(s, w, m.GetLabels())
 	if a.pdbs != nil {
 		pdbs, _ := a.pdbs.inf.GetIndexer().ByIndex(cache.NamespaceIndex, w.Namespace)
@@ -449,6 +555,18 @@ func rollout(obj any) (done bool, progress, failed string) {
 		for _, c := range o.Status.Conditions {
 			if c.Type == appsv1.DeploymentProgressing && c.Reason == "ProgressDeadlineExceeded" {
 				failed = "progress deadline exceeded: " + c.Message
+			}
+		}
+		if d.RolledOut {
+			// Also what kubectl's rollout status leaves out, as the restart budget needs it: every
+			// wanted replica ready and available (after an eviction, the updated count does not
+			// move, only these do).
+			st := o.Status
+			switch {
+			case st.ReadyReplicas < d.Replicas:
+				return false, fmt.Sprintf("%d of %d pods ready", st.ReadyReplicas, d.Replicas), failed
+			case st.AvailableReplicas < d.Replicas || st.UnavailableReplicas > 0:
+				return false, fmt.Sprintf("%d of %d pods available", st.AvailableReplicas, d.Replicas), failed
 			}
 		}
 		return d.RolledOut, d.Progress, failed
