@@ -67,16 +67,6 @@ func CleanupBinaries() {
 	}
 }
 
-// InstallCRD applies the TrustAnchorRotation CRD from manifests/crds and waits until it is
-// Established.
-func InstallCRD(ctx context.Context, c *cluster.Cluster) error {
-	root, err := cluster.ModuleRoot()
-	if err != nil {
-		return err
-	}
-	return c.ApplyCRDs(ctx, filepath.Join(root, "manifests", "crds"))
-}
-
 // Operator is a trust-rotation-operator process running out of cluster.
 type Operator struct {
 	t         testing.TB
@@ -86,15 +76,9 @@ type Operator struct {
 	LogPath   string
 }
 
-// StartOperator runs the operator binary with kubeconfig and args, logging to a file in the
+// StartOperatorWithEnv runs the operator binary with kubeconfig, args and extra environment
+// variables ("POD_NAMESPACE=linkerd", as a Deployment's pod has them), logging to a file in the
 // test's temp dir. It is killed at the end of the test if still running.
-func StartOperator(t testing.TB, kubeconfig string, args ...string) *Operator {
-	t.Helper()
-	return StartOperatorWithEnv(t, nil, kubeconfig, args...)
-}
-
-// StartOperatorWithEnv is StartOperator with extra environment variables ("POD_NAMESPACE=linkerd"),
-// as a Deployment's pod would have them.
 func StartOperatorWithEnv(t testing.TB, env []string, kubeconfig string, args ...string) *Operator {
 	t.Helper()
 	port, err := freePort()
