@@ -21,8 +21,8 @@ TOOLS_BIN = $(eval TOOLS_BIN := $(or $(TOOLS_BIN_FROM_ENV),$(shell scripts/tools
 
 .PHONY: cluster-up
 cluster-up: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
-cluster-up: ## Start the local test bed (cluster + Linkerd PKI) in the background; KUBECONFIG=.local/kubeconfig.
-	scripts/testbed.sh up
+cluster-up: ## Start a playground in the background: cluster, Linkerd PKI, mesh simulator and a meshed sample app; KUBECONFIG=.local/kubeconfig.
+	scripts/testbed.sh up --mesh
 
 .PHONY: cluster-down
 cluster-down: ## Stop the test bed started by cluster-up, and wait until every process is gone.
