@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -90,7 +89,7 @@ type CertTracker struct {
 	timeout     time.Duration
 	concurrency int
 	notify      func()
-	queue       workqueue.TypedDelayingInterface[string]
+	queue       *probeQueue
 
 	mu      sync.Mutex
 	active  string
@@ -132,7 +131,7 @@ func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout tim
 	}
 	return &CertTracker{
 		index: index, dial: dial, timeout: timeout, concurrency: max(concurrency, 1), notify: notify,
-		queue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "certificate-probes"}),
+		queue:   newProbeQueue(),
 		results: map[string]*probeResult{},
 		ok:      map[string]bool{},
 	}
@@ -149,7 +148,7 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 	}
 	if cur != nil && cur.Meshed && cur.Alive && cur.Running && !t.ok[cur.Key()] && t.active != "" {
 		if r := t.results[cur.Key()]; r == nil || r.uid != cur.UID {
-			t.queue.Add(cur.Key())
+			t.queue.Add(cur.Key(), laneSoon)
 		}
 	}
 }
@@ -173,13 +172,18 @@ func (t *CertTracker) SetActive(issuer string, urgent bool) {
 		}
 	}
 	if changed || becameUrgent {
-		// Everything not converged is probed again now.
+		// Everything not converged is probed again now; pods last seen on another issuer
+		// after those never probed or whose probe failed (see probeQueue).
 		t.index.Each(func(p *Pod) {
 			if p.Running && !t.ok[p.Key()] {
+				l := laneSoon
 				if r := t.results[p.Key()]; r != nil {
 					r.failures = 0
+					if r.uid == p.UID && r.err == "" {
+						l = laneLater
+					}
 				}
-				t.queue.Add(p.Key())
+				t.queue.Add(p.Key(), l)
 			}
 		})
 	}
@@ -218,27 +222,29 @@ func (t *CertTracker) Certificates() steps.Convergence {
 	return c
 }
 
-// Run probes until ctx ends.
+// Run probes until ctx ends, with concurrency workers. A quarter of them probe only the pods the
+// rotation may be waiting on (see probeQueue), so those never wait behind slow re-probes.
 func (t *CertTracker) Run(ctx context.Context) {
 	go func() {
 		<-ctx.Done()
 		t.queue.ShutDown()
 	}()
 	var wg sync.WaitGroup
-	for range t.concurrency {
+	reserved := t.concurrency / 4
+	for i := range t.concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for t.probeNext(ctx) {
+			for t.probeNext(ctx, i < reserved) {
 			}
 		}()
 	}
 	wg.Wait()
 }
 
-func (t *CertTracker) probeNext(ctx context.Context) bool {
-	key, shutdown := t.queue.Get()
-	if shutdown {
+func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
+	key, ok := t.queue.Get(soonOnly)
+	if !ok {
 		return false
 	}
 	defer t.queue.Done(key)
@@ -280,14 +286,14 @@ func (t *CertTracker) probeNext(ctx context.Context) bool {
 			if t.urgent {
 				limit = probeUrgentCap
 			}
-			delay := probeBaseDelay << min(r.failures, 16)
+			delay, l := probeBaseDelay<<min(r.failures, 16), laneSoon
 			if t.urgent && r.failures <= probeQuickRetries {
 				delay = probeQuickDelay
 			}
 			if err == nil {
-				delay, limit = probeOtherBase<<min(r.failures-1, 16), probeOtherUrgentCap // only while urgent
+				delay, limit, l = probeOtherBase<<min(r.failures-1, 16), probeOtherUrgentCap, laneLater // only while urgent
 			}
-			t.queue.AddAfter(key, min(delay, limit))
+			t.queue.AddAfter(key, l, min(delay, limit))
 		}
 	}
 	t.mu.Unlock()

@@ -1,0 +1,193 @@
+package observe
+
+import (
+	"sync"
+	"time"
+)
+
+// probeQueue is the CertTracker's queue of pods to probe, in two lanes. The soon lane holds the
+// pods the rotation may be waiting on right now: a pod incarnation never probed (it just
+// started) and a pod whose last probe failed (its proxy has no certificate yet). The later lane
+// holds re-probes of pods that answered with another issuer's certificate: after an issuer
+// change that is every pod of the mesh, and none of them can converge before its proxy
+// refreshes its certificate or the pod is replaced. A worker always takes from the soon lane
+// first, so a new control-plane pod is never probed behind thousands of such re-probes; and some
+// workers take only from it, so it is served even while slow re-probes occupy the others.
+//
+// Like client-go's workqueue, a key is queued at most once (adding it to the soon lane while
+// it waits in the later lane moves it), and a key being probed is not handed out again until
+// Done: re-added meanwhile, it is queued again at Done.
+type probeQueue struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	soon       []string
+	later      []string
+	queued     map[string]lane // keys waiting in a lane
+	processing map[string]bool
+	dirty      map[string]lane    // keys added while processing: queued again at Done
+	waiting    map[string]delayed // keys to add once their time comes
+	shutdown   bool
+}
+
+// delayed is a pending AddAfter.
+type delayed struct {
+	timer *time.Timer
+	at    time.Time
+	lane  lane
+}
+
+type lane int
+
+const (
+	laneSoon lane = iota + 1
+	laneLater
+)
+
+func newProbeQueue() *probeQueue {
+	q := &probeQueue{
+		queued:     map[string]lane{},
+		processing: map[string]bool{},
+		dirty:      map[string]lane{},
+		waiting:    map[string]delayed{},
+	}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// Add queues key in lane l, unless it is already queued in the same or a sooner lane.
+func (q *probeQueue) Add(key string, l lane) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.shutdown {
+		q.addLocked(key, l)
+	}
+}
+
+// addLocked queues key in lane l, or marks it to be queued again at Done while it is being
+// probed; q.mu is held.
+func (q *probeQueue) addLocked(key string, l lane) {
+	if q.processing[key] {
+		if d, ok := q.dirty[key]; !ok || l < d {
+			q.dirty[key] = l
+		}
+		return
+	}
+	q.enqueue(key, l)
+}
+
+// enqueue puts key in lane l; q.mu is held.
+func (q *probeQueue) enqueue(key string, l lane) {
+	switch cur, ok := q.queued[key]; {
+	case ok && cur <= l:
+		return
+	case ok: // waiting in the later lane: move it
+		q.later = remove(q.later, key)
+	}
+	q.queued[key] = l
+	if l == laneSoon {
+		q.soon = append(q.soon, key)
+	} else {
+		q.later = append(q.later, key)
+	}
+	q.cond.Broadcast()
+}
+
+// AddAfter queues key in lane l once d has passed. A key waits at most once: of two delayed
+// adds, the earlier stays.
+func (q *probeQueue) AddAfter(key string, l lane, d time.Duration) {
+	if d <= 0 {
+		q.Add(key, l)
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.shutdown {
+		return
+	}
+	at := time.Now().Add(d)
+	if w, ok := q.waiting[key]; ok {
+		if !w.at.After(at) {
+			return
+		}
+		w.timer.Stop()
+	}
+	w := delayed{at: at, lane: l}
+	w.timer = time.AfterFunc(d, func() { q.fire(key, at) })
+	q.waiting[key] = w
+}
+
+// fire adds a delayed key, unless its wait was replaced by an earlier one since.
+func (q *probeQueue) fire(key string, at time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w, ok := q.waiting[key]
+	if !ok || !w.at.Equal(at) || q.shutdown {
+		return
+	}
+	delete(q.waiting, key)
+	q.addLocked(key, w.lane)
+}
+
+// Get blocks until a key is available and returns it, from the soon lane first; with soonOnly,
+// only from the soon lane. It returns false once the queue is shut down.
+func (q *probeQueue) Get(soonOnly bool) (string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for !q.shutdown && len(q.soon) == 0 && (soonOnly || len(q.later) == 0) {
+		q.cond.Wait()
+	}
+	if q.shutdown {
+		return "", false
+	}
+	var key string
+	if len(q.soon) > 0 {
+		key, q.soon = q.soon[0], q.soon[1:]
+	} else {
+		key, q.later = q.later[0], q.later[1:]
+	}
+	delete(q.queued, key)
+	q.processing[key] = true
+	return key, true
+}
+
+// Done marks key probed; if it was added meanwhile it is queued again.
+func (q *probeQueue) Done(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.processing, key)
+	if l, ok := q.dirty[key]; ok {
+		delete(q.dirty, key)
+		if !q.shutdown {
+			q.enqueue(key, l)
+		}
+	}
+}
+
+// Len returns the number of keys waiting in each lane.
+func (q *probeQueue) Len() (soon, later int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.soon), len(q.later)
+}
+
+// ShutDown stops the pending delayed adds and wakes every Get.
+func (q *probeQueue) ShutDown() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.shutdown = true
+	for _, w := range q.waiting {
+		w.timer.Stop()
+	}
+	q.waiting = map[string]delayed{}
+	q.cond.Broadcast()
+}
+
+// remove deletes the first occurrence of key from s.
+func remove(s []string, key string) []string {
+	for i, k := range s {
+		if k == key {
+			return append(s[:i], s[i+1:]...)
+		}
+	}
+	return s
+}
