@@ -55,6 +55,7 @@ type options struct {
 	logDir       string
 	operatorArgs []string
 	rotate       bool
+	hold         bool
 }
 
 // result is one size's figures.
@@ -88,6 +89,7 @@ func main() {
 	flag.StringVar(&o.logDir, "log-dir", "bin/bench", "directory for the operator's logs and heap profiles")
 	flag.BoolVar(&o.rotate, "rotate", true, "rotate the trust anchor; false measures sync, steady state and inspect only")
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
+	flag.BoolVar(&o.hold, "hold", false, "after measuring the first size, keep its cluster, mesh and operator up until interrupted (SIGINT), for profiling by hand, then stop")
 	flag.Parse()
 	var err error
 	if o.sizes, err = ints(*sizes); err != nil {
@@ -113,6 +115,9 @@ func main() {
 			fatal(fmt.Errorf("%d pods: %w", n, err))
 		}
 		results = append(results, r)
+		if o.hold {
+			break // interrupted while holding: printed already
+		}
 		printResult(r)
 	}
 	printTable(results)
@@ -272,6 +277,11 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 		_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-heap-%d.pprof", pods)), heap, 0o644)
 	}
 	inspectAll(ctx, o, c, r)
+	if o.hold {
+		printResult(r)
+		progress("%d pods: holding the bed until interrupted; KUBECONFIG=%s, operator admin %s", pods, c.Kubeconfig(), op.adminAddr)
+		<-ctx.Done()
+	}
 	return r, nil
 }
 
