@@ -33,6 +33,11 @@ func ReadChain(ctx context.Context, dial DialFunc, addr, identity string, timeou
 	conn := tls.Client(raw, &tls.Config{
 		ServerName: identity,
 		MinVersion: tls.VersionTLS12,
+		// The probe keeps no secret: it reads a certificate and hangs up. Go offers the
+		// post-quantum hybrid X25519MLKEM768 first by default, which was two thirds of a probe's
+		// client CPU (and as much on the proxy) when probing 10,000 pods; X25519 and P-256 are
+		// what every linkerd2-proxy (rustls) accepts.
+		CurvePreferences: []tls.CurveID{tls.X25519, tls.CurveP256},
 		// Verification is the caller's: it compares the leaf's issuer with the active one.
 		InsecureSkipVerify: true, //nolint:gosec // the chain is only read, never trusted
 	})
