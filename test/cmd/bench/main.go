@@ -148,7 +148,8 @@ func progress(format string, args ...any) {
 }
 
 func runSize(parent context.Context, o options, pods int) (_ *result, err error) {
-	ctx, cancel := context.WithTimeout(parent, 60*time.Minute)
+	// A 10,000-pod rotation restarts 10,000 pods three times; on a 2-core bed that is most of an hour.
+	ctx, cancel := context.WithTimeout(parent, max(60*time.Minute, time.Duration(pods/100)*time.Minute))
 	defer cancel()
 	ns := max(pods/o.podsPerNS, 1)
 	r := &result{pods: pods, namespaces: ns, deployments: max(pods/o.replicas, 1), inspect: map[int]time.Duration{}, inspectErr: map[int]string{}}
