@@ -3,15 +3,10 @@ package charts
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +20,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
+	"github.com/linkerd/trust-rotation/test/internal/proc"
 	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
@@ -68,8 +64,8 @@ func TestInstallAndBootstrapUnderTheChartsIdentity(t *testing.T) {
 	}
 	var tar *v1alpha1.TrustAnchorRotation
 	err = poll.Until(ctx, 2*time.Minute, "the TrustAnchorRotation to be Synced past bootstrap", func(ctx context.Context) (bool, error) {
-		if op.exited() {
-			return false, fmt.Errorf("the operator exited:\n%s", op.log(40))
+		if op.Exited() {
+			return false, fmt.Errorf("the operator exited:\n%s", op.LogTail(40))
 		}
 		tar, err = tars.Get(ctx, steps.DefaultRotationName)
 		if err != nil {
@@ -145,8 +141,8 @@ func TestInstallAndBootstrapUnderTheChartsIdentity(t *testing.T) {
 		assertLeastPrivilege(t, ctx, c, rel)
 	})
 
-	if op.exited() {
-		t.Errorf("the operator exited:\n%s", op.log(40))
+	if op.Exited() {
+		t.Errorf("the operator exited:\n%s", op.LogTail(40))
 	}
 
 	t.Run("helm4 upgrades the releases helm3 installed", func(t *testing.T) {
@@ -357,10 +353,8 @@ func assertLeastPrivilege(t *testing.T, ctx context.Context, c *cluster.Cluster,
 
 // operator is the trust-rotation-operator binary running out of cluster.
 type operator struct {
-	cmd     *exec.Cmd
-	done    chan struct{}
-	admin   string
-	logPath string
+	*proc.Process
+	admin string
 }
 
 // startOperator builds the operator and runs it with the release's kubeconfig (the chart's
@@ -378,86 +372,33 @@ func startOperator(t *testing.T, ctx context.Context, rel *Release) *operator {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the operator: %v\n%s", err, out)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	admin, err := proc.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-
-	o := &operator{done: make(chan struct{}), admin: "127.0.0.1:" + strconv.Itoa(port), logPath: filepath.Join(dir, "operator.log")}
-	logFile, err := os.Create(o.logPath)
+	args := append([]string{"--kubeconfig=" + rel.Kubeconfig, "--admin-addr=" + admin}, rel.OperatorArgs...)
+	p, err := proc.Start(filepath.Join(dir, "trust-rotation-operator"), args, []string{"POD_NAMESPACE=" + rel.Namespace}, filepath.Join(dir, "operator.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"--kubeconfig=" + rel.Kubeconfig, "--admin-addr=" + o.admin}, rel.OperatorArgs...)
-	o.cmd = exec.Command(filepath.Join(dir, "trust-rotation-operator"), args...)
-	o.cmd.Env = append(os.Environ(), "POD_NAMESPACE="+rel.Namespace)
-	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
-	if err := o.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = o.cmd.Wait()
-		logFile.Close()
-		close(o.done)
-	}()
+	o := &operator{Process: p, admin: admin}
 	t.Cleanup(func() {
 		o.stop(t)
 		if t.Failed() {
-			t.Logf("operator log:\n%s", o.log(60))
+			t.Logf("operator log:\n%s", o.LogTail(60))
 		}
 	})
 	return o
 }
 
-// stop sends SIGTERM (the leader releases its Lease), and SIGKILL if the operator has not exited
-// within 15 seconds; it returns once the process is gone.
+// stop stops the operator: SIGTERM (the leader releases its Lease), SIGKILL after 15 seconds.
 func (o *operator) stop(t *testing.T) {
-	if o.exited() {
-		return
+	if o.Stop(15 * time.Second) {
+		t.Log("the operator ignored SIGTERM for 15s: killed it")
 	}
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-o.done:
-	case <-time.After(15 * time.Second):
-		t.Log("the operator ignored SIGTERM for 15s: killing it")
-		_ = o.cmd.Process.Kill()
-		<-o.done
-	}
-}
-
-func (o *operator) exited() bool {
-	select {
-	case <-o.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (o *operator) log(lines int) string {
-	data, _ := os.ReadFile(o.logPath)
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
 }
 
 func (o *operator) get(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.admin+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("%s: %s", path, resp.Status)
-	}
+	b, err := proc.Get(ctx, o.admin, path)
 	return string(b), err
 }

@@ -6,20 +6,16 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
+	"github.com/linkerd/trust-rotation/test/internal/proc"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
@@ -69,11 +65,9 @@ func CleanupBinaries() {
 
 // Operator is a trust-rotation-operator process running out of cluster.
 type Operator struct {
+	*proc.Process
 	t         testing.TB
-	cmd       *exec.Cmd
-	done      chan struct{}
 	AdminAddr string
-	LogPath   string
 }
 
 // StartOperatorWithEnv runs the operator binary with kubeconfig, args and extra environment
@@ -81,28 +75,17 @@ type Operator struct {
 // test's temp dir. It is killed at the end of the test if still running.
 func StartOperatorWithEnv(t testing.TB, env []string, kubeconfig string, args ...string) *Operator {
 	t.Helper()
-	port, err := freePort()
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &Operator{t: t, AdminAddr: "127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
-	logFile, err := os.CreateTemp(t.TempDir(), "operator-*.log")
+	all := append([]string{"--kubeconfig", kubeconfig, "--admin-addr", addr, "-v=2"}, args...)
+	logPath := filepath.Join(t.TempDir(), "operator.log")
+	p, err := proc.Start(Binary(t, "trust-rotation-operator"), all, env, logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.LogPath = logFile.Name()
-	all := append([]string{"--kubeconfig", kubeconfig, "--admin-addr", o.AdminAddr, "-v=2"}, args...)
-	o.cmd = exec.Command(Binary(t, "trust-rotation-operator"), all...)
-	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
-	o.cmd.Env = append(os.Environ(), env...)
-	if err := o.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = o.cmd.Wait()
-		logFile.Close()
-		close(o.done)
-	}()
+	o := &Operator{Process: p, t: t, AdminAddr: addr}
 	t.Cleanup(func() {
 		o.Kill()
 		if t.Failed() {
@@ -112,48 +95,21 @@ func StartOperatorWithEnv(t testing.TB, env []string, kubeconfig string, args ..
 	return o
 }
 
-// Kill ends the operator with SIGKILL, as a crash would, and waits for it to exit.
-func (o *Operator) Kill() {
-	if o.cmd.Process != nil {
-		_ = o.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	<-o.done
-}
-
 // Stop asks the operator to stop (SIGTERM) and waits for it to exit.
 func (o *Operator) Stop() {
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	<-o.done
-}
-
-// Exited reports whether the process has exited.
-func (o *Operator) Exited() bool {
-	select {
-	case <-o.done:
-		return true
-	default:
-		return false
+	if o.Process.Stop(time.Minute) {
+		o.t.Log("the operator ignored SIGTERM for a minute: killed it")
 	}
 }
 
 // DumpLog writes the last lines of the operator's log to the test log.
 func (o *Operator) DumpLog(lines int) {
-	data, _ := os.ReadFile(o.LogPath)
-	o.t.Logf("operator log (%s), last %d lines:\n%s", o.LogPath, lines, tail(string(data), lines))
+	o.t.Logf("operator log (%s), last %d lines:\n%s", o.LogPath, lines, o.LogTail(lines))
 }
 
 // Metrics returns the operator's /metrics text.
 func (o *Operator) Metrics(ctx context.Context) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.AdminAddr+"/metrics", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := proc.Get(ctx, o.AdminAddr, "/metrics")
 	return string(b), err
 }
 
@@ -188,26 +144,4 @@ func stepOf(tar *v1alpha1.TrustAnchorRotation) string {
 		return ""
 	}
 	return tar.Status.Checkpoint.Step
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func tail(s string, n int) string {
-	lines := 0
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '\n' {
-			lines++
-			if lines > n {
-				return s[i+1:]
-			}
-		}
-	}
-	return s
 }

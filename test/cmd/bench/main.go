@@ -224,8 +224,8 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	}
 	r.bedReady = time.Since(start)
 	progress("%d pods: bed ready in %s", pods, r.bedReady.Round(time.Second))
-	if op.exited() {
-		return nil, errors.New("the operator exited; see " + op.logPath)
+	if op.Exited() {
+		return nil, errors.New("the operator exited; see " + op.LogPath)
 	}
 	// "After sync": the operator reports every pod converged, both on the bundle and (having
 	// probed them) on the issuer.
@@ -238,13 +238,13 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	}
 
 	// Steady state: the operator synced and every pod converged; count a window of requests.
-	r.rssSynced = procStatus(op.pid(), "VmRSS")
+	r.rssSynced = procStatus(op.PID(), "VmRSS")
 	progress("%d pods: counting the operator's requests in steady state for %s", pods, o.steady)
 	before, err := op.apiRequests(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cpu0 := procCPU(op.pid())
+	cpu0 := procCPU(op.PID())
 	window := time.Now()
 	timer := time.NewTimer(o.steady)
 	select {
@@ -258,9 +258,9 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	}
 	r.steadyWindow = time.Since(window)
 	r.steady = after.minus(before).scaled(float64(time.Minute) / float64(r.steadyWindow))
-	r.cpuSteady = procCPU(op.pid()) - cpu0
+	r.cpuSteady = procCPU(op.PID()) - cpu0
 
-	cpu1 := procCPU(op.pid())
+	cpu1 := procCPU(op.PID())
 	if o.rotate {
 		if err := measureRotation(ctx, o, w, c, p, mesh, apps, op, r); err != nil {
 			return nil, err
@@ -271,9 +271,9 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 		return nil, err
 	}
 	r.rotation = final.minus(after)
-	r.cpuRotation = procCPU(op.pid()) - cpu1
-	r.cpu = procCPU(op.pid())
-	r.rssPeak = procStatus(op.pid(), "VmHWM")
+	r.cpuRotation = procCPU(op.PID()) - cpu1
+	r.cpu = procCPU(op.PID())
+	r.rssPeak = procStatus(op.PID(), "VmHWM")
 	if heap, err := op.get(ctx, "/debug/pprof/heap"); err == nil {
 		_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-heap-%d.pprof", pods)), heap, 0o644)
 	}
@@ -296,7 +296,7 @@ func measureRotation(ctx context.Context, o options, w *world, c *cluster.Cluste
 		}
 	}()
 	if err := rotate(ctx, w, c, p, mesh, apps, r); err != nil {
-		return fmt.Errorf("rotation: %w (operator log: %s)", err, op.logPath)
+		return fmt.Errorf("rotation: %w (operator log: %s)", err, op.LogPath)
 	}
 	return nil
 }

@@ -4,90 +4,41 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/linkerd/trust-rotation/test/internal/proc"
 )
 
 // operator is the trust-rotation-operator binary running as a process of its own, as in a
 // cluster, so that its RSS and CPU are its own.
 type operator struct {
-	cmd       *exec.Cmd
-	done      chan struct{}
+	*proc.Process
 	adminAddr string
-	logPath   string
 }
 
 func startOperator(bin, kubeconfig, logPath string, extra ...string) (*operator, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
-	logFile, err := os.Create(logPath)
+	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"--kubeconfig", kubeconfig, "--admin-addr", addr, "--leader-election-namespace", "linkerd",
 		"--count-api-requests", "--pprof"}, extra...)
-	o := &operator{cmd: exec.Command(bin, args...), done: make(chan struct{}), adminAddr: addr, logPath: logPath}
-	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
-	if err := o.cmd.Start(); err != nil {
-		logFile.Close()
+	p, err := proc.Start(bin, args, nil, logPath)
+	if err != nil {
 		return nil, err
 	}
-	go func() {
-		_ = o.cmd.Wait()
-		logFile.Close()
-		close(o.done)
-	}()
-	return o, nil
+	return &operator{Process: p, adminAddr: addr}, nil
 }
 
-func (o *operator) pid() int { return o.cmd.Process.Pid }
-
-// stop sends SIGTERM to the operator's PID and waits for it to exit (SIGKILL after 10s).
-func (o *operator) stop() {
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-o.done:
-	case <-time.After(10 * time.Second):
-		_ = o.cmd.Process.Kill()
-		<-o.done
-	}
-}
-
-func (o *operator) exited() bool {
-	select {
-	case <-o.done:
-		return true
-	default:
-		return false
-	}
-}
+// stop stops the operator (SIGTERM, SIGKILL after 10s).
+func (o *operator) stop() { o.Stop(10 * time.Second) }
 
 func (o *operator) get(ctx context.Context, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.adminAddr+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return io.ReadAll(resp.Body)
+	return proc.Get(ctx, o.adminAddr, path)
 }
 
 // requests are the operator's apiserver requests by "verb resource".

@@ -14,12 +14,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +30,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
+	"github.com/linkerd/trust-rotation/test/internal/proc"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -103,18 +102,19 @@ func run(ctx context.Context, namespaces, deployments int, replicas int32, workD
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	adminAddr, err := proc.FreeAddr()
 	if err != nil {
 		return err
 	}
 	say("running the operator under the chart's ServiceAccount %s", rel.User)
 	opLog := filepath.Join(os.TempDir(), fmt.Sprintf("trust-rotation-demo-operator-%d.log", os.Getpid()))
-	op, err := startProcess(ctx, opLog, []string{"POD_NAMESPACE=" + rel.Namespace}, filepath.Join(bin, "trust-rotation-operator"),
-		append([]string{"--kubeconfig", rel.Kubeconfig, "--admin-addr", "127.0.0.1:" + strconv.Itoa(port)}, rel.OperatorArgs...)...)
+	op, err := proc.Start(filepath.Join(bin, "trust-rotation-operator"),
+		append([]string{"--kubeconfig", rel.Kubeconfig, "--admin-addr", adminAddr}, rel.OperatorArgs...),
+		[]string{"POD_NAMESPACE=" + rel.Namespace}, opLog)
 	if err != nil {
 		return err
 	}
-	defer op.stop()
+	defer op.Stop(10 * time.Second)
 
 	tars, err := client.NewForConfig(c.RESTConfig())
 	if err != nil {
@@ -203,10 +203,10 @@ func run(ctx context.Context, namespaces, deployments int, replicas int32, workD
 	took := time.Since(start)
 	watch.stop()
 
-	admin := c.Kubeconfig()
+	adminKubeconfig := c.Kubeconfig()
 	for _, args := range [][]string{{"check"}, {"inspect"}} {
 		fmt.Printf("\n$ linkerd trust %s\n", strings.Join(args, " "))
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, "linkerd-trust"), append(args, "--kubeconfig", admin)...)
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "linkerd-trust"), append(args, "--kubeconfig", adminKubeconfig)...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
 		if err := cmd.Run(); err != nil {
 			fmt.Printf("(linkerd trust %s: %v)\n", args[0], err)
@@ -214,7 +214,7 @@ func run(ctx context.Context, namespaces, deployments int, replicas int32, workD
 	}
 	violations := mesh.Oracle().ViolationCount()
 	fmt.Println()
-	op.stop()
+	op.Stop(10 * time.Second)
 	mesh.Stop()
 	fmt.Printf("demo: rotation complete in %s, %d mTLS violations\n", took.Round(100*time.Millisecond), violations)
 	return nil
@@ -306,50 +306,4 @@ func (w *phaseWatch) stop() {
 		close(w.quit)
 	}
 	<-w.done
-}
-
-// process is a child process the demo stops by PID.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func startProcess(ctx context.Context, logPath string, env []string, bin string, args ...string) (*process, error) {
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = f, f, append(os.Environ(), env...)
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	return p, nil
-}
-
-func (p *process) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
