@@ -118,6 +118,26 @@ var userSteps = map[string]bool{StepPropagateTrustRoots: true, StepWaitForIdenti
 // spec.dataPlaneRestart or spec.identityIssuerRenewal automates it.
 func WaitsForUser(step string) bool { return userSteps[step] }
 
+// AutomatedBy says what the operator does at a step that waits for the user (WaitsForUser) when
+// the spec automates the user's part, or "" when the user does it.
+func AutomatedBy(step string, spec v1alpha1.TrustAnchorRotationSpec) string {
+	switch {
+	case step == StepWaitForIdentityIssuer && spec.IdentityIssuerRenewal == v1alpha1.Automatic:
+		return "the operator renews the identity issuer, as cmctl renew does (spec.identityIssuerRenewal: Automatic)"
+	case step == StepWaitForIdentityIssuer || !userSteps[step] || spec.DataPlaneRestart.Policy != v1alpha1.Automatic:
+		return ""
+	}
+	method := spec.DataPlaneRestart.Method
+	if method == "" {
+		method = v1alpha1.RolloutRestart
+	}
+	what := "restarts the workloads whose pods are behind"
+	if step == StepRenewWorkloadCertificates && method != v1alpha1.Evict {
+		what = "restarts the workloads whose proxies have not refreshed onto the new issuer within twice the refresh interval"
+	}
+	return fmt.Sprintf("the operator %s (spec.dataPlaneRestart: Automatic, %s)", what, method)
+}
+
 // automaticRestarts reports whether the operator restarts workloads itself.
 func (s *State) automaticRestarts() bool {
 	return s.Spec.DataPlaneRestart.Policy == v1alpha1.Automatic

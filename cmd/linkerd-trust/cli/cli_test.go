@@ -21,28 +21,30 @@ func TestGolden(t *testing.T) {
 		args     []string
 		wantCode int
 	}{
-		"bundle-yaml":          {args: []string{"bundle"}},
-		"bundle-json":          {args: []string{"bundle", "-o", "json"}},
-		"bundle-expanded-yaml": {setup: (*fixture).midRotation, args: []string{"bundle"}},
-		"check-table":          {args: []string{"check"}},
-		"check-json":           {args: []string{"check", "-o", "json"}},
-		"check-pre-table":      {args: []string{"check", "--pre"}},
-		"check-proxy-table":    {setup: (*fixture).midRotation, args: []string{"check", "--proxy"}},
-		"check-failing-table":  {setup: breakInstall, args: []string{"check"}, wantCode: 1},
-		"check-failing-json":   {setup: breakInstall, args: []string{"check", "--output=json"}, wantCode: 1},
-		"check-no-crds-table":  {setup: func(f *fixture) { f.discovery = f.discovery[1:] }, args: []string{"check", "--pre"}, wantCode: 1},
-		"inspect-table":        {setup: (*fixture).midRotation, args: []string{"inspect"}},
-		"inspect-json":         {setup: (*fixture).midRotation, args: []string{"inspect", "-o", "json"}},
-		"inspect-synced-table": {args: []string{"inspect"}},
-		"plan-text":            {setup: (*fixture).midRotation, args: []string{"plan"}},
-		"plan-json":            {setup: (*fixture).midRotation, args: []string{"plan", "-o", "json"}},
-		"plan-yaml":            {setup: (*fixture).midRotation, args: []string{"plan", "-o", "yaml"}},
-		"plan-synced-text":     {args: []string{"plan"}},
-		"plan-assume-text":     {args: []string{"plan", "--assume-anchor-renewed"}},
-		"plan-assume-json":     {args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
-		"plan-assume-yaml":     {args: []string{"plan", "--assume-anchor-renewed", "-o", "yaml"}},
-		"extension-metadata":   {args: []string{"_extension-metadata"}},
-		"inspect-watch-plain":  {args: []string{"inspect", "--watch"}},
+		"bundle-yaml":           {args: []string{"bundle"}},
+		"bundle-json":           {args: []string{"bundle", "-o", "json"}},
+		"bundle-expanded-yaml":  {setup: (*fixture).midRotation, args: []string{"bundle"}},
+		"check-table":           {args: []string{"check"}},
+		"check-json":            {args: []string{"check", "-o", "json"}},
+		"check-pre-table":       {args: []string{"check", "--pre"}},
+		"check-proxy-table":     {setup: (*fixture).midRotation, args: []string{"check", "--proxy"}},
+		"check-failing-table":   {setup: breakInstall, args: []string{"check"}, wantCode: 1},
+		"check-failing-json":    {setup: breakInstall, args: []string{"check", "--output=json"}, wantCode: 1},
+		"check-no-crds-table":   {setup: func(f *fixture) { f.discovery = f.discovery[1:] }, args: []string{"check", "--pre"}, wantCode: 1},
+		"inspect-table":         {setup: (*fixture).midRotation, args: []string{"inspect"}},
+		"inspect-json":          {setup: (*fixture).midRotation, args: []string{"inspect", "-o", "json"}},
+		"inspect-synced-table":  {args: []string{"inspect"}},
+		"plan-text":             {setup: (*fixture).midRotation, args: []string{"plan"}},
+		"plan-json":             {setup: (*fixture).midRotation, args: []string{"plan", "-o", "json"}},
+		"plan-yaml":             {setup: (*fixture).midRotation, args: []string{"plan", "-o", "yaml"}},
+		"plan-synced-text":      {args: []string{"plan"}},
+		"plan-assume-text":      {args: []string{"plan", "--assume-anchor-renewed"}},
+		"plan-assume-json":      {args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
+		"plan-assume-yaml":      {args: []string{"plan", "--assume-anchor-renewed", "-o", "yaml"}},
+		"plan-automated-text":   {setup: automated, args: []string{"plan"}},
+		"plan-no-rotation-text": {setup: func(f *fixture) { delete(f.rotations, "cluster") }, args: []string{"plan"}},
+		"extension-metadata":    {args: []string{"_extension-metadata"}},
+		"inspect-watch-plain":   {args: []string{"inspect", "--watch"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -73,6 +75,14 @@ func TestWatchOnTerminal(t *testing.T) {
 		t.Fatalf("exit code %d: %s", code, errOut.String())
 	}
 	golden(t, "inspect-watch-tty", out.String())
+}
+
+// automated is midRotation with both of the user's parts automated.
+func automated(f *fixture) {
+	f.midRotation()
+	spec := &f.rotations["cluster"].Spec
+	spec.DataPlaneRestart.Policy, spec.DataPlaneRestart.Method = v1alpha1.Automatic, v1alpha1.Evict
+	spec.IdentityIssuerRenewal = v1alpha1.Automatic
 }
 
 // breakInstall removes the identity-issuer Certificate, sets rotationPolicy Never on the anchor,

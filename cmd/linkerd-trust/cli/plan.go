@@ -70,7 +70,8 @@ func planCommand(env *Env) *command {
 operator's steps in order, from the checkpoint in the TrustAnchorRotation status, each with what
 it observes in the cluster now, what it would change (the trust bundle before -> after with
 fingerprints, the Deployments it would restart), the workloads that need a restart, and the
-manual actions that are yours.
+manual actions that are yours. Where the TrustAnchorRotation's spec automates your part
+(spec.dataPlaneRestart, spec.identityIssuerRenewal), the step says what the operator does instead.
 
 The plan is computed by the very steps the operator runs, observing the same state, with a
 recorder in place of every write. --assume-anchor-renewed shows the whole rotation before you run
@@ -168,6 +169,9 @@ type planStep struct {
 	Writes []apply.Write `json:"writes,omitempty"`
 	// Manual is the user's part in a step the operator only waits on.
 	Manual string `json:"manual,omitempty"`
+	// Automated is what the operator does instead when the TrustAnchorRotation's spec
+	// automates the user's part (spec.dataPlaneRestart, spec.identityIssuerRenewal).
+	Automated string `json:"automated,omitempty"`
 	// PodsToRestart are the workloads whose pods the next step waits on.
 	PodsToRestart          []steps.WorkloadCount `json:"podsToRestart,omitempty"`
 	MoreWorkloadsToRestart int                   `json:"moreWorkloadsToRestart,omitempty"`
@@ -194,6 +198,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			cp = workflow.Checkpoint{Step: c.Step, Token: c.Token, Acts: c.Acts}
 		}
 	case apierrors.IsNotFound(err):
+		tar = &v1alpha1.TrustAnchorRotation{} // the operator creates it with the defaults
 		p.Notes = append(p.Notes, fmt.Sprintf("TrustAnchorRotation %s not found (is the operator installed?): planning from the first step", kf.RotationName))
 	default:
 		return nil, fmt.Errorf("reading TrustAnchorRotation %s: %w", kf.RotationName, err)
@@ -255,6 +260,11 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		}
 	}
 
+	if tar.Spec.DataPlaneRestart.Policy == v1alpha1.Automatic {
+		// Planning the operator's restarts would need every meshed workload, PodDisruptionBudget
+		// and namespace read and the budget applied, as the operator's automation does.
+		p.Notes = append(p.Notes, "spec.dataPlaneRestart.policy is Automatic: the operator restarts the workloads behind itself, within the spec's budget and maintenance windows; the decisions below are observed as if the restarts were yours")
+	}
 	planned, err := wf.Plan(cp, s)
 	if err != nil {
 		return nil, err
@@ -286,6 +296,9 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		}
 		if st.Act == nil || steps.WaitsForUser(st.Name) {
 			v.Manual = manualAction(st.Doc)
+			if v.Automated = steps.AutomatedBy(st.Name, tar.Spec); v.Automated != "" {
+				v.Manual = ""
+			}
 			if v.Manual != "" && v.Status != stepDone {
 				p.ManualActions = append(p.ManualActions, fmt.Sprintf("%s (step %d, %s)", v.Manual, v.Index, v.Name))
 			}
@@ -429,11 +442,16 @@ func renderPlanText(w io.Writer, p *plan) error {
 		if st.Manual != "" {
 			fmt.Fprintf(w, "      manual: %s\n", st.Manual)
 		}
+		restart := "restart"
+		if st.Automated != "" {
+			fmt.Fprintf(w, "      automated: %s\n", st.Automated)
+			restart = "behind" // the operator restarts them
+		}
 		for _, wl := range st.PodsToRestart {
-			fmt.Fprintf(w, "      restart: %s (%d %s)\n", wl.Workload, wl.Pods, plural(wl.Pods, "pod", "pods"))
+			fmt.Fprintf(w, "      %s: %s (%d %s)\n", restart, wl.Workload, wl.Pods, plural(wl.Pods, "pod", "pods"))
 		}
 		if st.MoreWorkloadsToRestart > 0 {
-			fmt.Fprintf(w, "      restart: and %d more workload(s)\n", st.MoreWorkloadsToRestart)
+			fmt.Fprintf(w, "      %s: and %d more workload(s)\n", restart, st.MoreWorkloadsToRestart)
 		}
 	}
 	if len(p.ManualActions) > 0 {
