@@ -34,11 +34,13 @@ func PodCacheTransform(cfg steps.Config) func(any) (any, error) {
 		if !ok {
 			return obj, nil
 		}
+		slim := SlimPod(cfg, pod)
 		return &CachedPod{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+				// The slim pod's name and namespace share one allocation with its key.
+				Name: slim.Name, Namespace: slim.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			},
-			Pod: SlimPod(cfg, pod),
+			Pod: slim,
 		}, nil
 	}
 }

@@ -45,16 +45,28 @@ type Pod struct {
 	// Identity is the proxy's identity name, the SNI its admin port answers to.
 	Identity       string
 	ServiceAccount string
+
+	// key is Key, built once by SlimPod: every map of the operator (the index, the probe
+	// results, the probe queue) is keyed by it, and a reconcile looks up every pod behind.
+	key string
 }
 
 // Key is namespace/name.
-func (p *Pod) Key() string { return p.Namespace + "/" + p.Name }
+func (p *Pod) Key() string {
+	if p.key != "" {
+		return p.key
+	}
+	return p.Namespace + "/" + p.Name
+}
 
 // SlimPod extracts a Pod from a corev1.Pod. The identity name is computed by cfg.
 func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
+	// One allocation holds the key, the namespace and the name.
+	key := pod.Namespace + "/" + pod.Name
 	p := &Pod{
-		Namespace:      pod.Namespace,
-		Name:           pod.Name,
+		key:            key,
+		Namespace:      key[:len(pod.Namespace)],
+		Name:           key[len(pod.Namespace)+1:],
 		UID:            string(pod.UID),
 		Workload:       workloadOf(pod),
 		TrustRootHash:  pod.Annotations[steps.TrustRootSHA256Annotation],
