@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,9 +69,9 @@ func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
 		Namespace:      key[:len(pod.Namespace)],
 		Name:           key[len(pod.Namespace)+1:],
 		UID:            string(pod.UID),
-		Workload:       workloadOf(pod),
-		TrustRootHash:  pod.Annotations[steps.TrustRootSHA256Annotation],
-		ServiceAccount: pod.Spec.ServiceAccountName,
+		Workload:       intern(workloadOf(pod)),
+		TrustRootHash:  intern(pod.Annotations[steps.TrustRootSHA256Annotation]),
+		ServiceAccount: intern(pod.Spec.ServiceAccountName),
 		IP:             pod.Status.PodIP,
 	}
 	_, p.ControlPlane = pod.Labels[steps.ControlPlaneComponentLabel]
@@ -90,9 +91,14 @@ func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
 			}
 		}
 	}
-	p.Identity = cfg.IdentityName(p.ServiceAccount, p.Namespace)
+	p.Identity = intern(cfg.IdentityName(p.ServiceAccount, p.Namespace))
 	return p
 }
+
+// intern returns the canonical copy of s. A pod shares its workload, service account and identity
+// names with its siblings and its trust-root hash with nearly every pod; decoded from the wire,
+// each was an allocation of its own per pod, held as long as the pod is cached.
+func intern(s string) string { return unique.Make(s).Value() }
 
 // workloadOf names the object to restart to replace the pod: a Deployment for a pod of one of
 // its ReplicaSets (the ReplicaSet's name minus the pod-template-hash), else the controller owner,
