@@ -268,7 +268,7 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 		r = &probeResult{uid: p.UID}
 		t.results[key] = r
 	}
-	r.issuer, r.err = issuer, ""
+	r.issuer, r.err = intern(issuer), "" // every pod shares one of a few issuers
 	if err != nil {
 		r.err = err.Error()
 		r.failures++

@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"container/heap"
 	"sync"
 	"time"
 )
@@ -24,16 +25,43 @@ type probeQueue struct {
 	later      []string
 	queued     map[string]lane // keys waiting in a lane
 	processing map[string]bool
-	dirty      map[string]lane    // keys added while processing: queued again at Done
-	waiting    map[string]delayed // keys to add once their time comes
-	shutdown   bool
+	dirty      map[string]lane // keys added while processing: queued again at Done
+	// Delayed adds: at most one per key, in a heap by time served by one goroutine and timer
+	// (a time.AfterFunc per key cost ~150 bytes each, with 10,000 pods waiting).
+	waiting  map[string]*delayed
+	delays   delayHeap
+	wake     chan struct{} // a sooner delay was added, or the queue shut down
+	shutdown bool
 }
 
 // delayed is a pending AddAfter.
 type delayed struct {
-	timer *time.Timer
+	key   string
 	at    time.Time
 	lane  lane
+	index int // in delays
+}
+
+// delayHeap orders delayed adds by time (container/heap).
+type delayHeap []*delayed
+
+func (h delayHeap) Len() int           { return len(h) }
+func (h delayHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h delayHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *delayHeap) Push(x any) {
+	d := x.(*delayed)
+	d.index = len(*h)
+	*h = append(*h, d)
+}
+func (h *delayHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return d
 }
 
 type lane int
@@ -48,9 +76,11 @@ func newProbeQueue() *probeQueue {
 		queued:     map[string]lane{},
 		processing: map[string]bool{},
 		dirty:      map[string]lane{},
-		waiting:    map[string]delayed{},
+		waiting:    map[string]*delayed{},
+		wake:       make(chan struct{}, 1),
 	}
 	q.cond = sync.NewCond(&q.mu)
+	go q.runDelays()
 	return q
 }
 
@@ -109,23 +139,53 @@ func (q *probeQueue) AddAfter(key string, l lane, d time.Duration) {
 		if !w.at.After(at) {
 			return
 		}
-		w.timer.Stop()
+		w.at, w.lane = at, l
+		heap.Fix(&q.delays, w.index)
+	} else {
+		w = &delayed{key: key, at: at, lane: l}
+		q.waiting[key] = w
+		heap.Push(&q.delays, w)
 	}
-	w := delayed{at: at, lane: l}
-	w.timer = time.AfterFunc(d, func() { q.fire(key, at) })
-	q.waiting[key] = w
+	if q.delays[0].key == key { // the next delay to serve changed
+		q.nudge()
+	}
 }
 
-// fire adds a delayed key, unless its wait was replaced by an earlier one since.
-func (q *probeQueue) fire(key string, at time.Time) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	w, ok := q.waiting[key]
-	if !ok || !w.at.Equal(at) || q.shutdown {
-		return
+// nudge wakes runDelays; q.mu is held.
+func (q *probeQueue) nudge() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
 	}
-	delete(q.waiting, key)
-	q.addLocked(key, w.lane)
+}
+
+// runDelays adds the delayed keys whose time has come, until the queue shuts down.
+func (q *probeQueue) runDelays() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		q.mu.Lock()
+		if q.shutdown {
+			q.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		for len(q.delays) > 0 && !q.delays[0].at.After(now) {
+			w := heap.Pop(&q.delays).(*delayed)
+			delete(q.waiting, w.key)
+			q.addLocked(w.key, w.lane)
+		}
+		var next <-chan time.Time
+		if len(q.delays) > 0 {
+			timer.Reset(q.delays[0].at.Sub(now))
+			next = timer.C
+		}
+		q.mu.Unlock()
+		select {
+		case <-next:
+		case <-q.wake:
+		}
+	}
 }
 
 // Get blocks until a key is available and returns it, from the soon lane first; with soonOnly,
@@ -175,10 +235,8 @@ func (q *probeQueue) ShutDown() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.shutdown = true
-	for _, w := range q.waiting {
-		w.timer.Stop()
-	}
-	q.waiting = map[string]delayed{}
+	q.waiting, q.delays = map[string]*delayed{}, nil
+	q.nudge()
 	q.cond.Broadcast()
 }
 

@@ -178,3 +178,20 @@ func TestCertTrackerProbesNewPodsBeforeReprobes(t *testing.T) {
 		ControlPlane: true, Meshed: true, Alive: true, Running: true, IP: "127.0.0.1", AdminPort: newPort, Identity: identity})
 	waitFor("the new pod converged while the re-probes hang", func(c steps.Convergence) bool { return c.Converged == 1 })
 }
+
+func TestProbeQueueServesDelaysInTimeOrder(t *testing.T) {
+	q := newProbeQueue()
+	defer q.ShutDown()
+	// Due 150 ms apart: the order holds unless these four calls take that long.
+	q.AddAfter("third", laneSoon, 400*time.Millisecond)
+	q.AddAfter("second", laneSoon, 250*time.Millisecond)
+	q.AddAfter("first", laneSoon, time.Hour)
+	q.AddAfter("first", laneSoon, 100*time.Millisecond) // moved to the front of the heap
+	var got []string
+	for range 3 {
+		got = append(got, get(t, q, true))
+	}
+	if want := "first second third"; strings.Join(got, " ") != want {
+		t.Errorf("order %q, want %q", strings.Join(got, " "), want)
+	}
+}
