@@ -148,8 +148,9 @@ func progress(format string, args ...any) {
 }
 
 func runSize(parent context.Context, o options, pods int) (_ *result, err error) {
-	// A 10,000-pod rotation restarts 10,000 pods three times; on a 2-core bed that is most of an hour.
-	ctx, cancel := context.WithTimeout(parent, max(60*time.Minute, time.Duration(pods/100)*time.Minute))
+	// A 10,000-pod rotation restarts 10,000 pods three times: on a 2-core bed, about 20 minutes
+	// each, more on a loaded machine.
+	ctx, cancel := context.WithTimeout(parent, max(60*time.Minute, time.Duration(pods/50)*time.Minute))
 	defer cancel()
 	ns := max(pods/o.podsPerNS, 1)
 	r := &result{pods: pods, namespaces: ns, deployments: max(pods/o.replicas, 1), inspect: map[int]time.Duration{}, inspectErr: map[int]string{}}
