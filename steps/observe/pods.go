@@ -304,16 +304,28 @@ func (x *PodIndex) TrustBundle(hash string) steps.Convergence {
 	return c
 }
 
+// topWorkloads returns the behindLimit workloads with the most pods behind, in SortWorkloads'
+// order, and how many workloads are behind. It keeps the top ones as it goes rather than
+// sorting every workload: a reconcile during a rollout of 10,000 pods had 2,000 to sort.
 func topWorkloads(counts map[string]int) ([]steps.WorkloadCount, int) {
-	ws := make([]steps.WorkloadCount, 0, len(counts))
+	top := make([]steps.WorkloadCount, 0, behindLimit+1)
+	before := func(a, b steps.WorkloadCount) bool {
+		return a.Pods > b.Pods || a.Pods == b.Pods && a.Workload < b.Workload
+	}
 	for w, n := range counts {
-		ws = append(ws, steps.WorkloadCount{Workload: w, Pods: n})
+		c := steps.WorkloadCount{Workload: w, Pods: n}
+		if len(top) == behindLimit && !before(c, top[behindLimit-1]) {
+			continue
+		}
+		i := sort.Search(len(top), func(i int) bool { return before(c, top[i]) })
+		top = append(top, steps.WorkloadCount{})
+		copy(top[i+1:], top[i:])
+		top[i] = c
+		if len(top) > behindLimit {
+			top = top[:behindLimit]
+		}
 	}
-	steps.SortWorkloads(ws)
-	if len(ws) > behindLimit {
-		ws = ws[:behindLimit]
-	}
-	return ws, len(counts)
+	return top, len(counts)
 }
 
 func sortProblems(ps []steps.PodProblem) {
