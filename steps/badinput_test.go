@@ -156,6 +156,48 @@ func TestDesiredBundle(t *testing.T) {
 	}
 }
 
+// TestSupersedeAtRemoval: the anchor renewed again while pods move onto the reduced bundle. The
+// desired bundle is then the next round's, which only that round writes; the soak found
+// remove-old-trust-roots waiting for it forever.
+func TestSupersedeAtRemoval(t *testing.T) {
+	p := newPKI(t)
+	third := anchorCA(t, "third-anchor")
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	retired := Fingerprint(p.newAnchor.cert)
+	for name, tc := range map[string]struct {
+		state       *State
+		wantRestart bool
+	}{
+		"renewed again":            {state: rotatingState(p, anchor(third), previous(p.newAnchor), bundleOf(p.newAnchor)), wantRestart: true},
+		"not renewed: waits on":    {state: rotatingState(p, previous(p.newAnchor), bundleOf(p.newAnchor))},
+		"the anchor Secret is bad": {state: rotatingState(p, anchor(nil), previous(p.newAnchor), bundleOf(p.newAnchor))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := v1alpha1.TrustAnchorRotationStatus{Checkpoint: &v1alpha1.Checkpoint{Step: StepRemoveOldTrustRoots, Token: "t", Rotation: retired}}
+			msg, restarted := Supersede(&st, tc.state, now)
+			if restarted != tc.wantRestart {
+				t.Fatalf("restarted = %v (%q), want %v", restarted, msg, tc.wantRestart)
+			}
+			if !restarted {
+				if st.Checkpoint.Step != StepRemoveOldTrustRoots {
+					t.Errorf("checkpoint moved to %s", st.Checkpoint.Step)
+				}
+				return
+			}
+			if st.Checkpoint.Step != StepDetectAnchorRotation || st.Checkpoint.Token != "" || st.Checkpoint.Rotation != "" {
+				t.Errorf("checkpoint = %+v, want a fresh one at %s", st.Checkpoint, StepDetectAnchorRotation)
+			}
+			if !strings.Contains(msg, "renewed again") || len(st.InFlightAnchors) != 0 {
+				t.Errorf("message %q, in flight %d", msg, len(st.InFlightAnchors))
+			}
+			// The next round takes it from there: detect sees the renewal.
+			if d := stepNamed(t, StepDetectAnchorRotation).Observe(tc.state, ""); d.Outcome != workflow.Done {
+				t.Errorf("detect-anchor-rotation then decides %v (%s), want Done", d.Outcome, d.Reason)
+			}
+		})
+	}
+}
+
 func TestSupersede(t *testing.T) {
 	p := newPKI(t)
 	third := anchorCA(t, "third-anchor")

@@ -24,6 +24,19 @@ import (
 // live certificate; it is not kept.
 func Supersede(st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) (string, bool) {
 	cp := st.Checkpoint
+	if cp != nil && cp.Step == StepRemoveOldTrustRoots && s.Anchor.Usable() && s.Previous.Usable() &&
+		s.Anchor.Fingerprint() != s.Previous.Fingerprint() {
+		// Renewed again while the pods move onto the reduced bundle: the desired bundle is the
+		// next round's (expanded, or the anchor renewed in place alone), which only that round's
+		// steps write, so remove-old-trust-roots would wait for it forever. This round ends and
+		// the next starts at detect-anchor-rotation. Nothing is lost: the retired anchor is in no
+		// bundle the operator writes again and signs no live certificate (every pod moved to the
+		// issuer on the current anchor before it was retired), and the next round's bundle change
+		// replaces every pod still carrying it.
+		st.Checkpoint = &v1alpha1.Checkpoint{Step: StepDetectAnchorRotation}
+		return fmt.Sprintf("trust anchor renewed again (%s) while pods moved onto the reduced bundle of %s at step %s; starting the next rotation at %s",
+			short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()), cp.Step, StepDetectAnchorRotation), true
+	}
 	if cp == nil || cp.Rotation == "" || syncedSteps[cp.Step] || !s.Rotating() {
 		return "", false
 	}

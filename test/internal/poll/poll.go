@@ -43,6 +43,9 @@ func Until(parent context.Context, timeout time.Duration, what string, cond Cond
 		return nil
 	}
 	if parent.Err() != nil {
+		if last != nil {
+			return fmt.Errorf("waiting for %s: %w; last: %v", what, parent.Err(), last)
+		}
 		return fmt.Errorf("waiting for %s: %w", what, parent.Err())
 	}
 	if ctx.Err() != nil {
