@@ -121,16 +121,8 @@ func workloadKey(obj any) string {
 // already there is kept: its status is older still (a repeated act, before the cache shows the
 // first eviction, must not take a status that already moved as the reference).
 func (a *automation) evicting(ref steps.WorkloadRef) {
-	var l *lazyInformer
 	a.mu.Lock()
-	switch ref.Kind {
-	case "Deployment":
-		l = a.deployments
-	case "StatefulSet":
-		l = a.statefulSets
-	case "DaemonSet":
-		l = a.daemonSets
-	}
+	l := a.informerFor(ref.Kind)
 	a.mu.Unlock()
 	if l == nil {
 		return
@@ -457,17 +449,24 @@ func kindOf(obj any) string {
 	return ""
 }
 
+// informerFor returns the informer of a restartable workload kind, nil for any other kind (or
+// before the informer started).
+func (a *automation) informerFor(kind string) *lazyInformer {
+	switch kind {
+	case "Deployment":
+		return a.deployments
+	case "StatefulSet":
+		return a.statefulSets
+	case "DaemonSet":
+		return a.daemonSets
+	}
+	return nil
+}
+
 // describe fills a workload from its object, its namespace and the PodDisruptionBudgets.
 func (a *automation) describe(s *steps.State, w *steps.Workload) {
-	var l *lazyInformer
-	switch w.Kind {
-	case "Deployment":
-		l = a.deployments
-	case "StatefulSet":
-		l = a.statefulSets
-	case "DaemonSet":
-		l = a.daemonSets
-	default:
+	l := a.informerFor(w.Kind)
+	if l == nil {
 		return
 	}
 	obj, found, _ := l.inf.GetStore().GetByKey(w.Namespace + "/" + w.Name)
