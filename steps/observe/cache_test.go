@@ -37,6 +37,51 @@ func injectedPod() *corev1.Pod {
 	}
 }
 
+// nativeSidecarPod is injectedPod as Linkerd edge-26.5.2 and later inject it: the proxy is an init
+// container with restartPolicy Always, and spec.containers holds only the application.
+func nativeSidecarPod() *corev1.Pod {
+	pod := injectedPod()
+	always := corev1.ContainerRestartPolicyAlways
+	proxy := pod.Spec.Containers[0]
+	proxy.RestartPolicy = &always
+	pod.Spec.InitContainers = []corev1.Container{{Name: "linkerd-init", Image: "cr.l5d.io/linkerd/proxy-init:v2"}, proxy}
+	pod.Spec.Containers = pod.Spec.Containers[1:]
+	return pod
+}
+
+func TestSlimPodFindsTheProxyInEitherLayout(t *testing.T) {
+	cfg := steps.DefaultConfig()
+	for name, tc := range map[string]struct {
+		pod        *corev1.Pod
+		wantNative bool
+	}{
+		"native sidecar":  {nativeSidecarPod(), true},
+		"proxy container": {injectedPod(), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			direct := SlimPod(cfg, tc.pod)
+			if !direct.Meshed || direct.NativeSidecar != tc.wantNative || direct.AdminPort != 4191 {
+				t.Errorf("SlimPod: meshed=%v native=%v adminPort=%d; want true %v 4191",
+					direct.Meshed, direct.NativeSidecar, direct.AdminPort, tc.wantNative)
+			}
+			// The bench's informer strips pods with TransformPod first: what it keeps must still
+			// say meshed, in the same layout, with the same admin port.
+			slim, err := TransformPod(tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := SlimPod(cfg, slim.(*corev1.Pod)); *got != *direct {
+				t.Errorf("SlimPod(TransformPod(pod)) = %+v, want %+v", *got, *direct)
+			}
+		})
+	}
+	unmeshed := injectedPod()
+	unmeshed.Spec.Containers = unmeshed.Spec.Containers[1:]
+	if p := SlimPod(cfg, unmeshed); p.Meshed {
+		t.Errorf("a pod with no linkerd-proxy container is meshed: %+v", *p)
+	}
+}
+
 func TestPodCacheTransform(t *testing.T) {
 	cfg := steps.DefaultConfig()
 	got, err := PodCacheTransform(cfg)(injectedPod())

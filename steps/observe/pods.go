@@ -30,8 +30,12 @@ type Pod struct {
 	ControlPlane bool
 	// TrustRootHash is the linkerd.io/trust-root-sha256 annotation.
 	TrustRootHash string
-	// Meshed is true when the pod has a linkerd-proxy container.
+	// Meshed is true when the pod has a linkerd-proxy container, in either layout
+	// (steps.ProxyContainer).
 	Meshed bool
+	// NativeSidecar is true when the proxy is a native sidecar (an init container with
+	// restartPolicy: Always), Linkerd's default since edge-26.5.2.
+	NativeSidecar bool
 	// Alive is true until the pod reached Succeeded or Failed: its proxy may still serve.
 	Alive bool
 	// Running is true when the pod runs with an IP and its proxy can be probed.
@@ -41,7 +45,7 @@ type Pod struct {
 	// Created is the pod's creationTimestamp.
 	Created time.Time
 	IP      string
-	// AdminPort is the linkerd-proxy container's linkerd-admin port.
+	// AdminPort is the proxy container's linkerd-admin port.
 	AdminPort int32
 	// Identity is the proxy's identity name, the SNI its admin port answers to.
 	Identity       string
@@ -79,17 +83,9 @@ func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
 	p.Running = pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
 	p.Terminating = pod.DeletionTimestamp != nil
 	p.Created = pod.CreationTimestamp.Time
-	for _, c := range pod.Spec.Containers {
-		if c.Name != steps.ProxyContainerName {
-			continue
-		}
-		p.Meshed = true
-		p.AdminPort = steps.DefaultAdminPort
-		for _, port := range c.Ports {
-			if port.Name == steps.AdminPortName {
-				p.AdminPort = port.ContainerPort
-			}
-		}
+	if c, layout := steps.ProxyContainer(&pod.Spec); c != nil {
+		p.Meshed, p.NativeSidecar = true, layout == steps.NativeSidecar
+		p.AdminPort = steps.ProxyAdminPort(c)
 	}
 	p.Identity = intern(cfg.IdentityName(p.ServiceAccount, p.Namespace))
 	return p
@@ -146,9 +142,12 @@ func TransformPod(obj any) (any, error) {
 	}
 	slim.Labels = keep(pod.Labels, steps.ControlPlaneNSLabel, steps.ControlPlaneComponentLabel, "pod-template-hash")
 	slim.Annotations = keep(pod.Annotations, steps.TrustRootSHA256Annotation)
-	for _, c := range pod.Spec.Containers {
-		if c.Name == steps.ProxyContainerName {
-			slim.Spec.Containers = []corev1.Container{{Name: c.Name, Ports: c.Ports}}
+	if c, layout := steps.ProxyContainer(&pod.Spec); c != nil {
+		kept := []corev1.Container{{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}}
+		if layout == steps.NativeSidecar {
+			slim.Spec.InitContainers = kept
+		} else {
+			slim.Spec.Containers = kept
 		}
 	}
 	return slim, nil

@@ -157,10 +157,17 @@ func newFixture(t *testing.T) *fixture {
 	f.addPod("emojivoto", "web-7c9d8f6b5-qx2lp", "web", "", hash, "127.1.0.3")
 	f.addPod("emojivoto", "web-7c9d8f6b5-zt7wn", "web", "", hash, "127.1.0.4")
 	f.addPod("emojivoto", "voting-6b4d9f8c7-m2k9s", "voting", "", hash, "127.1.0.5")
+	// voting opted out of native sidecars (config.linkerd.io/proxy-enable-native-sidecar: "false"):
+	// its proxy is in spec.containers, as every Linkerd before edge-26.5.2 injected it.
+	pod := f.kube[len(f.kube)-1].(*corev1.Pod)
+	pod.Spec.Containers = append(pod.Spec.Containers, pod.Spec.InitContainers[0])
+	pod.Spec.Containers[len(pod.Spec.Containers)-1].RestartPolicy = nil
+	pod.Spec.InitContainers = nil
 	return f
 }
 
-// addPod adds a running meshed pod of a Deployment, and a probe that finds issuer-old.
+// addPod adds a running meshed pod of a Deployment, its proxy injected as current Linkerd does
+// (a native sidecar), and a probe that finds issuer-old.
 func (f *fixture) addPod(ns, name, deploy, component, hash, ip string) {
 	hashSuffix := name[len(deploy)+1 : strings.LastIndex(name, "-")]
 	labels := map[string]string{steps.ControlPlaneNSLabel: "linkerd", "pod-template-hash": hashSuffix}
@@ -171,10 +178,11 @@ func (f *fixture) addPod(ns, name, deploy, component, hash, ip string) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Labels: labels,
 			Annotations:     map[string]string{steps.TrustRootSHA256Annotation: hash},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: deploy + "-" + hashSuffix, Controller: ptr.To(true), APIVersion: "apps/v1"}}},
-		Spec: corev1.PodSpec{ServiceAccountName: deploy, Containers: []corev1.Container{
-			{Name: "app"},
-			{Name: steps.ProxyContainerName, Ports: []corev1.ContainerPort{{Name: steps.AdminPortName, ContainerPort: 4191}}},
-		}},
+		Spec: corev1.PodSpec{ServiceAccountName: deploy,
+			InitContainers: []corev1.Container{{Name: steps.ProxyContainerName, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+				Ports: []corev1.ContainerPort{{Name: steps.AdminPortName, ContainerPort: 4191}}}},
+			Containers: []corev1.Container{{Name: "app"}},
+		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
 	}
 	f.kube = append(f.kube, pod)

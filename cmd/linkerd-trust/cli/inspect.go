@@ -111,11 +111,19 @@ type liveView struct {
 	// TrustBundleSHA256 is the hash of the bundle the rotation wants, which pods must carry.
 	TrustBundleSHA256 string `json:"trustBundleSHA256,omitempty"`
 	// ActiveIssuer is the fingerprint of the identity issuer live certificates must come from.
-	ActiveIssuer         string `json:"activeIssuer,omitempty"`
-	TrustBundle          count  `json:"trustBundle"`
-	WorkloadCertificates count  `json:"workloadCertificates"`
+	ActiveIssuer string `json:"activeIssuer,omitempty"`
+	// MeshedPods counts the alive meshed pods, control plane included, by proxy layout.
+	MeshedPods           proxyLayouts `json:"meshedPods"`
+	TrustBundle          count        `json:"trustBundle"`
+	WorkloadCertificates count        `json:"workloadCertificates"`
 	// Problems are what kept the command from observing everything (an unusable anchor...).
 	Problems []string `json:"problems,omitempty"`
+}
+
+// proxyLayouts counts meshed pods by where their proxy is (steps.ProxyContainer).
+type proxyLayouts struct {
+	NativeSidecar int `json:"nativeSidecar"`
+	Container     int `json:"proxyContainer"`
 }
 
 type count struct {
@@ -191,7 +199,15 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	in.Live.TrustBundle = count{s.TrustBundle.Converged, s.TrustBundle.Target}
 
 	for _, p := range snap.Pods {
-		if !p.Meshed || !p.Alive || p.ControlPlane {
+		if !p.Meshed || !p.Alive {
+			continue
+		}
+		if p.NativeSidecar {
+			in.Live.MeshedPods.NativeSidecar++
+		} else {
+			in.Live.MeshedPods.Container++
+		}
+		if p.ControlPlane {
 			continue
 		}
 		var problems []string
@@ -272,6 +288,9 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 		}
 	}
 	fmt.Fprintf(tw, "\nObserved now\n")
+	layouts := in.Live.MeshedPods
+	fmt.Fprintf(tw, "  Meshed pods:\t%d (proxy as native sidecar: %d, as container: %d)\n",
+		layouts.NativeSidecar+layouts.Container, layouts.NativeSidecar, layouts.Container)
 	fmt.Fprintf(tw, "  Trust bundle:\t%d/%d pods on sha256 %s\n", in.Live.TrustBundle.Converged, in.Live.TrustBundle.Target, orNone(short(in.Live.TrustBundleSHA256)))
 	fmt.Fprintf(tw, "  Workload certificates:\t%d/%d pods on issuer %s\n", in.Live.WorkloadCertificates.Converged, in.Live.WorkloadCertificates.Target, orNone(short(in.Live.ActiveIssuer)))
 	for _, p := range in.Live.Problems {
