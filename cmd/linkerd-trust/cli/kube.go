@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"encoding/csv"
 	"fmt"
 	"os"
+	"strings"
 
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/spf13/pflag"
@@ -35,11 +37,38 @@ func addKubeFlags(fs *pflag.FlagSet) *KubeFlags {
 	fs.StringVar(&k.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file to use for CLI requests")
 	fs.StringVar(&k.Context, "context", "", "name of the kubeconfig context to use")
 	fs.StringVar(&k.As, "as", "", "username to impersonate for Kubernetes operations")
-	fs.StringArrayVar(&k.AsGroups, "as-group", nil, "group to impersonate for Kubernetes operations (repeatable)")
+	fs.Var((*groupsFlag)(&k.AsGroups), "as-group", "group to impersonate for Kubernetes operations (repeatable, or a list in brackets: [a,b])")
 	fs.StringVar(&k.APIAddr, "api-addr", "", "override the kubeconfig and talk to the Kubernetes API at this address (for testing)")
 	k.Config.AddFlags(fs)
 	fs.StringVar(&k.RotationName, "rotation-name", k.RotationName, "name of the TrustAnchorRotation the operator drives")
 	return k
+}
+
+// groupsFlag is --as-group. Repeated flags add one group each, as kubectl's do. `linkerd check`
+// forwards its own string-array flag to every extension in pflag's printed form, always, even
+// empty: --as-group=[] for none, --as-group=[a,b] for two (linkerd2 cli/cmd/check.go
+// getExtensionCheckFlags), so a value in brackets is that form: comma-separated, CSV-quoted.
+type groupsFlag []string
+
+func (g *groupsFlag) String() string { return "[" + strings.Join(*g, ",") + "]" }
+
+func (g *groupsFlag) Type() string { return "stringArray" }
+
+func (g *groupsFlag) Set(v string) error {
+	if !strings.HasPrefix(v, "[") || !strings.HasSuffix(v, "]") {
+		*g = append(*g, v)
+		return nil
+	}
+	inner := v[1 : len(v)-1]
+	if strings.TrimSpace(inner) == "" {
+		return nil
+	}
+	groups, err := csv.NewReader(strings.NewReader(inner)).Read()
+	if err != nil {
+		return fmt.Errorf("%q is not a list of groups in brackets ([a,b]): %w", v, err)
+	}
+	*g = append(*g, groups...)
+	return nil
 }
 
 func (k *KubeFlags) validate() error {
@@ -74,24 +103,12 @@ func (e *Env) clients(k *KubeFlags) (*Clients, error) {
 	return NewClients(k)
 }
 
-// NewClients builds real clients: the kubeconfig (KUBECONFIG or ~/.kube/config unless
-// --kubeconfig), its context unless --context, with --as/--as-group impersonation and --api-addr.
+// NewClients builds real clients from the flags (restConfig).
 func NewClients(k *KubeFlags) (*Clients, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.Context}
-	overrides.AuthInfo.Impersonate = k.As
-	overrides.AuthInfo.ImpersonateGroups = k.AsGroups
-	if k.APIAddr != "" {
-		overrides.ClusterInfo.Server = k.APIAddr
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	cfg, err := k.restConfig()
 	if err != nil {
-		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
+		return nil, err
 	}
-	cfg.UserAgent = binary
-	// One command makes a burst of reads (one GET per object, a LIST of pods): let it through.
-	cfg.QPS, cfg.Burst = 50, 100
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
@@ -108,3 +125,24 @@ func NewClients(k *KubeFlags) (*Clients, error) {
 }
 
 func isTerminalFile(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// restConfig loads the client configuration: the kubeconfig (KUBECONFIG or ~/.kube/config unless
+// --kubeconfig), its context unless --context, with --as/--as-group impersonation and --api-addr.
+func (k *KubeFlags) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = k.Kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.Context}
+	overrides.AuthInfo.Impersonate = k.As
+	overrides.AuthInfo.ImpersonateGroups = k.AsGroups
+	if k.APIAddr != "" {
+		overrides.ClusterInfo.Server = k.APIAddr
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
+	}
+	cfg.UserAgent = binary
+	// One command makes a burst of reads (one GET per object, a LIST of pods): let it through.
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
