@@ -38,6 +38,11 @@ type Env struct {
 type EnvOptions struct {
 	Namespaces, Deployments int
 	Replicas                int32
+	// ProxyContainerDeployments are added in a namespace of their own that opts out of native
+	// sidecars (config.linkerd.io/proxy-enable-native-sidecar: "false"), so their proxies are
+	// in spec.containers as before edge-26.5.2; every other meshed pod, control plane included,
+	// runs its proxy as a native sidecar, current Linkerd's default.
+	ProxyContainerDeployments int
 	// ChartSet are --set values of the operator chart (the TrustAnchorRotation's spec, say).
 	ChartSet []string
 }
@@ -90,6 +95,16 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if opts.ProxyContainerDeployments > 0 {
+		legacy, err := meshsim.CreateMeshedWorkloads(ctx, kube, meshsim.WorkloadSpec{
+			Prefix: "proxy-container", Deployments: opts.ProxyContainerDeployments, Replicas: opts.Replicas,
+			NamespaceAnnotations: map[string]string{meshsim.AnnotationNativeSidecar: "false"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Apps = append(e.Apps, legacy...)
 	}
 	if err := meshsim.WaitForRollouts(ctx, kube, e.Apps); err != nil {
 		t.Fatal(err)

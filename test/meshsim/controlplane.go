@@ -22,12 +22,17 @@ type ControlPlaneOptions struct {
 	// ProxyMinRefresh / ProxyMaxRefresh add the refresh bounds to the control-plane proxies.
 	ProxyMinRefresh time.Duration
 	ProxyMaxRefresh time.Duration
+	// ProxyAsContainer puts each control-plane proxy in spec.containers (Helm
+	// proxy.nativeSidecar: false) instead of a native sidecar, the chart default since
+	// edge-26.5.2.
+	ProxyAsContainer bool
 }
 
 // InstallControlPlane creates (or updates) the linkerd namespace, the control-plane
 // ServiceAccounts and the Deployments linkerd-identity, linkerd-destination and
-// linkerd-proxy-injector with Linkerd's labels and a linkerd-proxy container whose trust anchors
-// come from the linkerd-identity-trust-roots ConfigMap through configMapKeyRef (resolved at
+// linkerd-proxy-injector with Linkerd's labels and a linkerd-proxy container (a native sidecar
+// unless opts.ProxyAsContainer, as the chart renders it) whose trust anchors come from the
+// linkerd-identity-trust-roots ConfigMap through configMapKeyRef (resolved at
 // container start). kwok runs the pods; a running Mesh simulates their processes.
 //
 // The pod templates carry linkerd.io/trust-root-sha256 of the ConfigMap value at install time,
@@ -93,12 +98,16 @@ func controlPlaneDeployment(opts ControlPlaneOptions, component, trustRootHash s
 		ProxyMinRefresh: opts.ProxyMinRefresh, ProxyMaxRefresh: opts.ProxyMaxRefresh}}
 	anchors := corev1.EnvVar{Name: EnvTrustAnchors, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: TrustRootsConfigMap}, Key: TrustRootsKey}}}
-	proxy := m.proxyContainer(anchors, nil)
+	proxy := m.proxyContainer(anchors, nil, !opts.ProxyAsContainer)
 	main := corev1.Container{Name: component, Image: "cr.l5d.io/linkerd/controller:" + opts.ProxyVersion, Args: []string{component}}
 	if component == ComponentIdentity {
 		main.Args = append(main.Args, "-controller-namespace="+opts.Namespace, "-identity-trust-domain="+opts.TrustDomain,
 			"-identity-scheme=kubernetes.io/tls")
 		main.Ports = []corev1.ContainerPort{{Name: "grpc", ContainerPort: 8080}, {Name: "admin-http", ContainerPort: 9990}}
+	}
+	spec := corev1.PodSpec{ServiceAccountName: name, Containers: []corev1.Container{main, proxy}}
+	if !opts.ProxyAsContainer {
+		spec.InitContainers, spec.Containers = []corev1.Container{proxy}, []corev1.Container{main}
 	}
 	replicas := opts.Replicas
 	return &appsv1.Deployment{
@@ -108,10 +117,7 @@ func controlPlaneDeployment(opts ControlPlaneOptions, component, trustRootHash s
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: annotations},
-				Spec: corev1.PodSpec{
-					ServiceAccountName: name,
-					Containers:         []corev1.Container{main, proxy},
-				},
+				Spec:       spec,
 			},
 		},
 	}

@@ -18,6 +18,23 @@
 //     [MIN_REFRESH, MAX_REFRESH], rejects a certificate that does not chain to its own roots, and
 //     serves its live chain over TLS on podIP:4191.
 //
+// The proxy's layout follows the Linkerd release it stands for:
+//
+//   - Native sidecar, the default: linkerd-proxy is an init container with restartPolicy: Always,
+//     placed first among the init containers, in application and control-plane pods alike. This
+//     is Linkerd edge-26.5.2 and later (linkerd2 #15267, Helm proxy.nativeSidecar: true;
+//     charts/partials _proxy.tpl, charts/patch patch.json).
+//   - Proxy container: linkerd-proxy appended to spec.containers, as every Linkerd before
+//     edge-26.5.2 injects it, and a current one with proxy.nativeSidecar: false
+//     (Config.ProxyAsContainer, ControlPlaneOptions.ProxyAsContainer).
+//
+// Per workload or namespace, the annotation config.linkerd.io/proxy-enable-native-sidecar (and
+// its deprecated beta and alpha spellings) overrides the default exactly as linkerd2
+// pkg/inject decides it (nativeSidecar). Both layouts run the same simulated proxy: the env is
+// resolved at container start and the admin port serves while the pod runs.
+// testdata/linkerd-inject holds what the real `linkerd inject --manual` produced for both, and
+// TestInjectorMatchesLinkerd compares the webhook's output with it field by field.
+//
 // Every behaviour follows ../shared/docs/linkerd-contracts.md and the upstream sources it cites
 // (linkerd/linkerd2 pkg/identity, pkg/tls, controller/cmd/identity; linkerd/linkerd2-proxy
 // identity-client certify.rs, meshtls creds store.rs); the doc comments name the upstream

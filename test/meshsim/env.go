@@ -96,10 +96,16 @@ func expandEnv(s string, env map[string]string) string {
 	return b.String()
 }
 
-func findContainer(pod *corev1.Pod, name string) *corev1.Container {
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i]
+// ProxyOf returns the pod's linkerd-proxy container, in spec.containers or, as a native
+// sidecar, in spec.initContainers; the kubelet runs both the same way for what the simulator
+// models (env resolved at container start, the admin port served while the pod runs). The
+// simulator keeps its own lookup rather than the product's: it is the product's judge.
+func ProxyOf(pod *corev1.Pod) *corev1.Container {
+	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range list {
+			if list[i].Name == ProxyContainerName {
+				return &list[i]
+			}
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -269,7 +270,7 @@ func (m *Mesh) shouldInject(pod *corev1.Pod, ns *corev1.Namespace) bool {
 	if ns == nil || ns.Name == "kube-system" || ns.Name == m.cfg.LinkerdNamespace {
 		return false
 	}
-	if pod.Spec.HostNetwork || findContainer(pod, ProxyContainerName) != nil {
+	if pod.Spec.HostNetwork || ProxyOf(pod) != nil {
 		return false
 	}
 	mode, ok := pod.Annotations[AnnotationInject]
@@ -288,6 +289,13 @@ func (m *Mesh) injectPatch(pod *corev1.Pod, namespace, bundle string) ([]byte, e
 			return nil, fmt.Errorf("reading namespace %s: %w", namespace, err)
 		}
 	}
+	return m.patchFor(pod, ns, bundle)
+}
+
+// patchFor returns the JSON patch that meshes the pod of namespace ns with the given bundle, or
+// nil if it is not to be injected.
+func (m *Mesh) patchFor(pod *corev1.Pod, ns *corev1.Namespace, bundle string) ([]byte, error) {
+	namespace := ns.Name
 	if !m.shouldInject(pod, ns) {
 		return nil, nil
 	}
@@ -300,7 +308,8 @@ func (m *Mesh) injectPatch(pod *corev1.Pod, namespace, bundle string) ([]byte, e
 		extra = nil // a Linkerd before edge-26.4.3 does not know the annotation
 	}
 	m.mu.Unlock()
-	c := m.proxyContainer(corev1.EnvVar{Name: EnvTrustAnchors, Value: strings.TrimSpace(bundle) + "\n"}, extra)
+	native := nativeSidecar(!m.cfg.ProxyAsContainer, ns.Annotations, pod.Annotations)
+	c := m.proxyContainer(corev1.EnvVar{Name: EnvTrustAnchors, Value: strings.TrimSpace(bundle) + "\n"}, extra, native)
 	var ops []map[string]any
 	add := func(path string, v any) { ops = append(ops, map[string]any{"op": "add", "path": path, "value": v}) }
 	annotations := map[string]string{
@@ -321,14 +330,53 @@ func (m *Mesh) injectPatch(pod *corev1.Pod, namespace, bundle string) ([]byte, e
 	}
 	addMap("/metadata/annotations", pod.Annotations, annotations)
 	addMap("/metadata/labels", pod.Labels, labels)
-	add("/spec/containers/-", c)
+	// charts/patch/templates/patch.json: a native sidecar goes first among the init containers
+	// (after proxy-init, which this simulated CNI-mode mesh does not inject), so that later init
+	// containers already run behind the proxy; otherwise, with Helm's default proxy.await: true,
+	// the proxy becomes the first container, so the kubelet starts it before the application.
+	switch {
+	case !native:
+		add("/spec/containers/0", c)
+	case len(pod.Spec.InitContainers) == 0:
+		add("/spec/initContainers", []corev1.Container{c})
+	default:
+		add("/spec/initContainers/0", c)
+	}
 	return json.Marshal(ops)
+}
+
+// nativeSidecar decides the proxy's layout as linkerd2 pkg/inject does: the namespace's config
+// annotations apply where the workload has none of the same key (AppendNamespaceAnnotations,
+// which inherits the GA and alpha keys, not the beta one), then config.linkerd.io wins over
+// config.beta.linkerd.io over config.alpha.linkerd.io (applyAnnotationOverrides); a value that
+// is not a boolean is ignored. def is Helm's proxy.nativeSidecar.
+func nativeSidecar(def bool, nsAnn, podAnn map[string]string) bool {
+	ann := map[string]string{}
+	for k, v := range podAnn {
+		ann[k] = v
+	}
+	for _, k := range []string{AnnotationNativeSidecar, AnnotationNativeSidecarAlpha} {
+		if v, ok := nsAnn[k]; ok {
+			if _, own := podAnn[k]; !own {
+				ann[k] = v
+			}
+		}
+	}
+	for _, k := range []string{AnnotationNativeSidecar, AnnotationNativeSidecarBeta, AnnotationNativeSidecarAlpha} {
+		if v, ok := ann[k]; ok {
+			if b, err := strconv.ParseBool(v); err == nil {
+				return b
+			}
+			return def
+		}
+	}
+	return def
 }
 
 // proxyContainer renders the linkerd-proxy container (charts/partials _proxy.tpl): the identity
 // name from the downward API, trust anchors, optional refresh bounds, then the additional env
-// merged by name.
-func (m *Mesh) proxyContainer(anchors corev1.EnvVar, extra []corev1.EnvVar) corev1.Container {
+// merged by name; a native sidecar gets restartPolicy: Always.
+func (m *Mesh) proxyContainer(anchors corev1.EnvVar, extra []corev1.EnvVar, native bool) corev1.Container {
 	env := []corev1.EnvVar{
 		{Name: "_pod_name", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "_pod_ns", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
@@ -339,7 +387,9 @@ func (m *Mesh) proxyContainer(anchors corev1.EnvVar, extra []corev1.EnvVar) core
 		anchors,
 		{Name: "LINKERD2_PROXY_IDENTITY_TOKEN_FILE", Value: "/var/run/secrets/tokens/linkerd-identity-token"},
 		{Name: "LINKERD2_PROXY_IDENTITY_SVC_ADDR", Value: "linkerd-identity-headless." + m.cfg.LinkerdNamespace + ".svc.cluster.local.:8080"},
-		{Name: EnvLocalName, Value: "$(_pod_sa).$(_pod_ns).serviceaccount.identity.$(_l5d_ns).$(_l5d_trustdomain)"},
+		// The chart writes the namespace and trust domain in; only the pod's own names are
+		// $(VAR) references (charts/partials _proxy.tpl).
+		{Name: EnvLocalName, Value: "$(_pod_sa).$(_pod_ns).serviceaccount.identity." + m.cfg.LinkerdNamespace + "." + m.cfg.TrustDomain},
 		{Name: "LINKERD2_PROXY_IDENTITY_SVC_NAME", Value: IdentityName("linkerd-identity", m.cfg.LinkerdNamespace, m.cfg.LinkerdNamespace, m.cfg.TrustDomain)},
 	}
 	if m.cfg.ProxyMinRefresh > 0 {
@@ -349,6 +399,11 @@ func (m *Mesh) proxyContainer(anchors corev1.EnvVar, extra []corev1.EnvVar) core
 		env = append(env, corev1.EnvVar{Name: EnvMaxRefresh, Value: FormatProxyDuration(m.cfg.ProxyMaxRefresh)})
 	}
 	env = mergeEnv(env, extra)
+	var restart *corev1.ContainerRestartPolicy
+	if native {
+		always := corev1.ContainerRestartPolicyAlways
+		restart = &always
+	}
 	return corev1.Container{
 		Name:  ProxyContainerName,
 		Image: "cr.l5d.io/linkerd/proxy:" + m.cfg.ProxyVersion,
@@ -356,7 +411,8 @@ func (m *Mesh) proxyContainer(anchors corev1.EnvVar, extra []corev1.EnvVar) core
 			{Name: "linkerd-proxy", ContainerPort: 4143},
 			{Name: AdminPortName, ContainerPort: AdminPort},
 		},
-		Env: env,
+		Env:           env,
+		RestartPolicy: restart,
 	}
 }
 

@@ -77,10 +77,18 @@ func TestMeshOnRealCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One namespace keeps the layout of Linkerd before edge-26.5.2: every rotation step below
+	// runs over a mesh of both layouts.
+	legacy, err := meshsim.CreateMeshedWorkloads(ctx, kube, meshsim.WorkloadSpec{Prefix: "meshsim-legacy", Replicas: 2,
+		NamespaceAnnotations: map[string]string{meshsim.AnnotationNativeSidecar: "false"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.apps = append(e.apps, legacy...)
 	if err := meshsim.WaitForRollouts(ctx, kube, e.apps); err != nil {
 		t.Fatal(err)
 	}
-	e.waitCerts(3+8, nil)
+	e.waitCerts(3+10, nil)
 	start := time.Now()
 
 	steps := []struct {
@@ -196,25 +204,55 @@ func (e *env) appPod(w meshsim.Workload) *corev1.Pod {
 
 func proxyEnv(pod *corev1.Pod) map[string]string {
 	out := map[string]string{}
-	for _, c := range pod.Spec.Containers {
-		if c.Name == meshsim.ProxyContainerName {
-			for _, v := range c.Env {
-				out[v.Name] = v.Value
-			}
+	if c := meshsim.ProxyOf(pod); c != nil {
+		for _, v := range c.Env {
+			out[v.Name] = v.Value
 		}
 	}
 	return out
 }
 
-func testInjection(e *env) {
-	t := e.t
-	pod := e.appPod(e.apps[0])
-	var proxy *corev1.Container
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == meshsim.ProxyContainerName {
-			proxy = &pod.Spec.Containers[i]
+// checkLayout fails unless the pod's proxy is where its layout puts it: a native sidecar is an
+// init container with restartPolicy Always and absent from spec.containers; a proxy container is
+// in spec.containers without a restartPolicy.
+func checkLayout(t *testing.T, pod *corev1.Pod, native bool) {
+	t.Helper()
+	var inInit, inMain *corev1.Container
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == meshsim.ProxyContainerName {
+			inInit = &pod.Spec.InitContainers[i]
 		}
 	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == meshsim.ProxyContainerName {
+			inMain = &pod.Spec.Containers[i]
+		}
+	}
+	switch {
+	case native && (inInit == nil || inMain != nil):
+		t.Errorf("pod %s/%s: want the proxy as a native sidecar only; init container %v, container %v", pod.Namespace, pod.Name, inInit != nil, inMain != nil)
+	case native && (inInit.RestartPolicy == nil || *inInit.RestartPolicy != corev1.ContainerRestartPolicyAlways):
+		t.Errorf("pod %s/%s: native sidecar restartPolicy = %v, want Always", pod.Namespace, pod.Name, inInit.RestartPolicy)
+	case !native && (inMain == nil || inInit != nil):
+		t.Errorf("pod %s/%s: want the proxy in spec.containers only; init container %v, container %v", pod.Namespace, pod.Name, inInit != nil, inMain != nil)
+	case !native && inMain.RestartPolicy != nil:
+		t.Errorf("pod %s/%s: proxy container has restartPolicy %v", pod.Namespace, pod.Name, *inMain.RestartPolicy)
+	}
+}
+
+func testInjection(e *env) {
+	t := e.t
+	checkLayout(t, e.appPod(e.apps[len(e.apps)-1]), false) // its namespace opted out
+	cp, err := e.c.Kube().CoreV1().Pods("linkerd").List(e.ctx, metav1.ListOptions{LabelSelector: meshsim.LabelControlPlaneComponent})
+	if err != nil || len(cp.Items) < 3 {
+		t.Fatalf("listing the control-plane pods: %d, %v", len(cp.Items), err)
+	}
+	for i := range cp.Items {
+		checkLayout(t, &cp.Items[i], true)
+	}
+	pod := e.appPod(e.apps[0])
+	checkLayout(t, pod, true)
+	proxy := meshsim.ProxyOf(pod)
 	if proxy == nil {
 		t.Fatalf("pod %s has no %s container", pod.Name, meshsim.ProxyContainerName)
 	}
@@ -237,7 +275,7 @@ func testInjection(e *env) {
 	if strings.TrimSpace(env[meshsim.EnvTrustAnchors]) != strings.TrimSpace(bundle) {
 		t.Errorf("%s = %q, want the bundle", meshsim.EnvTrustAnchors, env[meshsim.EnvTrustAnchors])
 	}
-	if got := env[meshsim.EnvLocalName]; got != "$(_pod_sa).$(_pod_ns).serviceaccount.identity.$(_l5d_ns).$(_l5d_trustdomain)" {
+	if got := env[meshsim.EnvLocalName]; got != "$(_pod_sa).$(_pod_ns).serviceaccount.identity.linkerd.cluster.local" {
 		t.Errorf("%s = %q", meshsim.EnvLocalName, got)
 	}
 	if pod.Labels[meshsim.LabelControlPlaneNS] != "linkerd" || pod.Annotations[meshsim.AnnotationProxyVersion] == "" {

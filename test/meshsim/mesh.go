@@ -64,6 +64,12 @@ type Config struct {
 	ProxyMinRefresh time.Duration
 	ProxyMaxRefresh time.Duration
 
+	// ProxyAsContainer makes the injector put the proxy in spec.containers unless a workload or
+	// namespace annotation asks for a native sidecar: Helm proxy.nativeSidecar: false, the layout
+	// of every Linkerd before edge-26.5.2. By default the proxy is a native sidecar, as current
+	// Linkerd injects it (linkerd2 #15267).
+	ProxyAsContainer bool
+
 	// WebhookFailurePolicy of the proxy-injector webhook. Default Fail (Linkerd's Helm default
 	// is Ignore; Fail makes an unavailable injector visible as rejected pods).
 	WebhookFailurePolicy admissionregistrationv1.FailurePolicyType
@@ -466,7 +472,7 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 			m.injectors[pod.UID] = &injectorProc{mesh: m, pod: ref, bundle: bundle}
 		}
 	}
-	if m.proxies[pod.UID] == nil && findContainer(pod, ProxyContainerName) != nil {
+	if m.proxies[pod.UID] == nil && ProxyOf(pod) != nil {
 		p, err := m.newProxy(pod, ref, component)
 		if err != nil {
 			if _, was := m.pending[pod.UID]; !was {
@@ -486,7 +492,7 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 
 // newProxy resolves the proxy container's env as the kubelet does at container start.
 func (m *Mesh) newProxy(pod *corev1.Pod, ref PodRef, component string) (*proxy, error) {
-	c := findContainer(pod, ProxyContainerName)
+	c := ProxyOf(pod)
 	env, err := resolveEnv(pod, c, m.configMapValue)
 	if err != nil {
 		return nil, fmt.Errorf("CreateContainerConfigError: %w", err)

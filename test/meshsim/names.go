@@ -32,6 +32,13 @@ const (
 	AnnotationAdditionalEnv = "config.linkerd.io/proxy-additional-env"
 	AnnotationRestartedAt   = "kubectl.kubernetes.io/restartedAt"
 
+	// AnnotationNativeSidecar chooses the proxy's layout per workload or namespace, over Helm's
+	// proxy.nativeSidecar (linkerd2 pkg/k8s/labels.go ProxyEnableNativeSidecarAnnotation); the
+	// beta and alpha spellings are deprecated but still read, with less precedence.
+	AnnotationNativeSidecar      = "config.linkerd.io/proxy-enable-native-sidecar"
+	AnnotationNativeSidecarBeta  = "config.beta.linkerd.io/proxy-enable-native-sidecar"
+	AnnotationNativeSidecarAlpha = "config.alpha.linkerd.io/proxy-enable-native-sidecar"
+
 	ProxyContainerName = "linkerd-proxy"
 	AdminPortName      = "linkerd-admin"
 	AdminPort          = 4191

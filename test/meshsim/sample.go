@@ -49,7 +49,8 @@ func StartSample(ctx context.Context, cfg Config, spec WorkloadSpec) (*Mesh, []W
 		return fail(err)
 	}
 	if err := InstallControlPlane(ctx, m.client, ControlPlaneOptions{Namespace: cfg.LinkerdNamespace, TrustDomain: cfg.TrustDomain,
-		ProxyVersion: cfg.ProxyVersion, ProxyMinRefresh: cfg.ProxyMinRefresh, ProxyMaxRefresh: cfg.ProxyMaxRefresh}); err != nil {
+		ProxyVersion: cfg.ProxyVersion, ProxyMinRefresh: cfg.ProxyMinRefresh, ProxyMaxRefresh: cfg.ProxyMaxRefresh,
+		ProxyAsContainer: cfg.ProxyAsContainer}); err != nil {
 		return fail(err)
 	}
 	if err := WaitForRollouts(ctx, m.client, m.ControlPlane()); err != nil {

@@ -71,7 +71,7 @@ func TestParseProxyDuration(t *testing.T) {
 func TestResolveEnvExpandsLikeTheKubelet(t *testing.T) {
 	m := &Mesh{cfg: Config{LinkerdNamespace: "linkerd", TrustDomain: "cluster.local", ProxyVersion: "v"}}
 	c := m.proxyContainer(corev1.EnvVar{Name: EnvTrustAnchors, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: TrustRootsConfigMap}, Key: TrustRootsKey}}}, nil)
+		LocalObjectReference: corev1.LocalObjectReference{Name: TrustRootsConfigMap}, Key: TrustRootsKey}}}, nil, true)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "emojivoto"}, Spec: corev1.PodSpec{ServiceAccountName: "web"}}
 	env, err := resolveEnv(pod, &c, func(ns, name, key string) (string, bool) {
 		return "BUNDLE", ns == "emojivoto" && name == TrustRootsConfigMap && key == TrustRootsKey
@@ -90,6 +90,35 @@ func TestResolveEnvExpandsLikeTheKubelet(t *testing.T) {
 	}
 }
 
+func TestNativeSidecarDecidedAsLinkerdDoes(t *testing.T) {
+	const (
+		ga, beta, alpha = AnnotationNativeSidecar, AnnotationNativeSidecarBeta, AnnotationNativeSidecarAlpha
+	)
+	cases := map[string]struct {
+		def        bool
+		ns, pod    map[string]string
+		wantNative bool
+	}{
+		"current Linkerd's default is a native sidecar":       {def: true, wantNative: true},
+		"proxy.nativeSidecar=false injects a container":       {def: false, wantNative: false},
+		"a workload opts out":                                 {def: true, pod: map[string]string{ga: "false"}, wantNative: false},
+		"a namespace opts out":                                {def: true, ns: map[string]string{ga: "false"}, wantNative: false},
+		"the workload's annotation wins over its namespace's": {def: true, ns: map[string]string{ga: "false"}, pod: map[string]string{ga: "true"}, wantNative: true},
+		"the GA key wins over the beta and alpha keys":        {def: false, pod: map[string]string{ga: "true", beta: "false", alpha: "false"}, wantNative: true},
+		"the beta key wins over the alpha key":                {def: true, pod: map[string]string{beta: "false", alpha: "true"}, wantNative: false},
+		"a namespace's GA key wins over the workload's alpha": {def: true, ns: map[string]string{ga: "true"}, pod: map[string]string{alpha: "false"}, wantNative: true},
+		"a namespace's beta key is not inherited":             {def: true, ns: map[string]string{beta: "false"}, wantNative: true},
+		"a value that is not a boolean is ignored":            {def: true, pod: map[string]string{ga: "nope", alpha: "false"}, wantNative: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := nativeSidecar(tc.def, tc.ns, tc.pod); got != tc.wantNative {
+				t.Errorf("nativeSidecar = %v, want %v", got, tc.wantNative)
+			}
+		})
+	}
+}
+
 func TestAdditionalEnvWorkloadOverNamespace(t *testing.T) {
 	env, err := additionalEnv(`[{"name":"A","value":"ns"},{"name":"B","value":"ns"}]`, `[{"name":"B","value":"pod"},{"name":"C","value":"pod"}]`)
 	if err != nil {
@@ -103,7 +132,7 @@ func TestAdditionalEnvWorkloadOverNamespace(t *testing.T) {
 		t.Errorf("merged env = %v", env)
 	}
 	m := &Mesh{cfg: Config{LinkerdNamespace: "linkerd", TrustDomain: "cluster.local", ProxyVersion: "v", ProxyMaxRefresh: time.Hour}}
-	c := m.proxyContainer(corev1.EnvVar{Name: EnvTrustAnchors, Value: "x"}, []corev1.EnvVar{{Name: EnvMaxRefresh, Value: "5m"}})
+	c := m.proxyContainer(corev1.EnvVar{Name: EnvTrustAnchors, Value: "x"}, []corev1.EnvVar{{Name: EnvMaxRefresh, Value: "5m"}}, false)
 	n := 0
 	for _, e := range c.Env {
 		if e.Name == EnvMaxRefresh {
