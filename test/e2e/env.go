@@ -47,6 +47,9 @@ type EnvOptions struct {
 	ChartSet []string
 }
 
+// proxyContainerPrefix names the namespaces of EnvOptions.ProxyContainerDeployments.
+const proxyContainerPrefix = "proxy-container"
+
 // NewEnv installs the PKI, then both charts with helm (the CRD, the operator's ServiceAccount
 // and RBAC, the TrustAnchorRotation `cluster`), then runs bootstrap through the given operator
 // start function, which gets the chart's release (the operator creates
@@ -98,7 +101,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 	}
 	if opts.ProxyContainerDeployments > 0 {
 		legacy, err := meshsim.CreateMeshedWorkloads(ctx, kube, meshsim.WorkloadSpec{
-			Prefix: "proxy-container", Deployments: opts.ProxyContainerDeployments, Replicas: opts.Replicas,
+			Prefix: proxyContainerPrefix, Deployments: opts.ProxyContainerDeployments, Replicas: opts.Replicas,
 			NamespaceAnnotations: map[string]string{meshsim.AnnotationNativeSidecar: "false"},
 		})
 		if err != nil {
