@@ -34,33 +34,37 @@ func TestInjectorMatchesLinkerd(t *testing.T) {
 	} {
 		t.Run(strings.TrimSuffix(tc.file, ".yaml"), func(t *testing.T) {
 			real := readDeployment(t, filepath.Join(dir, tc.file))
-			want := &corev1.Pod{ObjectMeta: real.Spec.Template.ObjectMeta, Spec: real.Spec.Template.Spec}
-			realProxy := ProxyOf(want)
-			if realProxy == nil {
-				t.Fatalf("%s: real Linkerd injected no %s container", tc.file, ProxyContainerName)
-			}
-			bundle := envValue(realProxy, EnvTrustAnchors)
-			version := want.Annotations[AnnotationProxyVersion]
-
-			// The same pod template, annotated as the layout requires, into the simulator.
-			pod := &corev1.Pod{ObjectMeta: *input.Spec.Template.ObjectMeta.DeepCopy(), Spec: *input.Spec.Template.Spec.DeepCopy()}
-			pod.Namespace = input.Namespace
-			if !tc.native {
-				if pod.Annotations == nil {
-					pod.Annotations = map[string]string{}
-				}
-				pod.Annotations[AnnotationNativeSidecar] = "false"
-			}
-			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: input.Namespace,
-				Annotations: map[string]string{AnnotationInject: "enabled"}}}
-			m := &Mesh{cfg: Config{LinkerdNamespace: DefaultLinkerdNamespace, TrustDomain: DefaultTrustDomain, ProxyVersion: version}}
-			got := injectWithPatch(t, m, pod, ns, bundle)
-
-			for _, d := range compareInjection(got, want) {
-				t.Errorf("%s differs from real Linkerd (%s): %s", tc.file, version, d)
+			for _, d := range matchLinkerd(t, input, real, tc.native) {
+				t.Errorf("%s differs from real Linkerd (%s): %s", tc.file, real.Spec.Template.Annotations[AnnotationProxyVersion], d)
 			}
 		})
 	}
+}
+
+// matchLinkerd injects input's pod template with the simulator, in the layout real Linkerd was
+// asked for (native, or the workload's opt-out annotation), with the bundle and version real
+// Linkerd injected, and lists where the result differs from real's pod template.
+func matchLinkerd(t *testing.T, input, real *appsv1.Deployment, native bool) []string {
+	t.Helper()
+	want := &corev1.Pod{ObjectMeta: real.Spec.Template.ObjectMeta, Spec: real.Spec.Template.Spec}
+	realProxy := ProxyOf(want)
+	if realProxy == nil {
+		return []string{"real Linkerd injected no " + ProxyContainerName + " container"}
+	}
+	pod := &corev1.Pod{ObjectMeta: *input.Spec.Template.ObjectMeta.DeepCopy(), Spec: *input.Spec.Template.Spec.DeepCopy()}
+	pod.Namespace = input.Namespace
+	if !native {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[AnnotationNativeSidecar] = "false"
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: input.Namespace,
+		Annotations: map[string]string{AnnotationInject: "enabled"}}}
+	m := &Mesh{cfg: Config{LinkerdNamespace: DefaultLinkerdNamespace, TrustDomain: DefaultTrustDomain,
+		ProxyVersion: want.Annotations[AnnotationProxyVersion]}}
+	got := injectWithPatch(t, m, pod, ns, envValue(realProxy, EnvTrustAnchors))
+	return compareInjection(got, want)
 }
 
 // compareInjection lists the differences, field by field, between two injected pods on what the
@@ -169,9 +173,14 @@ func readDeployment(t *testing.T, path string) *appsv1.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseDeployment(t, path, b)
+}
+
+func parseDeployment(t *testing.T, what string, b []byte) *appsv1.Deployment {
+	t.Helper()
 	var d appsv1.Deployment
 	if err := yaml.Unmarshal(b, &d); err != nil {
-		t.Fatalf("%s: %v", path, err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	return &d
 }

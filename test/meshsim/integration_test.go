@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
@@ -96,6 +99,7 @@ func TestMeshOnRealCluster(t *testing.T) {
 		fn   func(e *env)
 	}{
 		{"Injection", testInjection},
+		{"RealLinkerdInject", testRealLinkerdInject},
 		{"SNI", testSNI},
 		{"MaxRefresh", testMaxRefresh},
 		{"InjectorDownRejectsPods", testInjectorDown},
@@ -580,4 +584,88 @@ func testWrongOrderDropOldAnchor(e *env) {
 		t.Logf("identity: %s", e.mesh.Identities()[0].LastError)
 	}
 	fmt.Fprintln(io.Discard)
+}
+
+// testRealLinkerdInject runs the real `linkerd inject --manual` of the binary LINKERD_BIN against
+// this cluster, for both layouts, and compares what it injects with the simulator's injector, as
+// TestInjectorMatchesLinkerd does with the recorded output in testdata/linkerd-inject. The
+// cluster's linkerd-config is what that CLI's own `linkerd install` renders over this cluster's
+// trust bundle and issuer. The Go module proxy serves no github.com/linkerd module, so `make
+// test` cannot build the CLI; build one from a linkerd2 checkout (go build ./cli) to check a new
+// Linkerd release, then record its output into testdata the same way.
+func testRealLinkerdInject(e *env) {
+	t := e.t
+	bin := os.Getenv("LINKERD_BIN")
+	if bin == "" {
+		t.Skip("LINKERD_BIN is not set: the simulator is compared with the recorded output of the real CLI only (TestInjectorMatchesLinkerd)")
+	}
+	kube := e.c.Kube()
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cm, err := kube.CoreV1().ConfigMaps("linkerd").Get(e.ctx, meshsim.TrustRootsConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer, err := kube.CoreV1().Secrets("linkerd").Get(e.ctx, meshsim.IssuerSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := exec.CommandContext(e.ctx, bin, "install", "--ignore-cluster",
+		"--identity-trust-anchors-file", write("anchors.pem", []byte(cm.Data[meshsim.TrustRootsKey])),
+		"--identity-issuer-certificate-file", write("issuer.crt", issuer.Data[corev1.TLSCertKey]),
+		"--identity-issuer-key-file", write("issuer.key", issuer.Data[corev1.TLSPrivateKeyKey]),
+		"--set", "disableHeartBeat=true", // the simulated control plane runs no heartbeat CronJob
+		"--set", "clusterNetworks="+e.c.PodCIDR().String()+"\\,10.0.0.0/8").Output()
+	if err != nil {
+		t.Fatalf("%s install: %v", bin, err)
+	}
+	var config *corev1.ConfigMap
+	for _, doc := range strings.Split(string(rendered), "\n---\n") {
+		var obj corev1.ConfigMap
+		if yaml.Unmarshal([]byte(doc), &obj) == nil && obj.Kind == "ConfigMap" && obj.Name == "linkerd-config" {
+			config = &obj
+		}
+	}
+	if config == nil {
+		t.Fatalf("%s install rendered no linkerd-config ConfigMap", bin)
+	}
+	if _, err := kube.CoreV1().ConfigMaps("linkerd").Create(e.ctx, config, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = kube.CoreV1().ConfigMaps("linkerd").Delete(context.Background(), "linkerd-config", metav1.DeleteOptions{})
+	}()
+
+	input, err := os.ReadFile(filepath.Join("testdata", "linkerd-inject", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := meshsim.ParseDeployment(t, "deployment.yaml", input)
+	for _, native := range []bool{true, false} {
+		in := base.DeepCopy()
+		if !native {
+			in.Spec.Template.Annotations = map[string]string{meshsim.AnnotationNativeSidecar: "false"}
+		}
+		b, err := yaml.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(e.ctx, bin, "inject", "--manual", "--kubeconfig", e.c.Kubeconfig(), write("in.yaml", b))
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s inject --manual: %v\n%s", bin, err, stderr.String())
+		}
+		real := meshsim.ParseDeployment(t, "linkerd inject output", []byte(strings.TrimPrefix(string(out), "---\n")))
+		for _, d := range meshsim.MatchLinkerd(t, base, real, native) {
+			t.Errorf("native sidecar %v: the simulator differs from %s: %s", native, bin, d)
+		}
+	}
 }
