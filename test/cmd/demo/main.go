@@ -50,10 +50,13 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, *namespaces, *deployments, int32(*replicas), *keep); err != nil {
+	var result string
+	if err := run(ctx, *namespaces, *deployments, int32(*replicas), *keep, &result); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+	// The result is the last line, printed once the cluster has stopped.
+	fmt.Println(result)
 }
 
 // say prints a line of the demo's story, stamped with the time since the demo began.
@@ -63,7 +66,8 @@ func say(format string, args ...any) {
 	fmt.Printf("[%6.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func run(ctx context.Context, namespaces, deployments int, replicas int32, workDir string) error {
+// run plays the demo and sets result to its closing line.
+func run(ctx context.Context, namespaces, deployments int, replicas int32, workDir string, result *string) error {
 	root, err := cluster.ModuleRoot()
 	if err != nil {
 		return err
@@ -216,7 +220,7 @@ func run(ctx context.Context, namespaces, deployments int, replicas int32, workD
 	fmt.Println()
 	op.Stop(10 * time.Second)
 	mesh.Stop()
-	fmt.Printf("demo: rotation complete in %s, %d mTLS violations\n", took.Round(100*time.Millisecond), violations)
+	*result = fmt.Sprintf("demo: rotation complete in %s, %d mTLS violations", took.Round(100*time.Millisecond), violations)
 	return nil
 }
 
