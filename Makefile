@@ -19,10 +19,14 @@ tools: ## Build (or reuse) etcd, Kubernetes, kwok, cert-manager and helm into th
 TOOLS_BIN_FROM_ENV := $(TRUST_ROTATION_TOOLS_BIN)
 TOOLS_BIN = $(eval TOOLS_BIN := $(or $(TOOLS_BIN_FROM_ENV),$(shell scripts/tools.sh bin-dir)))$(TOOLS_BIN)
 
+# CLUSTER_UP_FLAGS are more testbed flags, e.g. --proxy-as-container for the proxy layout of
+# Linkerd before edge-26.5.2 (the default is current Linkerd's native sidecar).
+CLUSTER_UP_FLAGS ?=
+
 .PHONY: cluster-up
 cluster-up: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 cluster-up: ## Start a playground in the background: cluster, Linkerd PKI, mesh simulator and a meshed sample app; KUBECONFIG=.local/kubeconfig.
-	scripts/testbed.sh up --mesh
+	scripts/testbed.sh up --mesh $(CLUSTER_UP_FLAGS)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the test bed started by cluster-up, and wait until every process is gone.

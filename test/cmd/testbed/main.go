@@ -43,6 +43,7 @@ func main() {
 	fs.StringVar(&cfg.dir, "dir", "", "state directory for the kubeconfig, state file, ready marker and logs (default <repository>/.local)")
 	fs.IntVar(&cfg.nodes, "nodes", 2, "number of fake kwok nodes")
 	fs.BoolVar(&cfg.mesh, "mesh", false, "also start the Linkerd mesh simulator and a meshed sample app (see startMesh)")
+	fs.BoolVar(&cfg.proxyAsContainer, "proxy-as-container", false, "with --mesh, inject the proxy into spec.containers as Linkerd before edge-26.5.2 does (proxy.nativeSidecar: false), instead of as a native sidecar")
 	fs.DurationVar(&cfg.issuerDuration, "issuer-duration", 0, "lifetime of the identity issuer certificate (default 48h)")
 	fs.DurationVar(&cfg.issuerRenewBefore, "issuer-renew-before", 0, "renewBefore of the identity issuer certificate (default 25h)")
 	_ = fs.Parse(os.Args[2:])
@@ -60,7 +61,7 @@ func main() {
 type config struct {
 	dir                               string
 	nodes                             int
-	mesh                              bool
+	mesh, proxyAsContainer            bool
 	issuerDuration, issuerRenewBefore time.Duration
 }
 
@@ -147,7 +148,7 @@ func up(ctx context.Context, cfg config) (err error) {
 		return fmt.Errorf("installing the Linkerd PKI: %w", err)
 	}
 	if cfg.mesh {
-		if stopMesh, err = startMesh(ctx, bed); err != nil {
+		if stopMesh, err = startMesh(ctx, bed, cfg.proxyAsContainer); err != nil {
 			return err
 		}
 	}

@@ -15,10 +15,11 @@ import (
 //
 // The sample: the control plane in linkerd, and namespace emojivoto (annotated
 // linkerd.io/inject=enabled) with three meshed Deployments of two replicas. Linkerd's defaults
-// apply (24h workload certificates, 60s kubelet volume refresh), so the playground behaves like a
-// real cluster for a person trying the product by hand.
-func startMesh(ctx context.Context, b *Bed) (stop func() error, err error) {
-	m, ws, err := meshsim.StartSample(ctx, meshsim.Config{RESTConfig: b.Cluster.RESTConfig()},
+// apply (24h workload certificates, 60s kubelet volume refresh, the proxy as a native sidecar
+// unless proxyAsContainer), so the playground behaves like a real cluster for a person trying the
+// product by hand.
+func startMesh(ctx context.Context, b *Bed, proxyAsContainer bool) (stop func() error, err error) {
+	m, ws, err := meshsim.StartSample(ctx, meshsim.Config{RESTConfig: b.Cluster.RESTConfig(), ProxyAsContainer: proxyAsContainer},
 		meshsim.WorkloadSpec{Prefix: "emojivoto", Namespaces: 1, Deployments: 3, Replicas: 2})
 	if err != nil {
 		return nil, fmt.Errorf("starting the mesh simulator: %w", err)
