@@ -23,8 +23,9 @@ const rotationName = steps.DefaultRotationName
 // installed by helm, the operator running out of cluster under the chart's ServiceAccount, and
 // the oracle watching the whole mesh throughout: first in order, then with the issuer renewed
 // right after the anchor. The mesh has both proxy layouts, as a cluster part-way through an
-// upgrade to edge-26.5.2 has: the control plane and three Deployments run the proxy as a native
-// sidecar, one Deployment's namespace opted out and runs it as a container.
+// upgrade to edge-26.5.2 has: the control plane and four Deployments run the proxy as a native
+// sidecar, one Deployment's namespace opted out and runs it as a container. (The Deployments
+// are those TestHandsOffRotation left on the shared cluster, plus one.)
 func TestRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	cluster.DumpLogsOnFailure(t, c)
@@ -33,7 +34,7 @@ func TestRotation(t *testing.T) {
 
 	// The operator runs under the chart's ServiceAccount: the rotation completing is the proof
 	// that the chart's RBAC is sufficient.
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 3, Replicas: 2, ProxyContainerDeployments: 1}, func(rel *charts.Release) *Operator {
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1}, func(rel *charts.Release) *Operator {
 		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
 	})
 	start := time.Now()
