@@ -89,6 +89,7 @@ verify: generate ## Fail when generated files differ from what make generate wri
 	@git diff --exit-code -- $(GENERATED) || { echo "generated files are stale: run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "generated files are not committed"; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt"; exit 1; }
+	@go mod tidy -diff || { echo "go.mod and go.sum are not tidy: run go mod tidy and commit"; exit 1; }
 	go vet ./...
 
 GO_TEST_FLAGS ?= -count=1
