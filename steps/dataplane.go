@@ -301,13 +301,20 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 		case w.Failed != "":
 			plan.failed = append(plan.failed, fmt.Sprintf("the rollout of %s failed: %s", key, w.Failed))
 		case evict && len(evictable(p, w, token)) > 0:
-			// Being evicted: more pods to evict, when the budget of its PDB lets them go.
+			// Being evicted: more pods to evict, when the budget of its PDB lets them go and the
+			// status shows the previous eviction settled. A PodDisruptionBudget allows the next
+			// disruption as soon as the replacement pod is ready, often before the Deployment's
+			// status shows it; evicted then, the workload's settling mark would be taken from a
+			// status that is still catching up with the previous eviction, and the next status,
+			// rolled out for that one, would end the mark while this eviction is not yet shown:
+			// the next workload would start beside it, over the per-namespace budget.
 			plan.inProgress = append(plan.inProgress, w)
 			perNS[w.Namespace]++
-			if w.PDB != "" && w.DisruptionsAllowed <= 0 {
+			switch {
+			case w.PDB != "" && w.DisruptionsAllowed <= 0:
 				plan.blocked = append(plan.blocked, fmt.Sprintf("PodDisruptionBudget %s/%s allows no disruption of %s (%d pod(s) left to evict)",
 					w.Namespace, w.PDB, key, len(evictable(p, w, token))))
-			} else {
+			case w.RolledOut && w.Settling == "":
 				plan.evict = append(plan.evict, w)
 			}
 		case !w.restarted(evict):

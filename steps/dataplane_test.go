@@ -185,6 +185,16 @@ func TestPropagateTrustRootsAutomatic(t *testing.T) {
 				workload("a/Deployment/x", evictedFor("T"), behindPods("x-1"), pdb("x-pdb", 1))},
 			token: "T", outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"evict the remaining pods of a/Deployment/x (1 pod(s))"},
 		},
+		"the remaining pods wait until the status shows the previous eviction": {
+			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
+				workload("a/Deployment/x", evictedFor("T"), behindPods("x-1"), pdb("x-pdb", 1), settling("waiting for its status to show the eviction"))},
+			token: "T", outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarting a/Deployment/x"},
+		},
+		"the remaining pods wait until the previous eviction rolled out": {
+			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
+				workload("a/Deployment/x", evictedFor("T"), behindPods("x-1"), pdb("x-pdb", 1), restartedAt("", false))},
+			token: "T", outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarting a/Deployment/x"},
+		},
 		// a/Deployment/x was evicted under T, its replacement pods run and its cached status is
 		// rolled out: while that status has not changed since the eviction (Settling), it is
 		// the status from before the eviction and x still counts against the per-namespace
