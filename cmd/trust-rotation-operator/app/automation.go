@@ -200,6 +200,10 @@ func (r rememberingWriter) EvictPods(ctx context.Context, w steps.WorkloadRef, n
 // overrideIndex indexes workloads whose pod template carries the operator's refresh override.
 const overrideIndex = "refreshOverride"
 
+// restartMarkIndex indexes workloads by the restart tokens they carry: the pod template's
+// restartedAt and the evicted-for annotation.
+const restartMarkIndex = "restartMark"
+
 // lazyInformer is an informer started on first use, remembering its last list/watch error.
 type lazyInformer struct {
 	what string
@@ -295,6 +299,16 @@ var workloadIndexers = cache.Indexers{
 		}
 		return nil, nil
 	},
+	restartMarkIndex: func(obj any) ([]string, error) {
+		var marks []string
+		if m, ok := obj.(metav1.Object); ok && m.GetAnnotations()[steps.EvictedForAnnotation] != "" {
+			marks = append(marks, m.GetAnnotations()[steps.EvictedForAnnotation])
+		}
+		if t := templateOf(obj); t != nil && t.Annotations[steps.RestartedAtAnnotation] != "" {
+			marks = append(marks, t.Annotations[steps.RestartedAtAnnotation])
+		}
+		return marks, nil
+	},
 }
 
 // ensure starts the informers the spec needs, once.
@@ -346,7 +360,11 @@ func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.Tru
 		a.fillCertificate(s)
 	}
 	if tar.Spec.DataPlaneRestart.Policy == v1alpha1.Automatic {
-		a.fillWorkloads(s, !idleSteps[step], index)
+		token := ""
+		if cp := tar.Status.Checkpoint; cp != nil && cp.Step == step {
+			token = cp.Token
+		}
+		a.fillWorkloads(s, !idleSteps[step], index, token)
 	}
 }
 
@@ -377,7 +395,12 @@ func (a *automation) fillCertificate(s *steps.State) {
 	}
 }
 
-func (a *automation) fillWorkloads(s *steps.State, all bool, index *observe.PodIndex) {
+// fillWorkloads adds the workloads a restart step needs: those with meshed pods, those carrying
+// the refresh override, and those the step's act (token) restarted or evicted. The last come
+// from their own marks, not from their pods: between an evicted pod's removal and its
+// replacement's arrival in the pod cache a workload may have no pod at all, and it must still
+// count against the restart budget.
+func (a *automation) fillWorkloads(s *steps.State, all bool, index *observe.PodIndex, token string) {
 	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets, a.namespaces, a.pdbs} {
 		if l == nil {
 			continue
@@ -403,6 +426,25 @@ func (a *automation) fillWorkloads(s *steps.State, all bool, index *observe.PodI
 		for _, obj := range objs {
 			m := obj.(metav1.Object)
 			get(m.GetNamespace() + "/" + kindOf(obj) + "/" + m.GetName())
+		}
+	}
+	if all && token != "" {
+		for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets} {
+			objs, _ := l.inf.GetIndexer().ByIndex(restartMarkIndex, token)
+			for _, obj := range objs {
+				get(workloadKey(obj))
+			}
+		}
+		var written []string // marks the cache may not show yet
+		a.mu.Lock()
+		for key, m := range a.written {
+			if m.restartedAt == token || m.evictedFor == token {
+				written = append(written, key)
+			}
+		}
+		a.mu.Unlock()
+		for _, key := range written {
+			get(key)
 		}
 	}
 	if all {
