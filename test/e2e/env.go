@@ -133,10 +133,17 @@ func (e *Env) WaitCertificates() {
 // for the rollouts and the new proxies' certificates.
 func (e *Env) RestartApps() {
 	e.T.Helper()
-	if err := e.Mesh.RolloutRestartAll(e.Ctx, e.Apps); err != nil {
+	e.Restart(e.Apps)
+}
+
+// Restart restarts the workloads as `kubectl rollout restart` does and waits for the rollouts
+// and the new proxies' certificates.
+func (e *Env) Restart(ws []meshsim.Workload) {
+	e.T.Helper()
+	if err := e.Mesh.RolloutRestartAll(e.Ctx, ws); err != nil {
 		e.T.Fatal(err)
 	}
-	if err := meshsim.WaitForRollouts(e.Ctx, e.Cluster.Kube(), e.Apps); err != nil {
+	if err := meshsim.WaitForRollouts(e.Ctx, e.Cluster.Kube(), ws); err != nil {
 		e.T.Fatal(err)
 	}
 	e.WaitCertificates()

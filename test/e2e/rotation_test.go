@@ -295,18 +295,9 @@ func (e *Env) restartProxyContainersThenRenewIssuer() {
 	if len(containers) == 0 || len(native) < 2 {
 		t.Fatalf("the mesh needs both layouts: %d proxy-container and %d native-sidecar workloads", len(containers), len(native))
 	}
-	restart := func(ws []meshsim.Workload) {
-		if err := e.Mesh.RolloutRestartAll(e.Ctx, ws); err != nil {
-			t.Fatal(err)
-		}
-		if err := meshsim.WaitForRollouts(e.Ctx, e.Cluster.Kube(), ws); err != nil {
-			t.Fatal(err)
-		}
-		e.WaitCertificates()
-	}
-	restart(containers)
+	e.Restart(containers)
 	e.Renew("linkerd", "linkerd-identity-issuer")
-	restart(native[:1])
+	e.Restart(native[:1])
 	tar, err := e.TARs.Get(e.Ctx, rotationName)
 	if err != nil {
 		t.Fatal(err)
