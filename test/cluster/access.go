@@ -136,12 +136,41 @@ func (c *Cluster) LogTail(lines int) string {
 			fmt.Fprintf(&b, "(%v)\n", err)
 			continue
 		}
-		all := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
-		if len(all) > lines {
-			all = all[len(all)-lines:]
+		var kept [][]byte
+		routine := 0
+		for _, l := range bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n")) {
+			if isRoutine(l) {
+				routine++
+				continue
+			}
+			kept = append(kept, l)
 		}
-		b.Write(bytes.Join(all, []byte("\n")))
+		if len(kept) > lines {
+			kept = kept[len(kept)-lines:]
+		}
+		if routine > 0 {
+			fmt.Fprintf(&b, "(%d routine lines left out)\n", routine)
+		}
+		b.Write(bytes.Join(kept, []byte("\n")))
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// routineLogLines are log lines of the components that say nothing about a failure: the watch
+// cache's queue, quota evaluators, and controllers retrying a sync on a cache older than their
+// own last write (they requeue and succeed). Left out of LogTail so that what went wrong shows.
+var routineLogLines = [][]byte{
+	[]byte("objects queued in incoming channel"),
+	[]byte("quota admission added evaluator"),
+	[]byte("is not as new as written version"),
+}
+
+func isRoutine(line []byte) bool {
+	for _, r := range routineLogLines {
+		if bytes.Contains(line, r) {
+			return true
+		}
+	}
+	return false
 }

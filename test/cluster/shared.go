@@ -100,7 +100,7 @@ func Shared(t testing.TB) *Cluster {
 func DumpLogsOnFailure(t testing.TB, c *Cluster) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("tail of the component logs (full logs in %s):\n%s", c.LogDir(), c.LogTail(30))
+			t.Logf("tail of the component logs (full logs in %s):\n%s", c.LogDir(), c.LogTail(15))
 		}
 	})
 }

@@ -74,7 +74,7 @@ func TestHandsOffRotation(t *testing.T) {
 			}
 		}
 		if stats.MaxConcurrent > 2 || stats.MaxConcurrentPerNamespace > 1 {
-			t.Errorf("budget exceeded: %d workloads rolling at once (max 2), %d in one namespace (max 1)", stats.MaxConcurrent, stats.MaxConcurrentPerNamespace)
+			t.Errorf("budget exceeded: %d workloads rolling at once (max 2), %d in one namespace (max 1)\n%s", stats.MaxConcurrent, stats.MaxConcurrentPerNamespace, stats.Peak)
 		}
 		if tar.Status.WorkloadCertificateRefreshInterval != nil {
 			t.Errorf("Synced with the refresh override still in effect: %v", tar.Status.WorkloadCertificateRefreshInterval)
@@ -115,8 +115,10 @@ func TestHandsOffRotation(t *testing.T) {
 	t.Run("EvictionHeldByMaintenanceWindowAndPDB", func(t *testing.T) {
 		e := *e
 		e.T = t
-		// The window opens at the next full minute and lasts an hour.
-		opens := time.Now().UTC().Truncate(time.Minute).Add(time.Minute)
+		// The window opens at a full minute and lasts an hour: the first full minute at least
+		// 40s away, so that the operator has time to report the hold before it opens (the
+		// anchor's renewal and its detection take seconds).
+		opens := time.Now().UTC().Add(40 * time.Second).Truncate(time.Minute).Add(time.Minute)
 		window := fmt.Sprintf(`rotation.spec.dataPlaneRestart.maintenanceWindows=[{"start":%q,"end":%q}]`, opens.Format("15:04"), opens.Add(time.Hour).Format("15:04"))
 		if _, err := charts.Install(ctx, c, charts.InstallOptions{Set: append(append([]string{}, automationValues...), "rotation.spec.dataPlaneRestart.method=Evict"), SetJSON: []string{window}}); err != nil {
 			t.Fatal(err)
@@ -139,18 +141,15 @@ func TestHandsOffRotation(t *testing.T) {
 		starts := proxyStarts(&e)
 
 		newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
-		if time.Now().Before(opens) {
-			if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Until(opens), "restarts held outside the maintenance window",
-				func(tar *v1alpha1.TrustAnchorRotation) bool {
-					return strings.Contains(tar.Status.BlockingMessage, "the next maintenance window opens at "+opens.Format(time.RFC3339))
-				}); err != nil {
-				t.Fatal(err)
-			}
-			if time.Now().Before(opens) {
-				if got := proxyStarts(&e); got != starts {
-					t.Fatalf("pods were replaced before the maintenance window opened: %d proxy starts, want %d", got, starts)
-				}
-			}
+		if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Until(opens), "restarts held outside the maintenance window",
+			func(tar *v1alpha1.TrustAnchorRotation) bool {
+				return strings.Contains(tar.Status.BlockingMessage, "the next maintenance window opens at "+opens.Format(time.RFC3339))
+			}); err != nil {
+			t.Fatal(err)
+		}
+		// Counted first, then the clock read: every start counted happened before the window.
+		if got := proxyStarts(&e); time.Now().Before(opens) && got != starts {
+			t.Fatalf("pods were replaced before the maintenance window opened: %d proxy starts, want %d", got, starts)
 		}
 		// Once the window opens, evictions start; the PDB holds its workload with a clear message.
 		want := fmt.Sprintf("PodDisruptionBudget %s/%s allows no disruption of %s/Deployment/%s", blocked.Namespace, blocked.Name, blocked.Namespace, blocked.Name)
@@ -170,9 +169,9 @@ func TestHandsOffRotation(t *testing.T) {
 		// Deployment's status, changed since the eviction, shows it rolled out and its evicted
 		// pods are replaced — what the simulator counts is the Deployments' status.
 		stats := e.Mesh.RolloutStats()
-		t.Logf("rollouts seen under Evict: %+v", stats)
+		t.Logf("rollouts seen under Evict: restarts %v, at most %d at once, %d in one namespace", stats.Restarts, stats.MaxConcurrent, stats.MaxConcurrentPerNamespace)
 		if stats.MaxConcurrent > 2 || stats.MaxConcurrentPerNamespace > 1 {
-			t.Errorf("budget exceeded under Evict: %d workloads rolling at once (max 2), %d in one namespace (max 1)", stats.MaxConcurrent, stats.MaxConcurrentPerNamespace)
+			t.Errorf("budget exceeded under Evict: %d workloads rolling at once (max 2), %d in one namespace (max 1)\n%s", stats.MaxConcurrent, stats.MaxConcurrentPerNamespace, stats.Peak)
 		}
 		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
 			t.Fatalf("mTLS violations: %v", err)

@@ -1,7 +1,11 @@
 package meshsim
 
 import (
+	"fmt"
+	"sort"
+	"strings"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/client-go/tools/cache"
@@ -18,10 +22,17 @@ type rollouts struct {
 	rolling   map[string]bool
 	maxAll    int
 	maxNS     map[string]int
+	// history keeps the last statuses of each Deployment, and peak what was rolling when a
+	// namespace reached its highest count: the evidence a failed budget check prints.
+	history map[string][]string
+	peak    string
 }
 
+// historyLen is how many statuses of each Deployment are kept for a failure report.
+const historyLen = 8
+
 func newRollouts() *rollouts {
-	return &rollouts{restarted: map[string]string{}, restarts: map[string]int{}, rolling: map[string]bool{}, maxNS: map[string]int{}}
+	return &rollouts{restarted: map[string]string{}, restarts: map[string]int{}, rolling: map[string]bool{}, maxNS: map[string]int{}, history: map[string][]string{}}
 }
 
 func (r *rollouts) handler(linkerdNS string) cache.ResourceEventHandler {
@@ -40,6 +51,11 @@ func (r *rollouts) handler(linkerdNS string) cache.ResourceEventHandler {
 		r.restarted[key] = at
 		done, _, err := rolloutComplete(d)
 		r.rolling[key] = !done || err != nil
+		st := d.Status
+		h := append(r.history[key], fmt.Sprintf("%s rv=%s gen=%d/%d replicas=%d updated=%d ready=%d available=%d unavailable=%d rolling=%t",
+			time.Now().Format("15:04:05.000"), d.ResourceVersion, st.ObservedGeneration, d.Generation,
+			st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas, st.UnavailableReplicas, r.rolling[key]))
+		r.history[key] = h[max(0, len(h)-historyLen):]
 		all, perNS := 0, map[string]int{}
 		for k, rolling := range r.rolling {
 			if rolling {
@@ -49,6 +65,9 @@ func (r *rollouts) handler(linkerdNS string) cache.ResourceEventHandler {
 		}
 		r.maxAll = max(r.maxAll, all)
 		for ns, n := range perNS {
+			if n > r.maxNS[ns] && n > 1 {
+				r.peak = r.describePeak(ns)
+			}
 			r.maxNS[ns] = max(r.maxNS[ns], n)
 		}
 	}
@@ -63,6 +82,23 @@ func (r *rollouts) handler(linkerdNS string) cache.ResourceEventHandler {
 			}
 		},
 	}
+}
+
+// describePeak lists the Deployments of ns rolling now, each with its last statuses.
+func (r *rollouts) describePeak(ns string) string {
+	var keys []string
+	for k, rolling := range r.rolling {
+		if rolling && k[:indexSlash(k)] == ns {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d Deployments of %s rolling at once:", len(keys), ns)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "\n  %s:\n    %s", k, strings.Join(r.history[k], "\n    "))
+	}
+	return b.String()
 }
 
 func indexSlash(s string) int {
@@ -82,6 +118,9 @@ type RolloutStats struct {
 	// MaxConcurrentPerNamespace the most in one namespace.
 	MaxConcurrent             int
 	MaxConcurrentPerNamespace int
+	// Peak describes, when a namespace had more than one Deployment rolling at once, those
+	// Deployments and their last statuses at the moment it reached its highest count.
+	Peak string
 }
 
 // RolloutStats returns what the mesh saw of application rollouts.
@@ -89,7 +128,7 @@ func (m *Mesh) RolloutStats() RolloutStats {
 	r := m.rollouts
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := RolloutStats{Restarts: map[string]int{}, MaxConcurrent: r.maxAll}
+	s := RolloutStats{Restarts: map[string]int{}, MaxConcurrent: r.maxAll, Peak: r.peak}
 	for k, v := range r.restarts {
 		s.Restarts[k] = v
 	}
@@ -105,7 +144,7 @@ func (m *Mesh) ResetRolloutStats() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.restarts, r.maxNS = map[string]int{}, map[string]int{}
-	r.maxAll = 0
+	r.maxAll, r.peak = 0, ""
 	for k, rolling := range r.rolling {
 		if rolling {
 			r.maxAll++
