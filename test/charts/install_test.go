@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -54,10 +55,18 @@ func TestInstallAndBootstrapUnderTheChartsIdentity(t *testing.T) {
 		t.Errorf("operator Deployment has %d ready replicas, want 2", rel.Deployment.Status.ReadyReplicas)
 	}
 
+	// Bootstrap: the operator creates linkerd-previous-anchor and linkerd-identity-trust-roots
+	// and records its progress in the status of the chart's TrustAnchorRotation. It creates
+	// them by name (server-side apply), which is all the chart lets it create: make sure it has
+	// to.
+	if err := kube.CoreV1().Secrets("linkerd").Delete(ctx, "linkerd-previous-anchor", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := kube.CoreV1().ConfigMaps("linkerd").Delete(ctx, "linkerd-identity-trust-roots", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	op := startOperator(t, ctx, rel)
 
-	// Bootstrap: the operator creates linkerd-previous-anchor and linkerd-identity-trust-roots
-	// and records its progress in the status of the chart's TrustAnchorRotation.
 	tars, err := client.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -314,6 +323,30 @@ func assertLeastPrivilege(t *testing.T, ctx context.Context, c *cluster.Cluster,
 		},
 		"create a Secret in cert-manager": func() error {
 			_, err := as.CoreV1().Secrets("cert-manager").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "planted"}}, metav1.CreateOptions{})
+			return err
+		},
+		// The operator creates exactly two objects, by server-side apply of their names.
+		"create a Secret in linkerd": func() error {
+			_, err := as.CoreV1().Secrets("linkerd").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "planted"}}, metav1.CreateOptions{})
+			return err
+		},
+		"create the previous-anchor Secret's name without server-side apply": func() error {
+			_, err := as.CoreV1().Secrets("linkerd").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "linkerd-previous-anchor"}},
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+		"server-side apply a new Secret in linkerd": func() error {
+			_, err := as.CoreV1().Secrets("linkerd").Apply(ctx, corev1ac.Secret("planted", "linkerd").WithStringData(map[string]string{"k": "v"}),
+				metav1.ApplyOptions{FieldManager: "linkerd-trust-rotation"})
+			return err
+		},
+		"create a ConfigMap in linkerd": func() error {
+			_, err := as.CoreV1().ConfigMaps("linkerd").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "planted"}}, metav1.CreateOptions{})
+			return err
+		},
+		"server-side apply a new ConfigMap in linkerd": func() error {
+			_, err := as.CoreV1().ConfigMaps("linkerd").Apply(ctx, corev1ac.ConfigMap("planted", "linkerd").WithData(map[string]string{"k": "v"}),
+				metav1.ApplyOptions{FieldManager: "linkerd-trust-rotation"})
 			return err
 		},
 		"get a ConfigMap in kube-system": func() error {
