@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -97,8 +98,10 @@ func renderBundle(ctx context.Context, cl *Clients, cfg steps.Config, rotation s
 	if err := steps.CheckAnchor(s.Anchor.Cert, s.Now); err != nil {
 		return "", fmt.Errorf("trust-anchor Secret %s: %w", s.Anchor.Ref(), err)
 	}
+	// The trust bundle only serves to find the previous anchor in: one you may not read is one
+	// without it, and the previous-anchor Secret is read instead.
 	bundle, err := observe.ReadBundle(ctx, cl.Kube, cfg)
-	if err != nil {
+	if err != nil && !apierrors.IsForbidden(err) {
 		return "", err
 	}
 	if s.Previous, err = r.Previous(ctx, bundle, status); err != nil {

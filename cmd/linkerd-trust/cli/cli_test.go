@@ -156,7 +156,7 @@ func TestBundleErrors(t *testing.T) {
 		"the anchor cannot be read at all": {
 			setup: func(f *fixture) {
 				adopted(f)
-				f.forbidSecrets = true
+				f.forbid = []string{"secrets"}
 			},
 			want: "trust-anchor Secret cert-manager/linkerd-trust-anchor: Certificate cert-manager/linkerd-trust-anchor has issued no CertificateRequest (status.revision is not set), and reading the Secret is forbidden: " +
 				`secrets "linkerd-trust-anchor" is forbidden: User "alice" cannot get resource "secrets"`,

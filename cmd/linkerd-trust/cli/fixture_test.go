@@ -99,9 +99,9 @@ type fixture struct {
 	discovery []*metav1.APIResourceList
 	// probes are the live-certificate probe results by pod key; a missing pod is unreachable.
 	probes map[string]observe.ProbeResult
-	// forbidSecrets answers every Secret request Forbidden, as RBAC does for a user without
-	// access to Secrets.
-	forbidSecrets bool
+	// forbid are resources ("secrets") every request for is answered Forbidden, as RBAC does
+	// for a user without access to them.
+	forbid []string
 	// kubeClients are the Kubernetes clients the commands were given, with the requests they made.
 	kubeClients []*kubefake.Clientset
 }
@@ -312,14 +312,14 @@ func (f *fixture) env(out, errOut *bytes.Buffer) *Env {
 		Clients: func(*KubeFlags) (*Clients, error) {
 			kube := kubefake.NewClientset(f.kube...)
 			kube.Resources = f.discovery
-			if f.forbidSecrets {
-				kube.PrependReactor("*", "secrets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			for _, res := range f.forbid {
+				kube.PrependReactor("*", res, func(a clienttesting.Action) (bool, runtime.Object, error) {
 					name := ""
 					if g, ok := a.(clienttesting.GetAction); ok {
 						name = g.GetName()
 					}
-					return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), name,
-						fmt.Errorf(`User "alice" cannot %s resource "secrets" in API group "" in the namespace %q`, a.GetVerb(), a.GetNamespace()))
+					return true, nil, apierrors.NewForbidden(corev1.Resource(res), name,
+						fmt.Errorf(`User "alice" cannot %s resource %q in API group "" in the namespace %q`, a.GetVerb(), res, a.GetNamespace()))
 				})
 			}
 			f.kubeClients = append(f.kubeClients, kube)

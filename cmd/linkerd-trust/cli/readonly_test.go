@@ -72,7 +72,7 @@ func TestForbiddenSecretsAreWarnings(t *testing.T) {
 	newForbidden := func(t *testing.T) *fixture {
 		f := newFixture(t)
 		adoptCertificates(f)
-		f.forbidSecrets = true
+		f.forbid = []string{"secrets"}
 		return f
 	}
 	const anchorProblem = "trust-anchor Secret cert-manager/linkerd-trust-anchor: Certificate cert-manager/linkerd-trust-anchor has issued no CertificateRequest (status.revision is not set), and reading the Secret is forbidden"
@@ -153,7 +153,7 @@ func TestForbiddenSecretsAreWarnings(t *testing.T) {
 	t.Run("bundle without the previous anchor warns", func(t *testing.T) {
 		f := newFixture(t)
 		delete(f.rotations, "cluster") // nothing names the previous anchor in the bundle
-		f.forbidSecrets = true
+		f.forbid = []string{"secrets"}
 		out, errOut, code := f.run("bundle", "-o", "json")
 		if code != ExitOK {
 			t.Fatalf("exit code %d: %s", code, errOut)
@@ -168,6 +168,25 @@ func TestForbiddenSecretsAreWarnings(t *testing.T) {
 		want := "Warning: previous-anchor Secret linkerd/linkerd-previous-anchor: there is no TrustAnchorRotation status naming the previous anchor, and reading the Secret is forbidden"
 		if !strings.HasPrefix(errOut, want) {
 			t.Errorf("stderr %q, want %q", errOut, want)
+		}
+	})
+	t.Run("bundle without the trust bundle reads the previous anchor's Secret", func(t *testing.T) {
+		f := newFixture(t)
+		f.midRotation()
+		f.forbid = []string{"configmaps"}
+		out, errOut, code := f.run("bundle", "-o", "json")
+		if code != ExitOK || errOut != "" {
+			t.Fatalf("exit code %d: %s", code, errOut)
+		}
+		var m configMapManifest
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := m.Data[steps.TrustRootsKey], steps.RenderBundle(cert(t, "anchor-new"), cert(t, "anchor-old")); got != want {
+			t.Errorf("bundle %q, want the new anchor and the previous one", got)
+		}
+		if got := f.secretRequests(); strings.Join(got, ",") != "get linkerd/linkerd-previous-anchor" {
+			t.Errorf("Secret requests %v, want the previous anchor's alone", got)
 		}
 	})
 }
