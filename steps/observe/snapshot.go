@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 // Snapshot is one round of reads of everything the rotation decides on: the State the operator
@@ -22,31 +23,30 @@ type Snapshot struct {
 
 // Read builds a Snapshot with one GET per PKI object and control-plane Deployment and one LIST
 // of meshed pods (label selector linkerd.io/control-plane-ns), through the same converters the
-// operator's informers feed, so a CLI sees what the operator sees. The trust-bundle convergence
-// is counted against the desired bundle, as the operator counts it; State.Certificates is left
-// empty: it needs live probes (see ProbeAll and CertificateConvergence).
+// operator's informers feed, so a CLI sees what the operator sees. The certificates come through
+// r (see PKIReader: no private key is read); status is the TrustAnchorRotation's (nil when there
+// is none), whose previousAnchorFingerprint names the previous anchor. The trust-bundle
+// convergence is counted against the desired bundle, as the operator counts it;
+// State.Certificates is left empty: it needs live probes (see ProbeAll and
+// CertificateConvergence).
 //
-// A missing object is not an error (the State says it is missing); any other failed read is.
-func Read(ctx context.Context, kube kubernetes.Interface, cfg steps.Config, now time.Time) (*Snapshot, error) {
+// A missing object is not an error (the State says it is missing), nor is a Secret the user may
+// not read (the Source says so, see Forbidden); any other failed read is.
+func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotationStatus, now time.Time) (*Snapshot, error) {
+	cfg, kube := r.Config, r.Kube
 	s := &steps.State{Config: cfg, Now: now, ControlPlane: map[string]steps.Deployment{}}
 	var err error
-	if s.Anchor, err = readSource(ctx, kube, cfg.CertManagerNamespace, cfg.AnchorSecret); err != nil {
+	if s.Anchor, err = r.Anchor(ctx); err != nil {
 		return nil, err
 	}
-	if s.Previous, err = readSource(ctx, kube, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret); err != nil {
+	if s.Issuer, err = r.Issuer(ctx); err != nil {
 		return nil, err
 	}
-	if s.Issuer, err = readSource(ctx, kube, cfg.LinkerdNamespace, cfg.IssuerSecret); err != nil {
+	if s.Bundle, err = ReadBundle(ctx, kube, cfg); err != nil {
 		return nil, err
 	}
-	cm, err := kube.CoreV1().ConfigMaps(cfg.LinkerdNamespace).Get(ctx, cfg.TrustRootsConfigMap, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		s.Bundle = BundleFromConfigMap(nil)
-	case err != nil:
-		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", cfg.LinkerdNamespace, cfg.TrustRootsConfigMap, err)
-	default:
-		s.Bundle = BundleFromConfigMap(cm)
+	if s.Previous, err = r.Previous(ctx, s.Bundle, status); err != nil {
+		return nil, err
 	}
 	for _, name := range cfg.ControlPlane() {
 		d, err := kube.AppsV1().Deployments(cfg.LinkerdNamespace).Get(ctx, name, metav1.GetOptions{})
@@ -75,17 +75,31 @@ func (s *Snapshot) Recount() {
 	index.FillControlPlane(s.State)
 }
 
-// readSource reads a certificate Secret; a missing one is a Source that is not Found. The
-// Secret's private key, if any, is dropped with the object as soon as the certificate is parsed.
-func readSource(ctx context.Context, kube kubernetes.Interface, ns, name string) (steps.Source, error) {
-	sec, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return SourceFromSecret(ns, name, nil), nil
+// ReadBundle reads the trust-roots ConfigMap; a missing one is a Bundle that is not Found.
+func ReadBundle(ctx context.Context, kube kubernetes.Interface, cfg steps.Config) (steps.Bundle, error) {
+	cm, err := kube.CoreV1().ConfigMaps(cfg.LinkerdNamespace).Get(ctx, cfg.TrustRootsConfigMap, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return BundleFromConfigMap(nil), nil
+	case err != nil:
+		return steps.Bundle{}, fmt.Errorf("reading ConfigMap %s/%s: %w", cfg.LinkerdNamespace, cfg.TrustRootsConfigMap, err)
 	}
-	if err != nil {
-		return steps.Source{}, fmt.Errorf("reading Secret %s/%s: %w", ns, name, err)
+	return BundleFromConfigMap(cm), nil
+}
+
+// Unreadable describes the PKI sources a Secret read was forbidden for, for a command to show
+// as warnings.
+func (s *Snapshot) Unreadable() []string {
+	var out []string
+	for _, src := range []struct {
+		kind string
+		s    steps.Source
+	}{{"trust-anchor Secret", s.State.Anchor}, {"previous-anchor Secret", s.State.Previous}, {"identity-issuer Secret", s.State.Issuer}} {
+		if Forbidden(src.s) {
+			out = append(out, src.s.Problem(src.kind))
+		}
 	}
-	return SourceFromSecret(ns, name, sec), nil
+	return out
 }
 
 // ListMeshedPods lists the meshed pods of every namespace (label linkerd.io/control-plane-ns) in

@@ -12,9 +12,13 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -54,10 +58,18 @@ func TestInstallAndBootstrapUnderTheChartsIdentity(t *testing.T) {
 		t.Errorf("operator Deployment has %d ready replicas, want 2", rel.Deployment.Status.ReadyReplicas)
 	}
 
+	// Bootstrap: the operator creates linkerd-previous-anchor and linkerd-identity-trust-roots
+	// and records its progress in the status of the chart's TrustAnchorRotation. It creates
+	// them by name (server-side apply), which is all the chart lets it create: make sure it has
+	// to.
+	if err := kube.CoreV1().Secrets("linkerd").Delete(ctx, "linkerd-previous-anchor", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := kube.CoreV1().ConfigMaps("linkerd").Delete(ctx, "linkerd-identity-trust-roots", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	op := startOperator(t, ctx, rel)
 
-	// Bootstrap: the operator creates linkerd-previous-anchor and linkerd-identity-trust-roots
-	// and records its progress in the status of the chart's TrustAnchorRotation.
 	tars, err := client.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -139,6 +151,10 @@ func TestInstallAndBootstrapUnderTheChartsIdentity(t *testing.T) {
 
 	t.Run("the chart's identity is no more than the operator needs", func(t *testing.T) {
 		assertLeastPrivilege(t, ctx, c, rel)
+	})
+
+	t.Run("the built-in view and edit roles reach TrustAnchorRotations", func(t *testing.T) {
+		assertUserRoles(t, ctx, c)
 	})
 
 	if op.Exited() {
@@ -316,6 +332,30 @@ func assertLeastPrivilege(t *testing.T, ctx context.Context, c *cluster.Cluster,
 			_, err := as.CoreV1().Secrets("cert-manager").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "planted"}}, metav1.CreateOptions{})
 			return err
 		},
+		// The operator creates exactly two objects, by server-side apply of their names.
+		"create a Secret in linkerd": func() error {
+			_, err := as.CoreV1().Secrets("linkerd").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "planted"}}, metav1.CreateOptions{})
+			return err
+		},
+		"create the previous-anchor Secret's name without server-side apply": func() error {
+			_, err := as.CoreV1().Secrets("linkerd").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "linkerd-previous-anchor"}},
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+		"server-side apply a new Secret in linkerd": func() error {
+			_, err := as.CoreV1().Secrets("linkerd").Apply(ctx, corev1ac.Secret("planted", "linkerd").WithStringData(map[string]string{"k": "v"}),
+				metav1.ApplyOptions{FieldManager: "linkerd-trust-rotation"})
+			return err
+		},
+		"create a ConfigMap in linkerd": func() error {
+			_, err := as.CoreV1().ConfigMaps("linkerd").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "planted"}}, metav1.CreateOptions{})
+			return err
+		},
+		"server-side apply a new ConfigMap in linkerd": func() error {
+			_, err := as.CoreV1().ConfigMaps("linkerd").Apply(ctx, corev1ac.ConfigMap("planted", "linkerd").WithData(map[string]string{"k": "v"}),
+				metav1.ApplyOptions{FieldManager: "linkerd-trust-rotation"})
+			return err
+		},
 		"get a ConfigMap in kube-system": func() error {
 			_, err := as.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
 			return err
@@ -348,6 +388,93 @@ func assertLeastPrivilege(t *testing.T, ctx context.Context, c *cluster.Cluster,
 				t.Errorf("want Forbidden, got %v", err)
 			}
 		})
+	}
+}
+
+// assertUserRoles binds a user to Kubernetes' built-in view ClusterRole and another to edit, as
+// a platform team grants them cluster-wide, and checks what the chart's aggregated ClusterRoles
+// add: view reads TrustAnchorRotations and cannot change them, edit changes their spec, and
+// neither writes their status (the operator's record). kube-controller-manager's aggregation
+// controller fills view and edit from the chart's roles, as in any cluster.
+func assertUserRoles(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	const viewer, editor = "trust-rotation:viewer", "trust-rotation:editor"
+	rbac := c.Kube().RbacV1()
+	for user, role := range map[string]string{viewer: "view", editor: "edit"} {
+		b := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "test-" + role + "-trustanchorrotations"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+		}
+		if _, err := rbac.ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rbac.ClusterRoleBindings().Delete(context.Background(), b.Name, metav1.DeleteOptions{}) })
+	}
+	tars := func(user string) dynamic.ResourceInterface {
+		cl, err := dynamic.NewForConfig(c.RESTConfigFor(user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl.Resource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.Resource))
+	}
+	viewTARs, editTARs := tars(viewer), tars(editor)
+
+	// The aggregation controller updates view and edit asynchronously.
+	var tar *unstructured.Unstructured
+	err := poll.Until(ctx, time.Minute, "view to include the chart's -view ClusterRole", func(ctx context.Context) (bool, error) {
+		var err error
+		tar, err = viewTARs.Get(ctx, steps.DefaultRotationName, metav1.GetOptions{})
+		if apierrors.IsForbidden(err) {
+			return false, poll.Pending("%v", err)
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := viewTARs.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) == 0 {
+		t.Errorf("view lists TrustAnchorRotations: %v, %v", err, list)
+	}
+	labelled := func(tar *unstructured.Unstructured) *unstructured.Unstructured {
+		tar = tar.DeepCopy()
+		labels := tar.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels["example.com/team"] = "platform"
+		tar.SetLabels(labels)
+		return tar
+	}
+	if _, err := viewTARs.Update(ctx, labelled(tar), metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("view updated the TrustAnchorRotation: %v, want Forbidden", err)
+	}
+	if _, err := viewTARs.UpdateStatus(ctx, tar, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("view updated the TrustAnchorRotation's status: %v, want Forbidden", err)
+	}
+
+	err = poll.Until(ctx, time.Minute, "edit to include the chart's -edit ClusterRole", func(ctx context.Context) (bool, error) {
+		cur, err := editTARs.Get(ctx, steps.DefaultRotationName, metav1.GetOptions{})
+		if err != nil {
+			return false, poll.Pending("get: %v", err)
+		}
+		_, err = editTARs.Update(ctx, labelled(cur), metav1.UpdateOptions{})
+		if apierrors.IsForbidden(err) || apierrors.IsConflict(err) {
+			return false, poll.Pending("update: %v", err)
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := editTARs.Get(ctx, steps.DefaultRotationName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.GetLabels()["example.com/team"] != "platform" {
+		t.Errorf("edit's update did not land: labels %v", cur.GetLabels())
+	}
+	if _, err := editTARs.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("edit updated the TrustAnchorRotation's status: %v, want Forbidden", err)
 	}
 }
 

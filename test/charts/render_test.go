@@ -367,6 +367,9 @@ func TestOperatorChartRendersWhatTheOperatorNeeds(t *testing.T) {
 		{"mesh", "secrets", "watch", []string{"issuer", "prev"}},
 		{"mesh", "secrets", "patch", []string{"prev"}},
 		{"mesh", "configmaps", "patch", []string{"roots"}},
+		// The server-side apply that creates them is authorised by name.
+		{"mesh", "secrets", "create", []string{"prev"}},
+		{"mesh", "configmaps", "create", []string{"roots"}},
 		{"mesh", "deployments", "patch", []string{"id", "linkerd-destination", "linkerd-proxy-injector"}},
 		{"mesh", "secrets", "delete", nil},
 		{"ops", "leases", "update", []string{"lock"}},

@@ -137,7 +137,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		c.ownWorkDir = true
 	}
 	// Every Start is a new cluster: stale data from an earlier run in a kept work dir must go.
-	for _, d := range []string{"etcd", "credentials", "kubeconfigs", "config"} {
+	for _, d := range []string{"etcd", "credentials", "kubeconfigs", "config", "audit"} {
 		if err := os.RemoveAll(filepath.Join(c.workDir, d)); err != nil {
 			return fmt.Errorf("cleaning the work directory: %w", err)
 		}
@@ -244,24 +244,28 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
 	cr := c.creds
-	err := c.start("kube-apiserver",
-		"--etcd-servers=http://127.0.0.1:"+strconv.Itoa(c.etcdPorts[0]),
+	audit, err := c.auditArgs()
+	if err != nil {
+		return err
+	}
+	err = c.start("kube-apiserver", append([]string{
+		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(c.etcdPorts[0]),
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(c.apiPort),
+		"--secure-port=" + strconv.Itoa(c.apiPort),
 		// The built-in `kubernetes` Service endpoint; the apiserver refuses loopback here.
-		"--advertise-address="+c.advertise.String(),
-		"--tls-cert-file="+cr.certFile,
-		"--tls-private-key-file="+cr.keyFile,
-		"--token-auth-file="+cr.tokensFile,
+		"--advertise-address=" + c.advertise.String(),
+		"--tls-cert-file=" + cr.certFile,
+		"--tls-private-key-file=" + cr.keyFile,
+		"--token-auth-file=" + cr.tokensFile,
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+cr.saPubFile,
-		"--service-account-signing-key-file="+cr.saKeyFile,
-		"--service-cluster-ip-range="+serviceCIDR,
+		"--service-account-key-file=" + cr.saPubFile,
+		"--service-account-signing-key-file=" + cr.saKeyFile,
+		"--service-cluster-ip-range=" + serviceCIDR,
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=1",
-	)
+	}, audit...)...)
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,11 @@ type Options struct {
 	// AdminUser and UnprivilegedUser.
 	Users []User
 
+	// AuditPolicy, when set, is an audit policy (audit.k8s.io/v1 Policy, YAML) the apiserver
+	// applies, writing the events it selects to AuditLog (see AuditEvents): the apiserver's own
+	// record of what a client requested. Empty means no audit log.
+	AuditPolicy string
+
 	// BinDir is the directory of component binaries; empty means BinDir(ctx) (the
 	// TRUST_ROTATION_TOOLS_BIN environment variable or scripts/tools.sh bin-dir).
 	BinDir string

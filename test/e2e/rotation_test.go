@@ -105,7 +105,11 @@ const (
 
 // rotateInOrder renews the anchor and walks the guide's steps, checking the status at each
 // phase, with the identity issuer renewed when the guide says or earlier (issuerRenewal).
-func rotateInOrder(e *Env, when issuerRenewal) {
+func rotateInOrder(e *Env, when issuerRenewal) { rotate(e, when, func(v1alpha1.Phase) {}) }
+
+// rotate is rotateInOrder calling atPhase in each phase the rotation waits in for the user, and
+// at its end (Synced), before the user acts.
+func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 	t, ctx := e.T, e.Ctx
 	oracleStart := time.Now()
 	// The oracle judges the rotation however it ends: a step that fails may already have cost
@@ -151,6 +155,7 @@ func rotateInOrder(e *Env, when issuerRenewal) {
 	}
 	e.checkMetric("trust_rotation_phase{phase=\"PropagatingTrustRoots\"} 1")
 	e.checkMetric(fmt.Sprintf("trust_rotation_trust_bundle_target_pods %d", apps))
+	atPhase(v1alpha1.PhasePropagatingTrustRoots)
 
 	if when == issuerAfterProxyContainersRestarted {
 		e.restartProxyContainersThenRenewIssuer()
@@ -180,6 +185,7 @@ func rotateInOrder(e *Env, when issuerRenewal) {
 		if !strings.Contains(tar.Status.BlockingMessage, "cmctl renew -n linkerd linkerd-identity-issuer") {
 			t.Errorf("blockingMessage %q does not say how to renew the issuer", tar.Status.BlockingMessage)
 		}
+		atPhase(v1alpha1.PhaseWaitingForIdentityRotation)
 		// Step 3: renew the issuer.
 		e.Renew("linkerd", "linkerd-identity-issuer")
 		tar, err = WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhaseRenewingWorkloadCerts, 2*time.Minute)
@@ -211,6 +217,7 @@ func rotateInOrder(e *Env, when issuerRenewal) {
 		t.Errorf("workloadCertificates = %+v, want 3 of %d converging", wc, pods)
 	}
 	e.checkMetric("trust_rotation_workload_certificate_refresh_interval_seconds 300")
+	atPhase(v1alpha1.PhaseRenewingWorkloadCerts)
 
 	// Step 3b: restart the data plane for new certificates.
 	e.RestartApps()
@@ -228,6 +235,7 @@ func rotateInOrder(e *Env, when issuerRenewal) {
 	if len(prev.Data) != 1 || string(prev.Data["tls.crt"]) != string(steps.EncodePEM(newAnchor)) {
 		t.Fatalf("linkerd-previous-anchor holds keys %v; want only tls.crt with the new anchor", keys(prev.Data))
 	}
+	atPhase(v1alpha1.PhaseRemovingOldTrustRoots)
 
 	// Step 4: the final data-plane restart.
 	e.RestartApps()
@@ -243,6 +251,7 @@ func rotateInOrder(e *Env, when issuerRenewal) {
 	}
 	e.checkMetric("trust_rotation_phase{phase=\"Synced\"} 1")
 	e.checkMetric("trust_rotation_workload_certificate_refresh_interval_seconds 0")
+	atPhase(v1alpha1.PhaseSynced)
 }
 
 func (e *Env) bundle() string {

@@ -6,11 +6,11 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 func bundleCommand(env *Env) *command {
@@ -21,13 +21,18 @@ func bundleCommand(env *Env) *command {
 		name:  "bundle",
 		short: "Print the linkerd-identity-trust-roots ConfigMap rendered from cert-manager's trust anchor",
 		long: `Print the linkerd-identity-trust-roots ConfigMap that Linkerd reads its trust roots from,
-rendered from cert-manager's trust-anchor Secret and, when it exists, the operator-managed
-previous anchor. The ca-bundle.crt value has exactly the bytes the operator writes, so applying it
-before the operator runs (or while it is away) changes nothing the operator would change back, and
+rendered from cert-manager's trust anchor and, when there is one, the operator-managed previous
+anchor. The ca-bundle.crt value has exactly the bytes the operator writes, so applying it before
+the operator runs (or while it is away) changes nothing the operator would change back, and
 Linkerd's proxy-injector stamps the same linkerd.io/trust-root-sha256 either way.
 
-It fails, writing nothing to standard output, when the anchor Secret is missing, its tls.crt is
-not PEM, is not a CA certificate or is outside its validity period.`,
+No private key is read: the anchor is the certificate of its Certificate's current
+CertificateRequest, the previous anchor the one of the trust bundle the TrustAnchorRotation names.
+Only when neither has it is the Secret read; a previous-anchor Secret you may not read is then a
+warning on standard error.
+
+It fails, writing nothing to standard output, when the anchor is missing, is not PEM, is not a CA
+certificate or is outside its validity period.`,
 		example: `  # Seed the trust bundle before installing Linkerd
   linkerd trust bundle | kubectl apply -f -
 
@@ -46,7 +51,9 @@ not PEM, is not a CA certificate or is outside its validity period.`,
 		if err != nil {
 			return err
 		}
-		bundle, err := renderBundle(ctx, cl, kf.Config, kf.RotationName, env)
+		bundle, err := renderBundle(ctx, cl, kf.Config, kf.RotationName, env, func(msg string) {
+			fmt.Fprintf(env.Err, "Warning: %s\n", msg)
+		})
 		if err != nil {
 			return err
 		}
@@ -62,50 +69,52 @@ not PEM, is not a CA certificate or is outside its validity period.`,
 
 // renderBundle reads the anchor and the previous anchor and returns the bundle the operator
 // would write (steps.State.DesiredBundle), or an error that names the object and what is wrong.
-func renderBundle(ctx context.Context, cl *Clients, cfg steps.Config, rotation string, env *Env) (string, error) {
+// It reads no private key (see observe.PKIReader); warn reports a Secret it was forbidden to
+// read where nothing else holds the certificate.
+func renderBundle(ctx context.Context, cl *Clients, cfg steps.Config, rotation string, env *Env, warn func(string)) (string, error) {
 	s := &steps.State{Config: cfg, Now: env.now()}
+	r := cl.pkiReader(cfg)
+	// Mid-rotation, the operator also keeps the anchors of a superseded rotation: render them
+	// too, or applying this output would drop an anchor live certificates may chain to. Before
+	// the operator is installed there is no TrustAnchorRotation (or no CRD): nothing in flight.
+	var status *v1alpha1.TrustAnchorRotationStatus
+	if tar, err := cl.Rotations.Get(ctx, rotation); err == nil {
+		status = &tar.Status
+		if s.InFlight, err = steps.ParseInFlight(tar.Status.InFlightAnchors); err != nil {
+			return "", fmt.Errorf("TrustAnchorRotation %s: %w", tar.Name, err)
+		}
+	}
 	var err error
-	if s.Anchor, err = getSource(ctx, cl, cfg.CertManagerNamespace, cfg.AnchorSecret); err != nil {
+	if s.Anchor, err = r.Anchor(ctx); err != nil {
 		return "", err
 	}
 	if !s.Anchor.Usable() {
 		problem := s.Anchor.Problem("trust-anchor Secret")
 		if !s.Anchor.Found {
-			problem += fmt.Sprintf(" (cert-manager writes it when it issues the Certificate %s/%s)", cfg.CertManagerNamespace, cfg.AnchorSecret)
+			problem += fmt.Sprintf(" (cert-manager writes it when it issues the Certificate %s/%s)", cfg.CertManagerNamespace, cfg.AnchorCertificate)
 		}
 		return "", fmt.Errorf("%s", problem)
 	}
 	if err := steps.CheckAnchor(s.Anchor.Cert, s.Now); err != nil {
 		return "", fmt.Errorf("trust-anchor Secret %s: %w", s.Anchor.Ref(), err)
 	}
-	if s.Previous, err = getSource(ctx, cl, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret); err != nil {
+	// The trust bundle only serves to find the previous anchor in: one you may not read is one
+	// without it, and the previous-anchor Secret is read instead.
+	bundle, err := observe.ReadBundle(ctx, cl.Kube, cfg)
+	if err != nil && !apierrors.IsForbidden(err) {
 		return "", err
 	}
-	if s.Previous.Found && !s.Previous.Usable() {
+	if s.Previous, err = r.Previous(ctx, bundle, status); err != nil {
+		return "", err
+	}
+	switch {
+	case observe.Forbidden(s.Previous):
+		warn(s.Previous.Problem("previous-anchor Secret") + ": the bundle holds the current trust anchor alone, which is right unless a rotation is under way")
+		s.Previous = steps.Source{}
+	case s.Previous.Found && !s.Previous.Usable():
 		return "", fmt.Errorf("%s; fix or delete it", s.Previous.Problem("previous-anchor Secret"))
 	}
-	// Mid-rotation, the operator also keeps the anchors of a superseded rotation: render them
-	// too, or applying this output would drop an anchor live certificates may chain to. Before
-	// the operator is installed there is no TrustAnchorRotation (or no CRD): nothing in flight.
-	if tar, err := cl.Rotations.Get(ctx, rotation); err == nil {
-		if s.InFlight, err = steps.ParseInFlight(tar.Status.InFlightAnchors); err != nil {
-			return "", fmt.Errorf("TrustAnchorRotation %s: %w", tar.Name, err)
-		}
-	}
 	return s.DesiredBundle(), nil
-}
-
-// getSource reads a certificate Secret the way the operator does; a missing Secret is a Source
-// that is not Found.
-func getSource(ctx context.Context, cl *Clients, ns, name string) (steps.Source, error) {
-	sec, err := cl.Kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return observe.SourceFromSecret(ns, name, nil), nil
-	}
-	if err != nil {
-		return steps.Source{}, fmt.Errorf("reading Secret %s/%s: %w", ns, name, err)
-	}
-	return observe.SourceFromSecret(ns, name, sec), nil
 }
 
 // configMapManifest is the ConfigMap as kubectl applies it: only the fields that matter, in

@@ -91,6 +91,12 @@ passed (√), warned about (‼) or failed (×) with a hint, and a closing line
 Certificates and ClusterIssuer of the Linkerd PKI, the trust anchor, the identity issuer and the
 trust bundle. The object names are the defaults of the user guide; flags override each of them.
 
+No private key is read: the trust anchor and the identity issuer are the certificates of their
+Certificates' current CertificateRequests, the previous anchor the one of the trust bundle the
+TrustAnchorRotation names. A Secret is read only where none of these holds the certificate (a
+Secret cert-manager adopted without issuing); when you may not read it, the checks that need it
+warn instead of failing.
+
 linkerd-trust is a Linkerd extension that always runs its checks: "linkerd check" runs
 "linkerd-trust check --output=json" and shows the results with its own.`,
 		example: `  # Everything
@@ -189,21 +195,12 @@ func (c *cached[T]) get(ctx context.Context) (T, error) {
 func newChecks(o *checkOptions, cl *Clients, env *Env) *checks {
 	c := &checks{o: o, cfg: o.kube.Config, cl: cl, now: env.now()}
 	cfg := c.cfg
-	c.anchor = &cached[steps.Source]{read: func(ctx context.Context) (steps.Source, error) {
-		return getSource(ctx, cl, cfg.CertManagerNamespace, cfg.AnchorSecret)
-	}}
-	c.issuer = &cached[steps.Source]{read: func(ctx context.Context) (steps.Source, error) {
-		return getSource(ctx, cl, cfg.LinkerdNamespace, cfg.IssuerSecret)
-	}}
+	// No private key is read: see observe.PKIReader.
+	pki := cl.pkiReader(cfg)
+	c.anchor = &cached[steps.Source]{read: pki.Anchor}
+	c.issuer = &cached[steps.Source]{read: pki.Issuer}
 	c.bundle = &cached[steps.Bundle]{read: func(ctx context.Context) (steps.Bundle, error) {
-		cm, err := cl.Kube.CoreV1().ConfigMaps(cfg.LinkerdNamespace).Get(ctx, cfg.TrustRootsConfigMap, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return observe.BundleFromConfigMap(nil), nil
-		}
-		if err != nil {
-			return steps.Bundle{}, fmt.Errorf("reading ConfigMap %s/%s: %w", cfg.LinkerdNamespace, cfg.TrustRootsConfigMap, err)
-		}
-		return observe.BundleFromConfigMap(cm), nil
+		return observe.ReadBundle(ctx, cl.Kube, cfg)
 	}}
 	c.rotation = &cached[*v1alpha1.TrustAnchorRotation]{read: func(ctx context.Context) (*v1alpha1.TrustAnchorRotation, error) {
 		return cl.Rotations.Get(ctx, o.kube.RotationName)
@@ -457,9 +454,19 @@ func (c *checks) usableAnchor(ctx context.Context) (steps.Source, error) {
 		return a, err
 	}
 	if !a.Usable() {
-		return a, errors.New(a.Problem("trust-anchor Secret"))
+		return a, unusable(a, "trust-anchor Secret")
 	}
 	return a, nil
+}
+
+// unusable is the failure of a check that needs an unusable source: a warning when the user may
+// not read its Secret and nothing else holds its certificate, an error otherwise.
+func unusable(s steps.Source, kind string) error {
+	err := errors.New(s.Problem(kind))
+	if observe.Forbidden(s) {
+		return warn(err)
+	}
+	return err
 }
 
 func (c *checks) anchorIsCA(ctx context.Context) error {
@@ -509,7 +516,7 @@ func (c *checks) issuerValidity(ctx context.Context) error {
 		return err
 	}
 	if !iss.Usable() {
-		return errors.New(iss.Problem("identity-issuer Secret"))
+		return unusable(iss, "identity-issuer Secret")
 	}
 	if c.now.After(iss.Cert.NotAfter) {
 		return fmt.Errorf("identity issuer in Secret %s expired at %s", iss.Ref(), iss.Cert.NotAfter.UTC().Format(time.RFC3339))
@@ -540,7 +547,7 @@ func (c *checks) issuerChains(ctx context.Context) error {
 		return err
 	}
 	if !iss.Usable() {
-		return errors.New(iss.Problem("identity-issuer Secret"))
+		return unusable(iss, "identity-issuer Secret")
 	}
 	b, err := c.bundle.get(ctx)
 	if err != nil {
@@ -675,9 +682,21 @@ func (c *checks) rotationNotBlocked(ctx context.Context) error {
 // --- the data plane ----------------------------------------------------------------------------
 
 func (c *checks) dataPlaneBundle(ctx context.Context) error {
-	snap, err := observe.Read(ctx, c.cl.Kube, c.cfg, c.now)
+	var status *v1alpha1.TrustAnchorRotationStatus
+	if tar, err := c.rotation.get(ctx); err == nil {
+		status = &tar.Status
+	}
+	snap, err := observe.Read(ctx, c.cl.pkiReader(c.cfg), status, c.now)
 	if err != nil {
 		return err
+	}
+	if status != nil {
+		if err := snap.SetInFlight(status.InFlightAnchors); err != nil {
+			return fmt.Errorf("TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+		}
+	}
+	if unreadable := snap.Unreadable(); len(unreadable) > 0 {
+		return warnf("cannot tell which trust bundle meshed pods must carry: %s", strings.Join(unreadable, "; "))
 	}
 	desired := snap.State.DesiredBundle()
 	if desired == "" {

@@ -95,7 +95,7 @@ func breakInstall(f *fixture) {
 			c.Spec.PrivateKey.RotationPolicy = cmapi.RotationPolicyNever
 		}
 	}
-	f.replace(secret("cert-manager", "linkerd-trust-anchor", certPEM(t, "anchor-soon")))
+	f.issue("cert-manager", "linkerd-trust-anchor", certPEM(t, "anchor-soon"))
 	d := deployment("linkerd", DefaultOperatorDeployment, nil)
 	d.Status.Conditions = nil
 	f.replace(d)
@@ -107,33 +107,59 @@ func breakInstall(f *fixture) {
 }
 
 // TestBundleErrors checks that each broken anchor fails with exit 1, a message naming the
-// Secret and what is wrong, and nothing on stdout.
+// object and what is wrong, and nothing on stdout.
 func TestBundleErrors(t *testing.T) {
+	adopted := func(f *fixture) {
+		// cert-manager adopted an existing Secret without issuing: no CertificateRequest.
+		f.remove(&cmapi.CertificateRequest{}, "cert-manager", "linkerd-trust-anchor-1")
+		f.certificate("cert-manager", "linkerd-trust-anchor").Status.Revision = nil
+	}
 	cases := map[string]struct {
 		setup func(*fixture)
 		want  string
 	}{
-		"the anchor Secret is missing": {
-			setup: func(f *fixture) { f.remove(&corev1.Secret{}, "cert-manager", "linkerd-trust-anchor") },
-			want:  "trust-anchor Secret cert-manager/linkerd-trust-anchor not found",
+		"the anchor was never issued": {
+			setup: func(f *fixture) {
+				f.remove(&cmapi.Certificate{}, "cert-manager", "linkerd-trust-anchor")
+				f.remove(&corev1.Secret{}, "cert-manager", "linkerd-trust-anchor")
+			},
+			want: "trust-anchor Secret cert-manager/linkerd-trust-anchor not found (cert-manager writes it when it issues the Certificate cert-manager/linkerd-trust-anchor)",
 		},
-		"tls.crt is not PEM": {
-			setup: func(f *fixture) { f.replace(secret("cert-manager", "linkerd-trust-anchor", []byte("garbage"))) },
-			want:  "trust-anchor Secret cert-manager/linkerd-trust-anchor: tls.crt: no PEM CERTIFICATE block",
+		"the CertificateRequest's certificate is not PEM": {
+			setup: func(f *fixture) { f.issue("cert-manager", "linkerd-trust-anchor", []byte("garbage")) },
+			want:  "trust-anchor Secret cert-manager/linkerd-trust-anchor: CertificateRequest cert-manager/linkerd-trust-anchor-2 status.certificate: no PEM CERTIFICATE block",
+		},
+		"the adopted Secret's tls.crt is not PEM": {
+			setup: func(f *fixture) {
+				adopted(f)
+				f.replace(secret("cert-manager", "linkerd-trust-anchor", []byte("garbage")))
+			},
+			want: "trust-anchor Secret cert-manager/linkerd-trust-anchor: tls.crt: no PEM CERTIFICATE block",
 		},
 		"the anchor is not a CA": {
-			setup: func(f *fixture) { f.replace(secret("cert-manager", "linkerd-trust-anchor", certPEM(f.t, "not-ca"))) },
+			setup: func(f *fixture) { f.issue("cert-manager", "linkerd-trust-anchor", certPEM(f.t, "not-ca")) },
 			want:  "is not a CA certificate",
 		},
 		"the anchor expired": {
 			setup: func(f *fixture) {
-				f.replace(secret("cert-manager", "linkerd-trust-anchor", certPEM(f.t, "anchor-expired")))
+				f.issue("cert-manager", "linkerd-trust-anchor", certPEM(f.t, "anchor-expired"))
 			},
 			want: "expired at 2025-01-01T00:00:00Z",
 		},
-		"the previous anchor is broken": {
-			setup: func(f *fixture) { f.replace(secret("linkerd", "linkerd-previous-anchor", []byte("garbage"))) },
-			want:  "previous-anchor Secret linkerd/linkerd-previous-anchor: tls.crt: no PEM CERTIFICATE block (data is not PEM-encoded certificates); fix or delete it",
+		"the previous anchor is broken, and no TrustAnchorRotation names one in the bundle": {
+			setup: func(f *fixture) {
+				delete(f.rotations, "cluster")
+				f.replace(secret("linkerd", "linkerd-previous-anchor", []byte("garbage")))
+			},
+			want: "previous-anchor Secret linkerd/linkerd-previous-anchor: tls.crt: no PEM CERTIFICATE block (data is not PEM-encoded certificates); fix or delete it",
+		},
+		"the anchor cannot be read at all": {
+			setup: func(f *fixture) {
+				adopted(f)
+				f.forbid = []string{"secrets"}
+			},
+			want: "trust-anchor Secret cert-manager/linkerd-trust-anchor: Certificate cert-manager/linkerd-trust-anchor has issued no CertificateRequest (status.revision is not set), and reading the Secret is forbidden: " +
+				`secrets "linkerd-trust-anchor" is forbidden: User "alice" cannot get resource "secrets"`,
 		},
 	}
 	for name, tc := range cases {

@@ -6,9 +6,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -96,6 +99,11 @@ type fixture struct {
 	discovery []*metav1.APIResourceList
 	// probes are the live-certificate probe results by pod key; a missing pod is unreachable.
 	probes map[string]observe.ProbeResult
+	// forbid are resources ("secrets") every request for is answered Forbidden, as RBAC does
+	// for a user without access to them.
+	forbid []string
+	// kubeClients are the Kubernetes clients the commands were given, with the requests they made.
+	kubeClients []*kubefake.Clientset
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -126,18 +134,20 @@ func newFixture(t *testing.T) *fixture {
 		&cmapi.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: "cert-manager", Name: "linkerd-trust-root-issuer", Generation: 1},
 			Spec:   cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{SelfSigned: &cmapi.SelfSignedIssuer{}}},
 			Status: cmapi.IssuerStatus{Conditions: []cmapi.IssuerCondition{issuerReady}}},
-		&cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "cert-manager", Name: "linkerd-trust-anchor", Generation: 1},
+		&cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "cert-manager", Name: "linkerd-trust-anchor", Generation: 1, UID: "uid-anchor-certificate"},
 			Spec: cmapi.CertificateSpec{IsCA: true, SecretName: "linkerd-trust-anchor", PrivateKey: &cmapi.CertificatePrivateKey{RotationPolicy: cmapi.RotationPolicyAlways},
 				IssuerRef: cmmeta.IssuerReference{Name: "linkerd-trust-root-issuer", Kind: cmapi.IssuerKind}},
 			Status: cmapi.CertificateStatus{Conditions: []cmapi.CertificateCondition{ready}}},
 		&cmapi.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "linkerd-identity-issuer", Generation: 1},
 			Spec:   cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: "linkerd-trust-anchor"}}},
 			Status: cmapi.IssuerStatus{Conditions: []cmapi.IssuerCondition{issuerReady}}},
-		&cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "linkerd", Name: "linkerd-identity-issuer", Generation: 1},
+		&cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "linkerd", Name: "linkerd-identity-issuer", Generation: 1, UID: "uid-issuer-certificate"},
 			Spec: cmapi.CertificateSpec{IsCA: true, SecretName: "linkerd-identity-issuer",
 				IssuerRef: cmmeta.IssuerReference{Name: "linkerd-identity-issuer", Kind: cmapi.ClusterIssuerKind}},
 			Status: cmapi.CertificateStatus{Conditions: []cmapi.CertificateCondition{ready}, RenewalTime: &renewal}},
 	)
+	f.issue("cert-manager", "linkerd-trust-anchor", oldAnchor)
+	f.issue("linkerd", "linkerd-identity-issuer", certPEM(t, "issuer-old"))
 	since := metav1.NewTime(testNow.Add(-72 * time.Hour))
 	f.rotations["cluster"] = &v1alpha1.TrustAnchorRotation{
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster"},
@@ -187,6 +197,60 @@ func (f *fixture) addPod(ns, name, deploy, component, hash, ip string) {
 	}
 	f.kube = append(f.kube, pod)
 	f.probes[ns+"/"+name] = observe.ProbeResult{Issuer: steps.Fingerprint(cert(f.t, "issuer-old"))}
+}
+
+// issue does what cert-manager does when it issues the Certificate ns/name (whose Secret has
+// the same name): a CertificateRequest of the next revision, controlled by the Certificate, holds
+// the certificate, the Secret gets it with a key, and the Certificate's status moves to that
+// revision and describes the certificate.
+func (f *fixture) issue(ns, name string, crtPEM []byte) {
+	f.replace(secret(ns, name, crtPEM))
+	crt := f.certificate(ns, name)
+	rev := 1
+	if crt.Status.Revision != nil {
+		rev = *crt.Status.Revision + 1
+	}
+	crt.Status.Revision = &rev
+	crt.Status.NotAfter = nil
+	if certs, err := steps.ParseCertificates(crtPEM); err == nil {
+		crt.Status.NotAfter = ptr.To(metav1.NewTime(certs[0].NotAfter))
+	}
+	f.cm = append(f.cm, &cmapi.CertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", name, rev),
+			Annotations:     map[string]string{cmapi.CertificateRequestRevisionAnnotationKey: strconv.Itoa(rev)},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(crt, cmapi.SchemeGroupVersion.WithKind(cmapi.CertificateKind))}},
+		Spec:   cmapi.CertificateRequestSpec{IsCA: true, IssuerRef: crt.Spec.IssuerRef},
+		Status: cmapi.CertificateRequestStatus{Certificate: crtPEM},
+	})
+}
+
+// certificate returns the cert-manager Certificate ns/name of the fixture, to change it.
+func (f *fixture) certificate(ns, name string) *cmapi.Certificate {
+	for _, o := range f.cm {
+		if c, ok := o.(*cmapi.Certificate); ok && c.Namespace == ns && c.Name == name {
+			return c
+		}
+	}
+	f.t.Fatalf("no Certificate %s/%s in the fixture", ns, name)
+	return nil
+}
+
+// secretRequests lists the requests for Secrets the commands made, as "verb namespace/name".
+func (f *fixture) secretRequests() []string {
+	var out []string
+	for _, kube := range f.kubeClients {
+		for _, a := range kube.Actions() {
+			if a.GetResource().Resource != "secrets" {
+				continue
+			}
+			name := ""
+			if g, ok := a.(clienttesting.GetAction); ok {
+				name = g.GetName()
+			}
+			out = append(out, a.GetVerb()+" "+a.GetNamespace()+"/"+name)
+		}
+	}
+	return out
 }
 
 // replace swaps the object of the same kind, namespace and name.
@@ -248,6 +312,17 @@ func (f *fixture) env(out, errOut *bytes.Buffer) *Env {
 		Clients: func(*KubeFlags) (*Clients, error) {
 			kube := kubefake.NewClientset(f.kube...)
 			kube.Resources = f.discovery
+			for _, res := range f.forbid {
+				kube.PrependReactor("*", res, func(a clienttesting.Action) (bool, runtime.Object, error) {
+					name := ""
+					if g, ok := a.(clienttesting.GetAction); ok {
+						name = g.GetName()
+					}
+					return true, nil, apierrors.NewForbidden(corev1.Resource(res), name,
+						fmt.Errorf(`User "alice" cannot %s resource %q in API group "" in the namespace %q`, a.GetVerb(), res, a.GetNamespace()))
+				})
+			}
+			f.kubeClients = append(f.kubeClients, kube)
 			return &Clients{Kube: kube, CertManager: cmfake.NewClientset(f.cm...), Rotations: f.rotations}, nil
 		},
 		IsTerminal: func() bool { return false },
@@ -282,7 +357,7 @@ func (f *fixture) run(args ...string) (string, string, int) {
 // bundle expanded, the control plane restarted, one workload not restarted yet.
 func (f *fixture) midRotation() {
 	t := f.t
-	f.replace(secret("cert-manager", "linkerd-trust-anchor", certPEM(t, "anchor-new")))
+	f.issue("cert-manager", "linkerd-trust-anchor", certPEM(t, "anchor-new"))
 	expanded := steps.RenderBundle(cert(t, "anchor-new"), cert(t, "anchor-old"))
 	f.replace(bundleConfigMap(expanded))
 	hash := steps.BundleHash(expanded)

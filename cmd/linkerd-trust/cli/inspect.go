@@ -35,7 +35,8 @@ linkerd.io/trust-root-sha256 annotation differs from the hash of the trust bundl
 wants, or when the live certificate its proxy presents is not signed by the active identity
 issuer. Live certificates are read over TLS from each pod's linkerd-admin port with the pod's
 identity as SNI, as "linkerd identity" does: directly at the pod's IP, or through the
-apiserver's port-forward with --port-forward when you run outside the cluster network.
+apiserver's port-forward with --port-forward when you run outside the cluster network. The
+anchor and the issuer are read without their private keys, as check reads them (see its help).
 
 --watch redraws the view, with progress bars for the trust bundle and the workload certificates
 on a terminal, or one line per change otherwise, until the rotation is Synced and every pod has
@@ -165,18 +166,24 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		return nil, fmt.Errorf("reading TrustAnchorRotation %s: %w", kf.RotationName, err)
 	}
 
-	snap, err := observe.Read(ctx, cl.Kube, kf.Config, env.now())
+	var status *v1alpha1.TrustAnchorRotationStatus
+	if in.Found {
+		status = &tar.Status
+	}
+	snap, err := observe.Read(ctx, cl.pkiReader(kf.Config), status, env.now())
 	if err != nil {
 		return nil, err
 	}
-	if tar != nil && in.Found {
+	if in.Found {
 		if err := snap.SetInFlight(tar.Status.InFlightAnchors); err != nil {
 			return nil, fmt.Errorf("TrustAnchorRotation %s: %w", kf.RotationName, err)
 		}
 	}
 	s := snap.State
 	hash := ""
-	if desired := s.DesiredBundle(); desired != "" {
+	if observe.Forbidden(s.Previous) {
+		in.Live.Problems = append(in.Live.Problems, s.Previous.Problem("previous-anchor Secret")+": the desired trust bundle is unknown")
+	} else if desired := s.DesiredBundle(); desired != "" {
 		hash = steps.BundleHash(desired)
 		in.Live.TrustBundleSHA256 = hash
 	} else {

@@ -78,7 +78,8 @@ recorder in place of every write. --assume-anchor-renewed shows the whole rotati
 "cmctl renew" on the trust anchor: a throwaway CA certificate stands in for the renewed anchor, in
 memory only.
 
-Live certificates are read from each meshed pod's linkerd-admin port, as inspect does.`,
+Live certificates are read from each meshed pod's linkerd-admin port, as inspect does; the anchor
+and the issuer without their private keys, as check reads them (see its help).`,
 		example: `  # What remains of the rotation under way
   linkerd trust plan
 
@@ -212,9 +213,12 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	}
 	p.Step, p.Phase = at.Name, at.Phase
 
-	snap, err := observe.Read(ctx, cl.Kube, cfg, env.now())
+	snap, err := observe.Read(ctx, cl.pkiReader(cfg), &tar.Status, env.now())
 	if err != nil {
 		return nil, err
+	}
+	for _, u := range snap.Unreadable() {
+		p.Notes = append(p.Notes, u+": the steps below are observed without it")
 	}
 	if len(tar.Status.InFlightAnchors) > 0 {
 		if err := snap.SetInFlight(tar.Status.InFlightAnchors); err != nil {
