@@ -281,6 +281,16 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 			})
 		}
 	}
+	// Values the schema cannot relate: no leader election with more than one replica.
+	for _, h := range hs {
+		_, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", "operator.leaderElection.enabled=false", "replicaCount=2")
+		if err == nil || !strings.Contains(err.Error(), "operator.leaderElection.enabled=false needs replicaCount=1 (got 2)") {
+			t.Errorf("%s: leader election off with 2 replicas: want a clear refusal, got %v", h.Name, err)
+		}
+		if _, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", "operator.leaderElection.enabled=false", "replicaCount=1"); err != nil {
+			t.Errorf("%s: leader election off with 1 replica rejected: %v", h.Name, err)
+		}
+	}
 	// And good values pass.
 	for _, h := range hs {
 		if _, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", append(allFeatures,
