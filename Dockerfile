@@ -3,7 +3,12 @@
 # binaries on distroless's nonroot base (no shell, no package manager, user 65532), as the
 # operator chart's restricted security context expects.
 #
-#   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/linkerd/trust-rotation:v0.1.0 .
+#   docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=v0.1.0 \
+#     -t ghcr.io/linkerd/trust-rotation:v0.1.0 .
+#
+# VERSION is stamped into both binaries (`linkerd-trust version`, `trust-rotation-operator
+# --version`, the operator's User-Agent): use the chart's appVersion. The build refuses to run
+# without it rather than ship binaries that say "dev".
 
 # The Go toolchain of go.mod.
 ARG GO_VERSION=1.26
@@ -12,6 +17,8 @@ ARG GO_VERSION=1.26
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 ARG TARGETOS
 ARG TARGETARCH
+ARG VERSION
+RUN test -n "$VERSION" || { echo "build with --build-arg VERSION=<the chart's appVersion>, e.g. v0.1.0" >&2; exit 1; }
 WORKDIR /src
 # Dependencies first, so that a source change reuses the module download layer.
 COPY go.mod go.sum ./
@@ -22,7 +29,8 @@ COPY steps/ steps/
 COPY workflow/ workflow/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/trust-rotation-operator ./cmd/linkerd-trust
+    go build -trimpath -ldflags="-s -w -X github.com/linkerd/trust-rotation/cmd/internal/version.Version=${VERSION}" \
+      -o /out/ ./cmd/trust-rotation-operator ./cmd/linkerd-trust
 
 FROM gcr.io/distroless/static:nonroot
 COPY --from=build /out/trust-rotation-operator /out/linkerd-trust /usr/local/bin/

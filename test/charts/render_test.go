@@ -110,7 +110,10 @@ func TestRenderIsDeterministic(t *testing.T) {
 func TestDashboardAndAlerts(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	h := helms(t)[0]
-	out, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", append(allFeatures, "certManager.namespace=pki")...)
+	// Certificates named apart from their Secrets: the dashboard's variables and the alerts'
+	// cmctl commands name Certificates (cert-manager's metrics and cmctl know those).
+	out, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", append(allFeatures, "certManager.namespace=pki",
+		"certManager.trustAnchorCertificate=anchor-cert", "linkerd.identityIssuerCertificate=issuer-cert")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +125,10 @@ func TestDashboardAndAlerts(t *testing.T) {
 	var dash struct {
 		Panels     []struct{ Title string }
 		Templating struct {
-			List []struct{ Name, Query any }
+			List []struct {
+				Name  string
+				Query any
+			}
 		}
 	}
 	if err := json.Unmarshal([]byte(cm.Data["linkerd-trust-rotation.json"]), &dash); err != nil {
@@ -131,10 +137,17 @@ func TestDashboardAndAlerts(t *testing.T) {
 	if len(dash.Panels) < 5 {
 		t.Errorf("dashboard has %d panels", len(dash.Panels))
 	}
+	wantVars := map[string]string{"anchor_namespace": "pki", "anchor_name": "anchor-cert", "issuer_namespace": "linkerd", "issuer_name": "issuer-cert"}
 	for _, v := range dash.Templating.List {
-		if v.Name == "anchor_namespace" && v.Query != "pki" {
-			t.Errorf("anchor_namespace defaults to %v, want pki", v.Query)
+		if want, ok := wantVars[v.Name]; ok {
+			if v.Query != want {
+				t.Errorf("dashboard variable %s defaults to %v, want %s", v.Name, v.Query, want)
+			}
+			delete(wantVars, v.Name)
 		}
+	}
+	if len(wantVars) > 0 {
+		t.Errorf("dashboard lacks the variables %v", wantVars)
 	}
 	if regexp.MustCompile(`__[A-Z_]+__`).MatchString(cm.Data["linkerd-trust-rotation.json"]) {
 		t.Error("the dashboard has a placeholder left")
@@ -152,6 +165,14 @@ func TestDashboardAndAlerts(t *testing.T) {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("PrometheusRule lacks %s", want)
 		}
+	}
+	for _, want := range []string{"cmctl renew -n linkerd issuer-cert", "Certificate linkerd/issuer-cert"} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("PrometheusRule does not say %q", want)
+		}
+	}
+	if strings.Contains(string(text), "linkerd-identity-issuer") {
+		t.Error("PrometheusRule names the issuer's Secret where it means its Certificate")
 	}
 	if strings.Contains(string(text), "certmanager_certificate_expiration") {
 		t.Error("the expiry alerts still read cert-manager's metrics: the operator exports its own")
@@ -258,6 +279,16 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 					t.Fatalf("--set %s: want a schema error naming %s, got: %v", tc.set, tc.want, err)
 				}
 			})
+		}
+	}
+	// Values the schema cannot relate: no leader election with more than one replica.
+	for _, h := range hs {
+		_, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", "operator.leaderElection.enabled=false", "replicaCount=2")
+		if err == nil || !strings.Contains(err.Error(), "operator.leaderElection.enabled=false needs replicaCount=1 (got 2)") {
+			t.Errorf("%s: leader election off with 2 replicas: want a clear refusal, got %v", h.Name, err)
+		}
+		if _, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", "operator.leaderElection.enabled=false", "replicaCount=1"); err != nil {
+			t.Errorf("%s: leader election off with 1 replica rejected: %v", h.Name, err)
 		}
 	}
 	// And good values pass.

@@ -3,31 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
+
+	"github.com/linkerd/trust-rotation/cmd/internal/version"
 )
-
-// Version is stamped at build time: -ldflags "-X github.com/linkerd/trust-rotation/cmd/linkerd-trust/cli.Version=v0.1.0".
-// Unstamped, the module version or VCS revision from the build info is used.
-var Version = ""
-
-func version() string {
-	if Version != "" {
-		return Version
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	if v := info.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return "dev-" + s.Value[:12]
-		}
-	}
-	return "dev"
-}
 
 func versionCommand(env *Env) *command {
 	fs := newFlagSet("version")
@@ -44,10 +22,10 @@ func versionCommand(env *Env) *command {
 			return usagef("version takes no arguments, got %q", args)
 		}
 		if *shortOut {
-			fmt.Fprintln(env.Out, version())
+			fmt.Fprintln(env.Out, version.String())
 			return nil
 		}
-		fmt.Fprintf(env.Out, "%s version: %s\n", binary, version())
+		fmt.Fprintf(env.Out, "%s version: %s\n", binary, version.String())
 		return nil
 	}
 	return c
