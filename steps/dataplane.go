@@ -271,7 +271,11 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if w := s.Workloads[k]; !isBehind[k] && w.Found && ours(w) && !w.restarted(evict) {
+		w := s.Workloads[k]
+		if isBehind[k] || !w.Found || s.isControlPlane(w.WorkloadRef) {
+			continue
+		}
+		if ours(w) && !w.restarted(evict) || !ours(w) && s.restarting(w) {
 			plan.inProgress = append(plan.inProgress, w)
 			perNS[w.Namespace]++
 		}
@@ -296,6 +300,13 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 			continue
 		}
 		switch {
+		case !ours(w) && s.restarting(w):
+			// Restarting already, by an earlier step of this rotation (its eviction or rollout
+			// had not settled when its pods converged) or by someone's rollout restart: it
+			// counts against the budget, and is restarted again only if still behind once
+			// settled.
+			plan.inProgress = append(plan.inProgress, w)
+			perNS[w.Namespace]++
 		case !ours(w):
 			candidates = append(candidates, w)
 		case w.Failed != "":
@@ -601,6 +612,33 @@ func (w *Workload) restarted(evict bool) bool {
 		return false
 	}
 	return !evict || w.Settling == "" && w.Terminating == 0 && int32(w.Running) >= w.Replicas
+}
+
+// restarting reports whether a workload restarted during this rotation — its restart mark
+// (restartedAt, or the evicted-for annotation) is not older than the rotation's start, whichever
+// step or person wrote it — has not finished restarting: a rollout not rolled out (nor failed),
+// or an eviction not settled (see restarted). The restart budget counts these besides the step's
+// own: a step whose pods converged ends while its last evictions or rollouts still settle, and
+// the next step must not start beside them. Marks from before the rotation are not counted, so
+// that a workload unhealthy for reasons of its own does not hold its namespace.
+func (s *State) restarting(w *Workload) bool {
+	if s.RotationStart.IsZero() {
+		return false
+	}
+	// status.checkpoint.startTime has whole seconds; tokens have nanoseconds.
+	since := s.RotationStart.Truncate(time.Second)
+	during := func(mark string) bool {
+		stamp, _, _ := strings.Cut(mark, " ")
+		t, err := time.Parse(time.RFC3339Nano, stamp)
+		return err == nil && !t.Before(since)
+	}
+	switch {
+	case during(w.EvictedFor) && !w.restarted(true):
+		return true
+	case during(w.RestartedAt):
+		return !w.RolledOut && w.Failed == ""
+	}
+	return false
 }
 
 // evictable are the pods to evict to restart a workload: those behind on the trust bundle, or

@@ -98,6 +98,17 @@ func automatic(mutate ...func(*v1alpha1.DataPlaneRestart)) stateOpt {
 
 func at(t time.Time) stateOpt { return func(s *State) { s.Now = t } }
 
+func startedAt(t time.Time) stateOpt { return func(s *State) { s.RotationStart = t } }
+
+// A rotation that started at t0 (status.checkpoint.startTime, whole seconds), two of its steps'
+// tokens, and a restart mark from before it.
+var (
+	t0     = time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC)
+	t1     = t0.Add(1500 * time.Millisecond).Format(time.RFC3339Nano)
+	t2     = t0.Add(90 * time.Second).Format(time.RFC3339Nano)
+	before = t0.Add(-time.Hour).Format(time.RFC3339)
+)
+
 func TestPropagateTrustRootsAutomatic(t *testing.T) {
 	p := newPKI(t)
 	monday10 := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC) // a Monday
@@ -215,6 +226,36 @@ func TestPropagateTrustRootsAutomatic(t *testing.T) {
 			opts: []stateOpt{automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
 				workload("a/Deployment/x", evictedFor("T"), behindPods(), replaced(2, 0)), workload("a/Deployment/y")},
 			token: "T", outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"evict the pods of a/Deployment/y"},
+		},
+		// The previous step of this rotation evicted a/Deployment/x under T1 and ended when its
+		// pods converged; its eviction still settles, so under this step's T2 it holds the
+		// per-namespace budget and a/Deployment/y waits.
+		"an earlier step's eviction still settling holds the budget of the next step": {
+			opts: []stateOpt{startedAt(t0), automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
+				workload("a/Deployment/x", evictedFor(t1), behindPods(), replaced(2, 0), settling("waiting for its status to show the eviction")),
+				workload("a/Deployment/y")},
+			token: t2, outcome: workflow.Wait, reason: "WorkloadsRestarting",
+			contains: []string{"restarting a/Deployment/x (waiting for its status to show the eviction)", "1 workload(s) wait to be restarted"},
+		},
+		"an earlier step's eviction that settled does not hold the budget": {
+			opts: []stateOpt{startedAt(t0), automatic(func(d *v1alpha1.DataPlaneRestart) { d.Method = v1alpha1.Evict }), bundlePods(0, 2),
+				workload("a/Deployment/x", evictedFor(t1), behindPods(), replaced(2, 0)), workload("a/Deployment/y")},
+			token: t2, outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"evict the pods of a/Deployment/y"},
+		},
+		"an earlier step's rollout still rolling holds the budget of the next step": {
+			opts: []stateOpt{startedAt(t0), automatic(), bundlePods(0, 2),
+				workload("a/Deployment/x", restartedAt(t1, false), behindPods()), workload("a/Deployment/y")},
+			token: t2, outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarting a/Deployment/x", "1 workload(s) wait"},
+		},
+		"a behind workload still rolling from an earlier step waits instead of restarting again": {
+			opts: []stateOpt{startedAt(t0), automatic(), bundlePods(0, 1),
+				workload("a/Deployment/x", restartedAt(t1, false))},
+			token: t2, outcome: workflow.Wait, reason: "WorkloadsRestarting", contains: []string{"restarting a/Deployment/x"},
+		},
+		"a workload restarted before the rotation and unhealthy since does not hold its namespace": {
+			opts: []stateOpt{startedAt(t0), automatic(), bundlePods(0, 2),
+				workload("a/Deployment/x", restartedAt(before, false), behindPods()), workload("a/Deployment/y")},
+			token: t2, outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"a/Deployment/y"},
 		},
 		"without a view of the workloads, automatic restarts wait": {
 			opts:    []stateOpt{automatic(), bundlePods(0, 1), func(s *State) { s.Workloads, s.WorkloadsProblem = nil, "cannot list deployments: forbidden" }},

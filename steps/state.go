@@ -39,6 +39,9 @@ type State struct {
 	// PhaseSince is when the rotation entered its current phase (status.lastPhaseTransitionTime),
 	// zero when unknown.
 	PhaseSince time.Time
+	// RotationStart is when the rotation in progress started (status.checkpoint.startTime), zero
+	// when unknown or Synced.
+	RotationStart time.Time
 	// Workloads are the workloads owning meshed non-control-plane pods, by "namespace/Kind/name",
 	// with what automatic restarts need. nil when the operator has no view of them (automatic
 	// restarts off, or its caches not ready: WorkloadsProblem says why).
