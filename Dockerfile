@@ -3,7 +3,7 @@
 # binaries on distroless's nonroot base (no shell, no package manager, user 65532), as the
 # operator chart's restricted security context expects.
 #
-#   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/linkerd/trust-rotation:v0.1.0 .
+#   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/buoyantio/trust-rotation:v0.1.0 .
 
 # The Go toolchain of go.mod.
 ARG GO_VERSION=1.26
