@@ -4,7 +4,7 @@
 # operator chart's restricted security context expects.
 #
 #   docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=v0.1.0 \
-#     -t ghcr.io/linkerd/trust-rotation:v0.1.0 .
+#     -t ghcr.io/buoyantio/trust-rotation:v0.1.0 .
 #
 # VERSION is stamped into both binaries (`linkerd-trust version`, `trust-rotation-operator
 # --version`, the operator's User-Agent): use the chart's appVersion. The build refuses to run

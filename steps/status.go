@@ -99,6 +99,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
 		})
 	}
+	setReadiness(&st, &prev, spec, generation, res, now)
 	return st
 }
 

@@ -18,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/test/cluster"
 )
@@ -345,7 +346,7 @@ func TestOperatorChartRendersWhatTheOperatorNeeds(t *testing.T) {
 		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("container security context %+v is not restricted", sc)
 	}
-	if ctr.Image != "ghcr.io/linkerd/trust-rotation@sha256:"+strings.Repeat("01", 32) {
+	if ctr.Image != "ghcr.io/buoyantio/trust-rotation@sha256:"+strings.Repeat("01", 32) {
 		t.Errorf("image %s, want the digest", ctr.Image)
 	}
 	if ctr.Resources.Requests.Memory().IsZero() || ctr.Resources.Limits.Memory().IsZero() {
@@ -433,5 +434,73 @@ func TestOperatorChartRendersWhatTheOperatorNeeds(t *testing.T) {
 		t.Error("no TrustAnchorRotation main")
 	} else if v, _, _ := unstructured.NestedString(tar.Object, "spec", "workloadCertificateRefreshInterval"); v != "5m" {
 		t.Errorf("TrustAnchorRotation spec.workloadCertificateRefreshInterval %q, want 5m", v)
+	}
+}
+
+// The Argo CD example's Application renders the chart with its own values
+// (manifests/argocd/apps/trust-rotation-operator.yaml, spec.source.helm.valuesObject): the
+// TrustAnchorRotation then carries Argo CD's sync options that keep a sync from pruning or
+// deleting it, besides Helm's keep policy, and the image comes from the registry the
+// Application pulls the chart from.
+func TestArgoCDApplicationValues(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	h := helms(t)[0]
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "manifests", "argocd", "apps", "trust-rotation-operator.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var app struct {
+		Spec struct {
+			Source struct {
+				RepoURL string `json:"repoURL"`
+				Chart   string `json:"chart"`
+				Helm    struct {
+					ValuesObject map[string]any `json:"valuesObject"`
+				} `json:"helm"`
+			} `json:"source"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &app); err != nil {
+		t.Fatal(err)
+	}
+	if app.Spec.Source.Chart != OperatorChart {
+		t.Fatalf("the Application installs chart %q, want %s", app.Spec.Source.Chart, OperatorChart)
+	}
+	values, err := yaml.Marshal(app.Spec.Source.Helm.ValuesObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, values, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path, err := ChartPath(OperatorChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.Run(ctx, "", "template", OperatorChart, path, "--namespace", "linkerd", "-f", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tar := Find(objs, "TrustAnchorRotation", "cluster")
+	if tar == nil {
+		t.Fatal("the chart renders no TrustAnchorRotation cluster with the Application's values")
+	}
+	ann := tar.GetAnnotations()
+	if ann["argocd.argoproj.io/sync-options"] != "Prune=false,Delete=false" || ann["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("TrustAnchorRotation annotations %v, want argocd.argoproj.io/sync-options: Prune=false,Delete=false and helm.sh/resource-policy: keep", ann)
+	}
+	dep := toTyped[appsv1.Deployment](t, Find(objs, "Deployment", OperatorChart))
+	registry := strings.TrimSuffix(app.Spec.Source.RepoURL, "/charts")
+	if img := dep.Spec.Template.Spec.Containers[0].Image; !strings.HasPrefix(img, registry+"/") {
+		t.Errorf("image %s is not in %s, the registry the Application pulls the chart from (%s)", img, registry, app.Spec.Source.RepoURL)
 	}
 }

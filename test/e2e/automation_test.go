@@ -395,14 +395,22 @@ func proxyStarts(e *Env) int {
 
 // resetSpec puts the TrustAnchorRotation's spec back to its defaults: no automation.
 func (e *Env) resetSpec(ctx context.Context) error {
+	return e.patchSpec(ctx, `{"spec":{"workloadCertificateRefreshInterval":"5m","identityIssuerRenewal":"Manual",`+
+		`"stalledAfter":{"default":"1h","identityIssuerRenewal":"24h"},`+
+		`"dataPlaneRestart":{"policy":"Manual","method":"RolloutRestart","maxConcurrent":5,"maxConcurrentPerNamespace":1,`+
+		`"namespaceSelector":null,"workloadSelector":null,"maintenanceWindows":null}}}`)
+}
+
+// patchSpec merge-patches the TrustAnchorRotation, as kubectl patch --type=merge does.
+func (e *Env) patchSpec(ctx context.Context, patch string) error {
 	dyn, err := dynamic.NewForConfig(e.Cluster.RESTConfig())
 	if err != nil {
 		return err
 	}
-	patch := []byte(`{"spec":{"workloadCertificateRefreshInterval":"5m","identityIssuerRenewal":"Manual",` +
-		`"dataPlaneRestart":{"policy":"Manual","method":"RolloutRestart","maxConcurrent":5,"maxConcurrentPerNamespace":1,` +
-		`"namespaceSelector":null,"workloadSelector":null,"maintenanceWindows":null}}}`)
 	gvr := v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.Resource)
-	_, err = dyn.Resource(gvr).Patch(ctx, rotationName, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
+	_, err = dyn.Resource(gvr).Patch(ctx, rotationName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("patching TrustAnchorRotation %s with %s: %w", rotationName, patch, err)
+	}
+	return nil
 }

@@ -156,6 +156,8 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 	e.checkMetric("trust_rotation_phase{phase=\"PropagatingTrustRoots\"} 1")
 	e.checkMetric(fmt.Sprintf("trust_rotation_trust_bundle_target_pods %d", apps))
 	atPhase(v1alpha1.PhasePropagatingTrustRoots)
+	checkConditions(t, tar, kstatus{ready: metav1.ConditionFalse, reconciling: metav1.ConditionTrue, stalled: metav1.ConditionFalse,
+		reason: "PropagatingTrustRoots", message: "restart: app-"})
 
 	if when == issuerAfterProxyContainersRestarted {
 		e.restartProxyContainersThenRenewIssuer()
@@ -186,6 +188,16 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 			t.Errorf("blockingMessage %q does not say how to renew the issuer", tar.Status.BlockingMessage)
 		}
 		atPhase(v1alpha1.PhaseWaitingForIdentityRotation)
+		checkConditions(t, tar, kstatus{ready: metav1.ConditionFalse, reconciling: metav1.ConditionTrue, stalled: metav1.ConditionFalse,
+			reason: "WaitingForIdentityRotation", message: "cmctl renew"})
+		// Nobody renews the issuer within spec.stalledAfter.identityIssuerRenewal: the rotation
+		// is Stalled on the renewal, for the spec's new generation; and no longer once the
+		// threshold is back to its default.
+		e.checkStalledAfter(`{"spec":{"stalledAfter":{"identityIssuerRenewal":"1s"}}}`, kstatus{ready: metav1.ConditionFalse,
+			reconciling: metav1.ConditionTrue, stalled: metav1.ConditionTrue, reason: "WaitingForIdentityRotation",
+			stalledReason: "WaitingForIssuerRenewal", message: "cmctl renew"})
+		e.checkStalledAfter(`{"spec":{"stalledAfter":{"identityIssuerRenewal":"24h"}}}`, kstatus{ready: metav1.ConditionFalse,
+			reconciling: metav1.ConditionTrue, stalled: metav1.ConditionFalse, reason: "WaitingForIdentityRotation", message: "cmctl renew"})
 		// Step 3: renew the issuer.
 		e.Renew("linkerd", "linkerd-identity-issuer")
 		tar, err = WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhaseRenewingWorkloadCerts, 2*time.Minute)
@@ -197,6 +209,8 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 			t.Fatalf("OutOfOrderIssuerRotation = %+v, want False", cond)
 		}
 	}
+	checkConditions(t, tar, kstatus{ready: metav1.ConditionFalse, reconciling: metav1.ConditionTrue, stalled: metav1.ConditionFalse,
+		reason: "RenewingWorkloadCerts"})
 	issuer := e.SecretCert("linkerd", "linkerd-identity-issuer")
 	if tar.Status.ActiveIssuerFingerprint != steps.Fingerprint(issuer) {
 		t.Errorf("activeIssuerFingerprint = %s, want %s", tar.Status.ActiveIssuerFingerprint, steps.Fingerprint(issuer))
@@ -252,6 +266,74 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 	e.checkMetric("trust_rotation_phase{phase=\"Synced\"} 1")
 	e.checkMetric("trust_rotation_workload_certificate_refresh_interval_seconds 0")
 	atPhase(v1alpha1.PhaseSynced)
+	// What kubectl wait --for=condition=Ready tar/cluster waits for: Ready=True for the current
+	// generation.
+	checkConditions(t, tar, kstatus{ready: metav1.ConditionTrue, reconciling: metav1.ConditionFalse, stalled: metav1.ConditionFalse,
+		reason: "Synced"})
+}
+
+// kstatus is the expected state of the conditions Ready, Reconciling and Stalled: reason is
+// Ready's and Reconciling's, stalledReason Stalled's when True; message is in the messages of
+// those that are not Ready=True or Stalled=False.
+type kstatus struct {
+	ready, reconciling, stalled metav1.ConditionStatus
+	reason, stalledReason       string
+	message                     string
+}
+
+// checkConditions checks the kstatus conditions of tar, each computed for its current
+// generation, and status.observedGeneration.
+func checkConditions(t testing.TB, tar *v1alpha1.TrustAnchorRotation, want kstatus) {
+	t.Helper()
+	if tar.Status.ObservedGeneration != tar.Generation {
+		t.Errorf("status.observedGeneration = %d, want the generation %d", tar.Status.ObservedGeneration, tar.Generation)
+	}
+	stalledReason := v1alpha1.ReasonNotStalled
+	if want.stalled == metav1.ConditionTrue {
+		stalledReason = want.stalledReason
+	}
+	for _, c := range []struct {
+		typ            string
+		status         metav1.ConditionStatus
+		reason         string
+		checkedMessage bool
+	}{
+		{v1alpha1.ConditionReady, want.ready, want.reason, want.ready == metav1.ConditionFalse},
+		{v1alpha1.ConditionReconciling, want.reconciling, want.reason, true},
+		{v1alpha1.ConditionStalled, want.stalled, stalledReason, want.stalled == metav1.ConditionTrue},
+	} {
+		got := meta.FindStatusCondition(tar.Status.Conditions, c.typ)
+		if got == nil {
+			t.Errorf("no condition %s in phase %s: %+v", c.typ, tar.Status.Phase, tar.Status.Conditions)
+			continue
+		}
+		if got.Status != c.status || got.Reason != c.reason || c.checkedMessage && !strings.Contains(got.Message, want.message) {
+			t.Errorf("in phase %s, %s = %s (%s: %q), want %s (%s: with %q)", tar.Status.Phase, c.typ, got.Status, got.Reason, got.Message,
+				c.status, c.reason, want.message)
+		}
+		if got.ObservedGeneration != tar.Generation {
+			t.Errorf("%s observedGeneration = %d, want the generation %d", c.typ, got.ObservedGeneration, tar.Generation)
+		}
+	}
+}
+
+// checkStalledAfter patches spec.stalledAfter and waits until the operator has acted on the new
+// generation, then checks the conditions.
+func (e *Env) checkStalledAfter(patch string, want kstatus) {
+	t := e.T
+	t.Helper()
+	if err := e.patchSpec(e.Ctx, patch); err != nil {
+		t.Fatal(err)
+	}
+	tar, err := WaitRotation(e.Ctx, e.TARs, rotationName, time.Minute, fmt.Sprintf("Stalled=%s after %s", want.stalled, patch),
+		func(tar *v1alpha1.TrustAnchorRotation) bool {
+			return tar.Status.ObservedGeneration == tar.Generation &&
+				meta.IsStatusConditionPresentAndEqual(tar.Status.Conditions, v1alpha1.ConditionStalled, want.stalled)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkConditions(t, tar, want)
 }
 
 func (e *Env) bundle() string {

@@ -36,7 +36,8 @@ func (c *Controller) holdProgress(prev, next *v1alpha1.TrustAnchorRotationStatus
 }
 
 // progressOnly reports whether two statuses differ only in convergence counts and in a blocking
-// message that is there in both.
+// message that is there in both, which the conditions' messages repeat: a condition whose type,
+// status or reason changed is written at once.
 func progressOnly(prev, next *v1alpha1.TrustAnchorRotationStatus) bool {
 	if (prev.BlockingMessage == "") != (next.BlockingMessage == "") ||
 		convergedOf(prev.TrustBundle) != convergedOf(next.TrustBundle) ||
@@ -46,6 +47,9 @@ func progressOnly(prev, next *v1alpha1.TrustAnchorRotationStatus) bool {
 	a, b := prev.DeepCopy(), next.DeepCopy()
 	for _, s := range []*v1alpha1.TrustAnchorRotationStatus{a, b} {
 		s.TrustBundle, s.WorkloadCertificates, s.BlockingMessage = nil, nil, ""
+		for i := range s.Conditions {
+			s.Conditions[i].Message = ""
+		}
 	}
 	return equality.Semantic.DeepEqual(a, b)
 }

@@ -3,6 +3,8 @@ package app
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -10,14 +12,25 @@ func TestProgressOnly(t *testing.T) {
 	converging := func(n int32) *v1alpha1.ConvergenceStatus {
 		return &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging, ConvergedPods: n, TargetPods: 10}
 	}
-	base := v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhasePropagatingTrustRoots, BlockingMessage: "Waiting for 7 pod(s)", TrustBundle: converging(3)}
+	reconciling := func(status metav1.ConditionStatus, reason, message string) []metav1.Condition {
+		return []metav1.Condition{{Type: v1alpha1.ConditionReconciling, Status: status, Reason: reason, Message: message}}
+	}
+	base := v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhasePropagatingTrustRoots, BlockingMessage: "Waiting for 7 pod(s)", TrustBundle: converging(3),
+		Conditions: reconciling(metav1.ConditionTrue, "PropagatingTrustRoots", "Waiting for 7 pod(s)")}
 	cases := map[string]struct {
 		change func(s *v1alpha1.TrustAnchorRotationStatus)
 		want   bool
 	}{
 		"more pods converged, with the message naming fewer behind": {func(s *v1alpha1.TrustAnchorRotationStatus) {
 			s.TrustBundle, s.BlockingMessage = converging(4), "Waiting for 6 pod(s)"
+			s.Conditions = reconciling(metav1.ConditionTrue, "PropagatingTrustRoots", "Waiting for 6 pod(s)")
 		}, true},
+		"a condition changed its reason": {func(s *v1alpha1.TrustAnchorRotationStatus) {
+			s.Conditions = reconciling(metav1.ConditionTrue, "WaitingForIdentityRotation", "Waiting for 7 pod(s)")
+		}, false},
+		"a condition changed its status": {func(s *v1alpha1.TrustAnchorRotationStatus) {
+			s.Conditions = reconciling(metav1.ConditionFalse, "PropagatingTrustRoots", "Waiting for 7 pod(s)")
+		}, false},
 		"the convergence completed": {func(s *v1alpha1.TrustAnchorRotationStatus) {
 			s.TrustBundle = &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 10, TargetPods: 10}
 		}, false},

@@ -5,101 +5,73 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	"github.com/argoproj/argo-cd/gitops-engine/pkg/health"
+	appv1 "github.com/argoproj/argo-cd/v3/pkg/apis/application/v1alpha1"
+	"github.com/argoproj/argo-cd/v3/util/lua"
+	"github.com/argoproj/argo-cd/v3/util/settings"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
 )
 
-const healthKey = "resource.customizations.health.trust.linkerd.io_TrustAnchorRotation"
+const argoCDNamespace = "argocd"
 
-// healthScript reads the TrustAnchorRotation health check from manifests/argocd/argocd-cm.yaml.
-func healthScript(t *testing.T) string {
+// resourceOverrides reads manifests/argocd/argocd-cm.yaml the way Argo CD does: its settings
+// manager, over a cluster that holds that ConfigMap (and the argocd-secret every Argo CD has),
+// parses the resource.customizations.* keys into resource overrides.
+func resourceOverrides(t *testing.T) map[string]appv1.ResourceOverride {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "argocd", "argocd-cm.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cm struct {
-		Data map[string]string `json:"data"`
+	cm := &corev1.ConfigMap{}
+	if err := yaml.UnmarshalStrict(data, cm); err != nil {
+		t.Fatalf("argocd-cm.yaml: %v", err)
 	}
-	if err := yaml.Unmarshal(data, &cm); err != nil {
-		t.Fatal(err)
+	if cm.Name != "argocd-cm" || cm.Namespace != argoCDNamespace {
+		t.Fatalf("argocd-cm.yaml is ConfigMap %s/%s, want argocd/argocd-cm", cm.Namespace, cm.Name)
 	}
-	script := cm.Data[healthKey]
-	if script == "" {
-		t.Fatalf("argocd-cm.yaml has no %s", healthKey)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "argocd-secret", Namespace: argoCDNamespace,
+		Labels: map[string]string{"app.kubernetes.io/part-of": "argocd"}}}
+	mgr := settings.NewSettingsManager(t.Context(), fake.NewClientset(cm, secret), argoCDNamespace)
+	overrides, err := mgr.GetResourceOverrides()
+	if err != nil {
+		t.Fatalf("Argo CD's settings manager rejects argocd-cm.yaml: %v", err)
 	}
-	return script
+	return overrides
 }
 
-// run evaluates a health script on obj as Argo CD does: the object is the global obj, and only
-// the safe part of the os library (time, date) is there.
-func run(t *testing.T, script string, obj map[string]any) (status, message string) {
+// healthOf evaluates obj's health as Argo CD's application controller does
+// (controller/health.go): gitops-engine's GetResourceHealth with the resource overrides as
+// util/lua's ResourceHealthOverrides, which runs the health check in Argo CD's Lua VM with the
+// libraries Argo CD opens for it.
+func healthOf(t *testing.T, overrides map[string]appv1.ResourceOverride, obj map[string]any) *health.HealthStatus {
 	t.Helper()
-	L := lua.NewState(lua.Options{SkipOpenLibs: true})
-	defer L.Close()
-	for _, lib := range []struct {
-		name string
-		open lua.LGFunction
-	}{{lua.LoadLibName, lua.OpenPackage}, {lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable},
-		{lua.StringLibName, lua.OpenString}, {lua.MathLibName, lua.OpenMath}} {
-		L.Push(L.NewFunction(lib.open))
-		L.Push(lua.LString(lib.name))
-		L.Call(1, 0)
+	hs, err := health.GetResourceHealth(&unstructured.Unstructured{Object: obj}, lua.ResourceHealthOverrides(overrides))
+	if err != nil {
+		t.Fatalf("Argo CD's health check fails: %v", err)
 	}
-	osTable := L.NewTable()
-	osTable.RawSetString("time", L.NewFunction(func(L *lua.LState) int {
-		if L.GetTop() != 0 {
-			L.RaiseError("the health check must not call os.time with a table: Argo CD reads it in local time")
-		}
-		L.Push(lua.LNumber(time.Now().Unix()))
-		return 1
-	}))
-	L.SetGlobal("os", osTable)
-	L.SetGlobal("obj", toLua(L, obj))
-	if err := L.DoString(script); err != nil {
-		t.Fatalf("health check failed: %v", err)
+	if hs == nil {
+		t.Fatal("Argo CD found no health check for the object")
 	}
-	hs, ok := L.Get(-1).(*lua.LTable)
-	if !ok {
-		t.Fatalf("health check returned %v, want a table", L.Get(-1))
-	}
-	return hs.RawGetString("status").String(), hs.RawGetString("message").String()
+	return hs
 }
 
-func toLua(L *lua.LState, v any) lua.LValue {
-	switch v := v.(type) {
-	case map[string]any:
-		t := L.NewTable()
-		for k, e := range v {
-			t.RawSetString(k, toLua(L, e))
-		}
-		return t
-	case []any:
-		t := L.NewTable()
-		for _, e := range v {
-			t.Append(toLua(L, e))
-		}
-		return t
-	case string:
-		return lua.LString(v)
-	case bool:
-		return lua.LBool(v)
-	case float64:
-		return lua.LNumber(v)
-	case int64:
-		return lua.LNumber(v)
-	case nil:
-		return lua.LNil
-	}
-	panic("unexpected value")
+// cond is a condition of the TrustAnchorRotation's status, as the operator writes it.
+func cond(typ, status, reason, message string) map[string]any {
+	return map[string]any{"type": typ, "status": status, "reason": reason, "message": message,
+		"lastTransitionTime": "2026-06-01T12:00:00Z", "observedGeneration": int64(2)}
 }
 
+// tar is a TrustAnchorRotation at generation 2 with the given status (none when nil).
 func tar(status map[string]any) map[string]any {
 	obj := map[string]any{
 		"apiVersion": "trust.linkerd.io/v1alpha1", "kind": "TrustAnchorRotation",
-		"metadata": map[string]any{"name": "cluster"},
+		"metadata": map[string]any{"name": "cluster", "generation": int64(2)},
 		"spec":     map[string]any{"workloadCertificateRefreshInterval": "5m"},
 	}
 	if status != nil {
@@ -108,46 +80,150 @@ func tar(status map[string]any) map[string]any {
 	return obj
 }
 
-func ago(d time.Duration) string { return time.Now().Add(-d).UTC().Format(time.RFC3339) }
+// rotation is the status of a rotation in phase: Reconciling with the phase as reason, and
+// Stalled or not, as the operator writes them.
+func rotation(phase, step, waitReason, blocking string, stalled bool) map[string]any {
+	stalledCond := cond("Stalled", "False", "NotStalled", "in phase "+phase+" since 2026-06-01T12:00:00Z; stalled after 1h")
+	if stalled {
+		stalledCond = cond("Stalled", "True", waitReason, "blocked in phase "+phase+" since 2026-06-01T12:00:00Z, longer than 1h: "+blocking)
+	}
+	return map[string]any{
+		"phase": phase, "blockingMessage": blocking, "observedGeneration": int64(2),
+		"lastPhaseTransitionTime": "2026-06-01T12:00:00Z",
+		"checkpoint":              map[string]any{"step": step, "rotation": "ab12"},
+		"conditions": []any{
+			cond("OutOfOrderIssuerRotation", "False", "IssuerRotationInOrder", "identity issuer rotation is not ahead of trust-bundle convergence"),
+			cond("Ready", "False", phase, blocking),
+			cond("Reconciling", "True", phase, blocking),
+			stalledCond,
+		},
+	}
+}
 
 func TestTrustAnchorRotationHealth(t *testing.T) {
-	script := healthScript(t)
-	// The time arithmetic must not depend on the controller's time zone.
-	for _, tz := range []string{"UTC", "America/Los_Angeles", "Asia/Kolkata"} {
-		loc, err := time.LoadLocation(tz)
-		if err != nil {
-			t.Skipf("time zone %s: %v", tz, err)
-		}
-		time.Local = loc
-		for name, tc := range map[string]struct {
+	overrides := resourceOverrides(t)
+	override, ok := overrides["trust.linkerd.io/TrustAnchorRotation"]
+	if !ok || override.HealthLua == "" {
+		t.Fatalf("Argo CD reads no TrustAnchorRotation health check from argocd-cm.yaml: %v", overrides)
+	}
+	if override.UseOpenLibs {
+		t.Fatal("the health check must run with Argo CD's default libraries, without useOpenLibs")
+	}
+
+	synced := map[string]any{
+		"phase": "Synced", "observedGeneration": int64(2), "checkpoint": map[string]any{"step": "detect-anchor-rotation"},
+		"conditions": []any{
+			cond("Ready", "True", "Synced", "no rotation in progress, and nothing blocks the operator"),
+			cond("Reconciling", "False", "Synced", "no rotation in progress"),
+			cond("Stalled", "False", "NotStalled", ""),
+		},
+	}
+	cases := map[string]struct {
+		status      map[string]any
+		want        health.HealthStatusCode
+		wantMessage string
+	}{
+		"no status yet": {nil, health.HealthStatusProgressing, "Waiting for the operator"},
+		"a status without conditions, from an operator without them": {map[string]any{"phase": "Synced"},
+			health.HealthStatusProgressing, "Waiting for the operator"},
+		"Synced and Ready": {synced, health.HealthStatusHealthy, "no rotation in progress"},
+		"Ready for an older generation of the spec": {func() map[string]any {
+			s := map[string]any{}
+			for k, v := range synced {
+				s[k] = v
+			}
+			s["observedGeneration"] = int64(1)
+			return s
+		}(), health.HealthStatusProgressing, "latest spec"},
+		"bootstrapping": {map[string]any{
+			"phase": "Synced", "observedGeneration": int64(2), "checkpoint": map[string]any{"step": "bootstrap"},
+			"conditions": []any{
+				cond("Ready", "False", "Bootstrapping", "step bootstrap: Secret linkerd/linkerd-previous-anchor is missing"),
+				cond("Reconciling", "True", "Bootstrapping", "step bootstrap: Secret linkerd/linkerd-previous-anchor is missing"),
+				cond("Stalled", "False", "NotStalled", "in phase Synced since 2026-06-01T12:00:00Z; stalled after 1h"),
+			},
+		}, health.HealthStatusProgressing, "Bootstrapping: step bootstrap: Secret linkerd/linkerd-previous-anchor is missing"},
+		"Synced but blocked for longer than the threshold": {map[string]any{
+			"phase": "Synced", "observedGeneration": int64(2), "blockingMessage": "trust anchor Secret cert-manager/linkerd-trust-anchor not found",
+			"conditions": []any{
+				cond("Ready", "False", "TrustAnchorUnavailable", "trust anchor Secret cert-manager/linkerd-trust-anchor not found"),
+				cond("Reconciling", "True", "TrustAnchorUnavailable", "trust anchor Secret cert-manager/linkerd-trust-anchor not found"),
+				cond("Stalled", "True", "TrustAnchorUnavailable", "blocked in phase Synced since 2026-06-01T12:00:00Z, longer than 1h: trust anchor Secret cert-manager/linkerd-trust-anchor not found"),
+			},
+		}, health.HealthStatusDegraded, "TrustAnchorUnavailable: blocked in phase Synced"},
+		"a TrustAnchorRotation the operator ignores": {map[string]any{
+			"conditions": []any{cond("Ignored", "True", "NotDrivenByOperator", `the trust-rotation operator drives only TrustAnchorRotation "cluster" (its --rotation-name); this object is ignored`)},
+		}, health.HealthStatusDegraded, `drives only TrustAnchorRotation "cluster"`},
+	}
+	for _, p := range []struct{ phase, step, waitReason, blocking string }{
+		{"RefreshingControlPlane", "refresh-control-plane", "ControlPlaneRollingOut", "Waiting for the rollout of Deployment linkerd/linkerd-destination: 0 of 1 updated replicas are available"},
+		{"PropagatingTrustRoots", "propagate-trust-roots", "TrustBundleConverging", "Waiting for 2 pod(s) to converge on the expanded trust bundle; restart: emojivoto/Deployment/web (2 pods)"},
+		{"WaitingForRemoteClusters", "wait-for-remote-clusters", "RemoteClustersConverging", "Waiting for 1 remote cluster(s)"},
+		{"WaitingForIdentityRotation", "wait-for-identity-issuer", "WaitingForIssuerRenewal", "Waiting for the identity issuer to be renewed onto the new trust anchor: cmctl renew -n linkerd linkerd-identity-issuer"},
+		{"RenewingWorkloadCerts", "renew-workload-certificates", "WorkloadCertificatesRenewing", "Waiting for 3 pod(s) to present a certificate from the new identity issuer"},
+		{"RemovingOldTrustRoots", "remove-old-trust-roots", "TrustBundleConverging", "Waiting for 2 pod(s) to converge on the reduced trust bundle"},
+	} {
+		cases[p.phase+", within its threshold"] = struct {
 			status      map[string]any
-			want, inMsg string
-		}{
-			"no status yet is progressing": {nil, "Progressing", "operator"},
-			"synced after bootstrap is healthy": {map[string]any{"phase": "Synced", "lastPhaseTransitionTime": ago(1000 * time.Hour),
-				"checkpoint": map[string]any{"step": "detect-anchor-rotation"}}, "Healthy", "Synced"},
-			"synced while bootstrapping is progressing": {map[string]any{"phase": "Synced", "lastPhaseTransitionTime": ago(time.Minute),
-				"checkpoint": map[string]any{"step": "bootstrap"}}, "Progressing", "Bootstrapping"},
-			"synced but blocked is progressing": {map[string]any{"phase": "Synced", "blockingMessage": "trust anchor Secret cert-manager/linkerd-trust-anchor is missing",
-				"checkpoint": map[string]any{"step": "detect-anchor-rotation"}}, "Progressing", "is missing"},
-			"a rotation under way is progressing": {map[string]any{"phase": "PropagatingTrustRoots", "lastPhaseTransitionTime": ago(59 * time.Minute),
-				"blockingMessage": "Waiting for 2 pod(s)"}, "Progressing", "Waiting for 2 pod(s)"},
-			"a phase beyond its threshold is degraded": {map[string]any{"phase": "PropagatingTrustRoots", "lastPhaseTransitionTime": ago(61 * time.Minute),
-				"blockingMessage": "Waiting for 2 pod(s)"}, "Degraded", "Blocked in PropagatingTrustRoots for 61m"},
-			"waiting for the issuer renewal for hours is progressing": {map[string]any{"phase": "WaitingForIdentityRotation", "lastPhaseTransitionTime": ago(23 * time.Hour)},
-				"Progressing", "WaitingForIdentityRotation"},
-			"waiting for the issuer renewal for days is degraded": {map[string]any{"phase": "WaitingForIdentityRotation", "lastPhaseTransitionTime": ago(25 * time.Hour)},
-				"Degraded", "WaitingForIdentityRotation"},
-			"a transition time with fractional seconds still parses": {map[string]any{"phase": "RemovingOldTrustRoots",
-				"lastPhaseTransitionTime": time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339Nano)}, "Degraded", "RemovingOldTrustRoots"},
-		} {
-			t.Run(tz+"/"+name, func(t *testing.T) {
-				status, msg := run(t, script, tar(tc.status))
-				if status != tc.want || !strings.Contains(msg, tc.inMsg) {
-					t.Errorf("health %s %q, want %s with %q", status, msg, tc.want, tc.inMsg)
-				}
-			})
+			want        health.HealthStatusCode
+			wantMessage string
+		}{rotation(p.phase, p.step, p.waitReason, p.blocking, false), health.HealthStatusProgressing, p.phase + ": " + p.blocking}
+		cases[p.phase+", stalled"] = struct {
+			status      map[string]any
+			want        health.HealthStatusCode
+			wantMessage string
+		}{rotation(p.phase, p.step, p.waitReason, p.blocking, true), health.HealthStatusDegraded,
+			p.waitReason + ": blocked in phase " + p.phase + " since 2026-06-01T12:00:00Z, longer than 1h: " + p.blocking}
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			hs := healthOf(t, overrides, tar(c.status))
+			if hs.Status != c.want || !strings.Contains(hs.Message, c.wantMessage) {
+				t.Errorf("health %s %q, want %s with %q", hs.Status, hs.Message, c.want, c.wantMessage)
+			}
+		})
+	}
+}
+
+// Argo CD's Lua VM runs a health check without Lua's string and math libraries, and with os
+// only through require("os"): the check above runs in an environment where a script that
+// relies on them fails.
+func TestArgoCDHealthChecksHaveNoStringOrMathLibrary(t *testing.T) {
+	for _, script := range []string{
+		`return {status = string.format("%s", "Healthy")}`,
+		`return {status = "Healthy", message = tostring(math.floor(1.5))}`,
+		`return {status = "Healthy", message = tostring(os.time())}`,
+	} {
+		overrides := map[string]appv1.ResourceOverride{"trust.linkerd.io/TrustAnchorRotation": {HealthLua: script}}
+		hs, err := health.GetResourceHealth(&unstructured.Unstructured{Object: tar(nil)}, lua.ResourceHealthOverrides(overrides))
+		if err == nil {
+			t.Errorf("%s: health %+v, want an error", script, hs)
 		}
 	}
-	time.Local = time.UTC
+}
+
+func TestApplicationHealth(t *testing.T) {
+	overrides := resourceOverrides(t)
+	app := func(status map[string]any) map[string]any {
+		obj := map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+			"metadata": map[string]any{"name": "trust-rotation-operator", "namespace": argoCDNamespace}}
+		if status != nil {
+			obj["status"] = status
+		}
+		return obj
+	}
+	for name, c := range map[string]struct {
+		status map[string]any
+		want   health.HealthStatusCode
+	}{
+		"not synced yet": {nil, health.HealthStatusProgressing},
+		"healthy":        {map[string]any{"health": map[string]any{"status": "Healthy"}}, health.HealthStatusHealthy},
+		"degraded":       {map[string]any{"health": map[string]any{"status": "Degraded", "message": "stalled"}}, health.HealthStatusDegraded},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if hs := healthOf(t, overrides, app(c.status)); hs.Status != c.want {
+				t.Errorf("health %s %q, want %s", hs.Status, hs.Message, c.want)
+			}
+		})
+	}
 }

@@ -64,6 +64,30 @@ const (
 	MessageIssuerRotatedOutOfOrder = "identity issuer was renewed onto the new trust anchor before the expanded trust bundle converged; linkerd-identity keeps the previous issuer until it is restarted after convergence"
 )
 
+// The kstatus conditions (sigs.k8s.io/cli-utils/pkg/kstatus), which kubectl wait, Argo CD, Flux
+// and kstatus read without knowing the phases:
+//
+//   - Ready is True when the rotation is Synced and nothing blocks the operator (bootstrap done).
+//   - Reconciling is True while the operator works towards that: a rotation in progress (the
+//     reason is the phase), bootstrap (Bootstrapping), or a Synced rotation the operator must
+//     act on or is blocked on (the reason is the workflow's: TrustAnchorUnavailable, ...).
+//   - Stalled is True when the rotation has waited in one phase longer than spec.stalledAfter
+//     allows; the reason is what it waits on (WaitingForIssuerRenewal, TrustBundleConverging,
+//     ...) and the message the blocking message.
+const (
+	ConditionReady       = "Ready"
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+
+	// ReasonSynced: no rotation in progress and nothing to do (Ready=True, Reconciling=False).
+	ReasonSynced = "Synced"
+	// ReasonBootstrapping: the operator creates linkerd-previous-anchor and
+	// linkerd-identity-trust-roots (Reconciling=True, Ready=False).
+	ReasonBootstrapping = "Bootstrapping"
+	// ReasonNotStalled: Stalled=False.
+	ReasonNotStalled = "NotStalled"
+)
+
 // ConditionIgnored is True on a TrustAnchorRotation the operator does not drive: it drives only
 // the object named by its --rotation-name flag ("cluster").
 const (
@@ -124,6 +148,34 @@ type TrustAnchorRotationSpec struct {
 	// +kubebuilder:default=Manual
 	// +optional
 	IdentityIssuerRenewal RenewalPolicy `json:"identityIssuerRenewal,omitempty"`
+
+	// StalledAfter is how long the rotation may wait in one phase before the operator reports it
+	// stalled (condition Stalled=True): blocked on something that needs a person.
+	// +kubebuilder:default={}
+	// +optional
+	StalledAfter StalledAfter `json:"stalledAfter,omitempty"`
+}
+
+// StalledAfter holds the thresholds of the Stalled condition: how long the rotation may wait in
+// one phase (or, when Synced, be blocked) before it counts as stalled. Go durations, such as 90m.
+type StalledAfter struct {
+	// Default applies to every phase but WaitingForIdentityRotation.
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="must be at least 1s"
+	// +optional
+	Default *metav1.Duration `json:"default,omitempty"`
+
+	// IdentityIssuerRenewal applies in WaitingForIdentityRotation, which waits for the identity
+	// issuer to be renewed onto the new trust anchor: with spec.identityIssuerRenewal Manual, a
+	// person runs cmctl renew.
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="must be at least 1s"
+	// +optional
+	IdentityIssuerRenewal *metav1.Duration `json:"identityIssuerRenewal,omitempty"`
 }
 
 // RenewalPolicy says whether the operator acts by itself.
@@ -278,7 +330,8 @@ type TrustAnchorRotationStatus struct {
 	// +optional
 	InFlightAnchors []string `json:"inFlightAnchors,omitempty"`
 
-	// Conditions describe notable rotation states, such as OutOfOrderIssuerRotation.
+	// Conditions describe the rotation the way kstatus does (Ready, Reconciling, Stalled) and
+	// notable rotation states, such as OutOfOrderIssuerRotation.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
