@@ -77,6 +77,12 @@ type Workload struct {
 	Progress string
 	// Failed says why the rollout failed (progress deadline exceeded), when it did.
 	Failed string
+	// NoRollout says why a change of its pod template does not replace its pods ("" when it
+	// does): a StatefulSet or DaemonSet with updateStrategy OnDelete, or a StatefulSet whose
+	// rolling update has a partition (pods below it stay on their revision). Such a workload is
+	// restarted by eviction whatever spec.dataPlaneRestart.method says, as the pods a template
+	// change would never replace are exactly what a rotation needs replaced.
+	NoRollout string
 	// Settling says, after the operator evicted pods of the workload, that its controller's
 	// status has not changed since: the cached status predates the eviction, so RolledOut says
 	// nothing about it yet ("" once the status moved, or when nothing was evicted).
@@ -141,6 +147,12 @@ func AutomatedBy(step string, spec v1alpha1.TrustAnchorRotationSpec) string {
 // automaticRestarts reports whether the operator restarts workloads itself.
 func (s *State) automaticRestarts() bool {
 	return s.Spec.DataPlaneRestart.Policy == v1alpha1.Automatic
+}
+
+// evicts reports whether the operator restarts w by evicting its pods: the Evict method, or a
+// workload whose pods a template change does not replace (NoRollout).
+func (s *State) evicts(w *Workload) bool {
+	return s.restartMethod() == v1alpha1.Evict || w.NoRollout != ""
 }
 
 func (s *State) restartMethod() v1alpha1.RestartMethod {
@@ -253,8 +265,8 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 	if maxNS < 1 {
 		maxNS = 1
 	}
-	evict := s.restartMethod() == v1alpha1.Evict
 	ours := func(w *Workload) bool {
+		evict := s.evicts(w)
 		return token != "" && (!evict && w.RestartedAt == token || evict && w.EvictedFor == token)
 	}
 	perNS := map[string]int{}
@@ -275,7 +287,7 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 		if isBehind[k] || !w.Found || s.isControlPlane(w.WorkloadRef) {
 			continue
 		}
-		if ours(w) && !w.restarted(evict) || !ours(w) && s.restarting(w) {
+		if ours(w) && !w.restarted(s.evicts(w)) || !ours(w) && s.restarting(w) {
 			plan.inProgress = append(plan.inProgress, w)
 			perNS[w.Namespace]++
 		}
@@ -311,7 +323,7 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 			candidates = append(candidates, w)
 		case w.Failed != "":
 			plan.failed = append(plan.failed, fmt.Sprintf("the rollout of %s failed: %s", key, w.Failed))
-		case evict && len(evictable(p, w, token)) > 0:
+		case s.evicts(w) && len(evictable(p, w, token)) > 0:
 			// Being evicted: more pods to evict, when the budget of its PDB lets them go and the
 			// status shows the previous eviction settled. A PodDisruptionBudget allows the next
 			// disruption as soon as the replacement pod is ready, often before the Deployment's
@@ -328,7 +340,7 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 			case w.RolledOut && w.Settling == "":
 				plan.evict = append(plan.evict, w)
 			}
-		case !w.restarted(evict):
+		case !w.restarted(s.evicts(w)):
 			plan.inProgress = append(plan.inProgress, w)
 			perNS[w.Namespace]++
 		default:
@@ -353,7 +365,7 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 			plan.waiting++
 			continue
 		}
-		if evict && w.PDB != "" && w.DisruptionsAllowed <= 0 {
+		if s.evicts(w) && w.PDB != "" && w.DisruptionsAllowed <= 0 {
 			plan.blocked = append(plan.blocked, fmt.Sprintf("PodDisruptionBudget %s/%s allows no disruption of %s", w.Namespace, w.PDB, w.String()))
 			plan.waiting++
 			continue
@@ -535,18 +547,25 @@ func (s *State) observeRestarts(p restartPurpose, token, behind string) workflow
 }
 
 func describeStarts(s *State, plan restartPlan, p restartPurpose, token string) string {
-	var out []string
-	how := "rollout restart"
-	if s.restartMethod() == v1alpha1.Evict {
-		how = "evict the pods of"
-	}
+	var restarts, evictions []string
 	for _, w := range plan.start {
-		out = append(out, w.String())
+		switch {
+		case w.NoRollout != "" && s.restartMethod() != v1alpha1.Evict:
+			evictions = append(evictions, w.String()+" ("+w.NoRollout+")")
+		case s.evicts(w):
+			evictions = append(evictions, w.String())
+		default:
+			restarts = append(restarts, w.String())
+		}
 	}
-	msg := ""
-	if len(out) > 0 {
-		msg = how + " " + strings.Join(out, ", ")
+	var parts []string
+	if len(restarts) > 0 {
+		parts = append(parts, "rollout restart "+strings.Join(restarts, ", "))
 	}
+	if len(evictions) > 0 {
+		parts = append(parts, "evict the pods of "+strings.Join(evictions, ", "))
+	}
+	msg := strings.Join(parts, "; ")
 	if len(plan.evict) > 0 {
 		var more []string
 		for _, w := range plan.evict {
@@ -571,9 +590,8 @@ func actRestarts(w Writer, p restartPurpose) func(context.Context, *State, strin
 		if len(plan.failed) > 0 {
 			return nil
 		}
-		evict := s.restartMethod() == v1alpha1.Evict
 		for _, wl := range plan.start {
-			if evict {
+			if s.evicts(wl) {
 				if err := w.AnnotateWorkload(ctx, wl.WorkloadRef, map[string]string{EvictedForAnnotation: token}); err != nil {
 					return err
 				}

@@ -278,6 +278,48 @@ func TestPropagateTrustRootsAutomatic(t *testing.T) {
 	}
 }
 
+// A StatefulSet with updateStrategy OnDelete, or a partition, never replaces its pods on a
+// template change: under RolloutRestart it is restarted by eviction (within the budget and its
+// PDB), the Deployment beside it by a rollout, and it counts as restarted once its evicted pods
+// are replaced, with no template change.
+func TestWorkloadsThatDoNotRollAreEvicted(t *testing.T) {
+	p := newPKI(t)
+	noRollout := func(why string) workloadOpt { return func(w *Workload) { w.NoRollout = why } }
+	s := rotatingState(p, automatic(func(d *v1alpha1.DataPlaneRestart) { d.MaxConcurrent = 3 }), bundlePods(0, 3),
+		workload("a/StatefulSet/db", noRollout("updateStrategy OnDelete"), behindPods("db-0", "db-1")),
+		workload("b/StatefulSet/kv", noRollout("rolling update partition 2"), behindPods("kv-0")),
+		workload("c/Deployment/web"))
+	d := observeBundleRestarts(propagate, "expanded")(s, "")
+	want := "rollout restart c/Deployment/web; evict the pods of a/StatefulSet/db (updateStrategy OnDelete), b/StatefulSet/kv (rolling update partition 2)"
+	if d.Outcome != workflow.Act || !strings.Contains(d.Message, want) {
+		t.Fatalf("got %v %q, want an act saying %q", d.Outcome, d.Message, want)
+	}
+	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	if err := actRestarts(w, propagate)(context.Background(), s, "T"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(w.evicted, ","); got != "db-0,db-1,kv-0" {
+		t.Errorf("evicted %s, want db-0,db-1,kv-0", got)
+	}
+	if w.restarts["a/StatefulSet/db"] != 0 || w.restarts["b/StatefulSet/kv"] != 0 || w.restarts["c/Deployment/web"] != 1 {
+		t.Errorf("template restarts %v: only the Deployment rolls", w.restarts)
+	}
+	for _, k := range []string{"a/StatefulSet/db", "b/StatefulSet/kv"} {
+		if wl := s.Workloads[k]; wl.EvictedFor != "T" || wl.RefreshOverride != "" {
+			t.Errorf("%s: evicted-for %q, override %q: want evicted under T, template untouched", k, wl.EvictedFor, wl.RefreshOverride)
+		}
+	}
+	// Replaced and ready, the evicted ones are restarted; the Deployment still rolls.
+	for _, k := range []string{"a/StatefulSet/db", "b/StatefulSet/kv"} {
+		wl := s.Workloads[k]
+		wl.BundleBehind, wl.Replicas, wl.Running = nil, 2, 2
+	}
+	d = observeBundleRestarts(propagate, "expanded")(s, "T")
+	if d.Outcome != workflow.Wait || !strings.Contains(d.Message, "restarting c/Deployment/web") || strings.Contains(d.Message, "StatefulSet") {
+		t.Fatalf("got %v %q, want only c/Deployment/web still restarting", d.Outcome, d.Message)
+	}
+}
+
 func TestRemoveOldTrustRootsRemovesTheOverride(t *testing.T) {
 	p := newPKI(t)
 	_, marker, _ := AddRefreshOverride("", 5*time.Minute)

@@ -526,6 +526,7 @@ func (a *automation) describe(s *steps.State, w *steps.Workload) {
 	w.EvictedFor = m.GetAnnotations()[steps.EvictedForAnnotation]
 	w.RolledOut, w.Progress, w.Failed = rollout(obj)
 	w.Replicas = replicas(obj)
+	w.NoRollout = noRollout(obj)
 	a.overlay(w)
 	if !a.statusSeen(obj) {
 		w.Settling = "waiting for its status to show the eviction"
@@ -590,6 +591,27 @@ func replicas(obj any) int32 {
 	return 0
 }
 
+// noRollout says why a change of the workload's pod template does not replace its pods, "" when
+// it does: updateStrategy OnDelete, or a StatefulSet's partition (the pods below it keep their
+// revision).
+func noRollout(obj any) string {
+	switch o := obj.(type) {
+	case *appsv1.StatefulSet:
+		u := o.Spec.UpdateStrategy
+		switch {
+		case u.Type == appsv1.OnDeleteStatefulSetStrategyType:
+			return "updateStrategy OnDelete"
+		case u.RollingUpdate != nil && u.RollingUpdate.Partition != nil && *u.RollingUpdate.Partition > 0:
+			return fmt.Sprintf("rolling update partition %d", *u.RollingUpdate.Partition)
+		}
+	case *appsv1.DaemonSet:
+		if o.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType {
+			return "updateStrategy OnDelete"
+		}
+	}
+	return ""
+}
+
 // rollout reports whether a workload's latest template is rolled out and available (the tests
 // of `kubectl rollout status`), what it waits for, and why it failed.
 func rollout(obj any) (done bool, progress, failed string) {
@@ -623,6 +645,13 @@ func rollout(obj any) (done bool, progress, failed string) {
 		switch {
 		case o.Generation > st.ObservedGeneration:
 			return false, "waiting for the statefulset spec update to be observed", ""
+		case noRollout(o) != "":
+			// Its pods are replaced by eviction, not by a rollout: restarted when all are
+			// ready again, whatever revision they run.
+			if st.ReadyReplicas < want || st.AvailableReplicas < want {
+				return false, fmt.Sprintf("%d of %d pods ready", st.ReadyReplicas, want), ""
+			}
+			return true, "", ""
 		case st.UpdatedReplicas < want || st.UpdateRevision != "" && st.CurrentRevision != st.UpdateRevision:
 			return false, fmt.Sprintf("%d of %d pods updated", st.UpdatedReplicas, want), ""
 		case st.ReadyReplicas < want:
@@ -634,7 +663,7 @@ func rollout(obj any) (done bool, progress, failed string) {
 		switch {
 		case o.Generation > st.ObservedGeneration:
 			return false, "waiting for the daemonset spec update to be observed", ""
-		case st.UpdatedNumberScheduled < st.DesiredNumberScheduled:
+		case noRollout(o) == "" && st.UpdatedNumberScheduled < st.DesiredNumberScheduled:
 			return false, fmt.Sprintf("%d of %d pods updated", st.UpdatedNumberScheduled, st.DesiredNumberScheduled), ""
 		case st.NumberAvailable < st.DesiredNumberScheduled:
 			return false, fmt.Sprintf("%d of %d pods available", st.NumberAvailable, st.DesiredNumberScheduled), ""
