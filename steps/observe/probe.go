@@ -74,9 +74,8 @@ func ProbePod(ctx context.Context, dial DialFunc, p *Pod, timeout time.Duration)
 	return LeafIssuer(chain)
 }
 
-// probeResult is the last probe of one pod incarnation.
+// probeResult is the last probe of one pod incarnation (one UID).
 type probeResult struct {
-	uid      string
 	issuer   string // fingerprint of the leaf's issuer; "" when the probe failed
 	err      string
 	failures int
@@ -96,11 +95,20 @@ type CertTracker struct {
 	notify      func()
 	queue       *probeQueue
 
-	mu      sync.Mutex
-	active  string
-	urgent  bool
-	results map[string]*probeResult // by pod key
-	ok      map[string]bool         // pods converged on the active issuer
+	mu     sync.Mutex
+	active string
+	urgent bool
+	// live holds the UIDs of the alive meshed pods of the index, kept by PodChanged: the pods
+	// the tracker counts. results and ok are keyed by UID too, not by name: a pod replaced under
+	// the same name (a StatefulSet's, or a bare pod recreated) is another incarnation that must
+	// be probed on its own. Both hold only live pods: PodChanged drops a pod's entries when it
+	// goes, and a probe that ends after its pod went stores nothing. So ok ⊆ live, and the
+	// counts are len(ok) of len(live), both read under mu.
+	live    map[string]struct{}
+	results map[string]*probeResult
+	ok      map[string]bool // pods converged on the active issuer
+	// probed, when set (tests), is called after each probe is accounted for.
+	probed func(key, uid string)
 }
 
 // Backoff of probes of a pod that has not converged. A probe that fails (the proxy has no
@@ -137,24 +145,29 @@ func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout tim
 	return &CertTracker{
 		index: index, dial: dial, timeout: timeout, concurrency: max(concurrency, 1), notify: notify,
 		queue:   newProbeQueue(),
+		live:    map[string]struct{}{},
 		results: map[string]*probeResult{},
 		ok:      map[string]bool{},
 	}
 }
 
-// PodChanged is the PodIndex's change hook: it forgets what it knew of a replaced or deleted
-// pod, and schedules a probe of a pod that started running.
+// PodChanged is the PodIndex's change hook, which must see every change from the index's
+// creation: it keeps the set of pods the tracker counts, forgets what it knew of a replaced or
+// deleted pod, and schedules a probe of a pod that started running.
 func (t *CertTracker) PodChanged(old, cur *Pod) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if old != nil && (cur == nil || cur.UID != old.UID || !cur.Alive) {
-		delete(t.results, old.Key())
-		delete(t.ok, old.Key())
+	if old != nil && (cur == nil || cur.UID != old.UID || !cur.Alive || !cur.Meshed) {
+		delete(t.live, old.UID)
+		delete(t.results, old.UID)
+		delete(t.ok, old.UID)
 	}
-	if cur != nil && cur.Meshed && cur.Alive && cur.Running && !t.ok[cur.Key()] && t.active != "" {
-		if r := t.results[cur.Key()]; r == nil || r.uid != cur.UID {
-			t.queue.Add(cur.Key(), laneSoon)
-		}
+	if cur == nil || !cur.Meshed || !cur.Alive {
+		return
+	}
+	t.live[cur.UID] = struct{}{}
+	if cur.Running && !t.ok[cur.UID] && t.active != "" && t.results[cur.UID] == nil {
+		t.queue.Add(cur.Key(), laneSoon)
 	}
 }
 
@@ -170,9 +183,9 @@ func (t *CertTracker) SetActive(issuer string, urgent bool) {
 	t.active, t.urgent = issuer, urgent
 	if changed {
 		t.ok = map[string]bool{}
-		for k, r := range t.results {
+		for uid, r := range t.results {
 			if r.issuer != "" && r.issuer == issuer {
-				t.ok[k] = true
+				t.ok[uid] = true
 			}
 		}
 	}
@@ -180,11 +193,11 @@ func (t *CertTracker) SetActive(issuer string, urgent bool) {
 		// Everything not converged is probed again now; pods last seen on another issuer
 		// after those never probed or whose probe failed (see probeQueue).
 		t.index.Each(func(p *Pod) {
-			if p.Running && !t.ok[p.Key()] {
+			if p.Running && !t.ok[p.UID] {
 				l := laneSoon
-				if r := t.results[p.Key()]; r != nil {
+				if r := t.results[p.UID]; r != nil {
 					r.failures = 0
-					if r.uid == p.UID && r.err == "" {
+					if r.err == "" {
 						l = laneLater
 					}
 				}
@@ -195,25 +208,27 @@ func (t *CertTracker) SetActive(issuer string, urgent bool) {
 }
 
 // Certificates counts the alive meshed pods whose live certificate is from the active issuer.
+// It counts pods that are there, each by its own incarnation's probe: never a pod that is gone,
+// nor a pod replaced under the same name by what its predecessor presented.
 func (t *CertTracker) Certificates() steps.Convergence {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := steps.Convergence{Converged: len(t.ok), Target: t.index.MeshedPods()}
+	c := steps.Convergence{Converged: len(t.ok), Target: len(t.live)}
 	if c.Done() {
 		return c
 	}
 	behind := map[string]int{}
 	t.index.Each(func(p *Pod) {
-		if t.ok[p.Key()] {
+		if t.ok[p.UID] {
 			return
 		}
 		behind[p.Workload]++
 		if len(c.Pods) < behindLimit {
 			reason := "not probed yet"
-			switch r := t.results[p.Key()]; {
+			switch r := t.results[p.UID]; {
 			case !p.Running:
 				reason = "not running"
-			case r == nil || r.uid != p.UID:
+			case r == nil:
 			case r.err != "":
 				reason = "probe failed: " + r.err
 			default:
@@ -263,10 +278,17 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	}
 
 	t.mu.Lock()
-	r := t.results[key]
-	if r == nil || r.uid != p.UID {
-		r = &probeResult{uid: p.UID}
-		t.results[key] = r
+	if _, live := t.live[p.UID]; !live {
+		// The pod was deleted, or replaced under the same name, while it was probed: what it
+		// presented says nothing of any pod there is now (PodChanged queued a replacement).
+		t.mu.Unlock()
+		t.afterProbe(key, p.UID)
+		return true
+	}
+	r := t.results[p.UID]
+	if r == nil {
+		r = &probeResult{}
+		t.results[p.UID] = r
 	}
 	r.issuer, r.err = intern(issuer), "" // every pod shares one of a few issuers
 	if err != nil {
@@ -274,13 +296,13 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 		r.failures++
 		klog.FromContext(ctx).V(4).Info("Probe failed", "pod", key, "err", err)
 	}
-	wasOK := t.ok[key]
+	wasOK := t.ok[p.UID]
 	nowOK := err == nil && issuer == t.active
 	if nowOK {
-		t.ok[key] = true
+		t.ok[p.UID] = true
 		r.failures = 0
 	} else {
-		delete(t.ok, key)
+		delete(t.ok, p.UID)
 		if err == nil {
 			r.failures++
 		}
@@ -305,5 +327,12 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	if wasOK != nowOK && t.notify != nil {
 		t.notify()
 	}
+	t.afterProbe(key, p.UID)
 	return true
+}
+
+func (t *CertTracker) afterProbe(key, uid string) {
+	if t.probed != nil {
+		t.probed(key, uid)
+	}
 }
