@@ -24,7 +24,7 @@ type Snapshot struct {
 // of meshed pods (label selector linkerd.io/control-plane-ns), through the same converters the
 // operator's informers feed, so a CLI sees what the operator sees. The trust-bundle convergence
 // is counted against the desired bundle, as the operator counts it; State.Certificates is left
-// empty: it needs live probes (see ProbeAll and CertificateConvergence).
+// empty: it needs live probes (see ProbeAll and CertificateCheck).
 //
 // A missing object is not an error (the State says it is missing); any other failed read is.
 func Read(ctx context.Context, kube kubernetes.Interface, cfg steps.Config, now time.Time) (*Snapshot, error) {
