@@ -139,7 +139,7 @@ func AutomatedBy(step string, spec v1alpha1.TrustAnchorRotationSpec) string {
 	}
 	what := "restarts the workloads whose pods are behind"
 	if step == StepRenewWorkloadCertificates && method != v1alpha1.Evict {
-		what = "restarts the workloads whose proxies have not refreshed onto the new issuer within twice the refresh interval"
+		what = "restarts the workloads whose proxies have not refreshed onto the new anchor's issuer within twice the refresh interval"
 	}
 	return fmt.Sprintf("the operator %s (spec.dataPlaneRestart: Automatic, %s)", what, method)
 }
@@ -181,7 +181,7 @@ const (
 	// propagate: pods must be injected with the expanded bundle; the restart adds the
 	// accelerated refresh interval to the pod template.
 	propagate restartPurpose = iota
-	// renew: pods must present certificates from the new issuer (the fallback restart).
+	// renew: pods must present certificates that chain to the new anchor (the fallback restart).
 	renew
 	// reduce: pods must be injected with the reduced bundle; the restart removes the
 	// accelerated refresh interval.
@@ -827,7 +827,7 @@ func observeBundleRestarts(p restartPurpose, which string) func(*State, string) 
 func (s *State) fallbackAfter() time.Duration { return 2 * RefreshInterval(s.Spec) }
 
 // observeCertificateRestarts is the Observe of renew-workload-certificates: proxies given the
-// accelerated refresh interval move onto the new issuer by themselves; a workload whose
+// accelerated refresh interval move onto the new anchor's issuer by themselves; a workload whose
 // certificates did not move within twice the interval runs a proxy that ignores it (a Linkerd
 // older than edge-26.4.3), and is restarted (Automatic) or named (Manual). With Evict nothing
 // set the interval, so the operator restarts at once.
@@ -837,7 +837,7 @@ func observeCertificateRestarts(s *State, token string) workflow.Decision {
 		return d
 	}
 	c := s.Certificates
-	behind := fmt.Sprintf("Waiting for %d pod(s) to present a certificate from the new identity issuer %s", c.Target-c.Converged, short(s.Issuer.Fingerprint()))
+	behind := certificatesBehind(s)
 	due := !s.PhaseSince.IsZero() && !s.Now.Before(s.PhaseSince.Add(s.fallbackAfter()))
 	if !s.automaticRestarts() {
 		if due && len(c.Behind) > 0 {

@@ -119,7 +119,7 @@ func Rotation(w Writer) []workflow.Step[*State] {
 		},
 		{
 			Name: StepRenewWorkloadCertificates, Phase: p(v1alpha1.PhaseRenewingWorkloadCerts),
-			Doc:     "Wait until every meshed pod presents a certificate signed by the new issuer (restart workloads, or let proxies refresh).",
+			Doc:     "Wait until every meshed pod presents a certificate that chains to the new anchor, from the new issuer or a later renewal of it (restart workloads, or let proxies refresh).",
 			Observe: observeCertificateRestarts, Act: actRestarts(w, renew), Describe: describeRestarts(renew),
 		},
 		{
@@ -447,9 +447,10 @@ func observeCertificatesRenewed(s *State, _ string) workflow.Decision {
 	}
 	c := s.Certificates
 	if c.Done() {
-		return workflow.Completed("WorkloadCertificatesRenewed", fmt.Sprintf("%d of %d meshed pod(s) present certificates from issuer %s", c.Converged, c.Target, short(s.Issuer.Fingerprint())))
+		return workflow.Completed("WorkloadCertificatesRenewed", fmt.Sprintf("%d of %d meshed pod(s) present certificates that chain to the new trust anchor %s",
+			c.Converged, c.Target, short(s.Anchor.Fingerprint())))
 	}
-	msg := fmt.Sprintf("Waiting for %d pod(s) to present a certificate from the new identity issuer %s", c.Target-c.Converged, short(s.Issuer.Fingerprint()))
+	msg := certificatesBehind(s)
 	if len(c.Behind) > 0 {
 		msg += "; restart or wait for: " + c.describeBehind(5)
 	}
@@ -458,6 +459,15 @@ func observeCertificatesRenewed(s *State, _ string) workflow.Decision {
 		msg += fmt.Sprintf("; e.g. pod %s/%s: %s", p.Namespace, p.Name, p.Reason)
 	}
 	return workflow.Waiting("WorkloadCertificatesRenewing", msg)
+}
+
+// certificatesBehind says how many pods the certificate convergence waits for, and on what.
+// Any issuer the new anchor signs will do: a renewal of the issuer during the step (cert-manager's
+// own schedule) leaves the pods on the previous one converged.
+func certificatesBehind(s *State) string {
+	c := s.Certificates
+	return fmt.Sprintf("Waiting for %d pod(s) to present a certificate that chains to the new trust anchor %s (identity issuer now %s)",
+		c.Target-c.Converged, short(s.Anchor.Fingerprint()), short(s.Issuer.Fingerprint()))
 }
 
 // --- previous anchor ---------------------------------------------------------------------------

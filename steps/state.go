@@ -31,7 +31,8 @@ type State struct {
 	ControlPlane map[string]Deployment
 	// TrustBundle counts meshed non-control-plane pods on the DESIRED bundle's hash.
 	TrustBundle Convergence
-	// Certificates counts meshed pods whose live certificate is signed by the issuer.
+	// Certificates counts meshed pods whose live certificate chain verifies to CertificateRoot:
+	// the trust anchor of the active issuer, whichever issuer under it signed the certificate.
 	Certificates Convergence
 
 	// Spec is the TrustAnchorRotation's spec: the refresh interval and the automations.

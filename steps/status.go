@@ -115,5 +115,6 @@ func convergenceStatus(c Convergence) *v1alpha1.ConvergenceStatus {
 var renewingSteps = map[string]bool{StepRestartIdentityOnNewIssuer: true, StepRefreshControlPlaneCerts: true, StepRenewWorkloadCertificates: true}
 
 // UrgentCertificates reports whether, at the given step, the operator should probe pods that
-// have not converged on the active issuer often (the rotation waits on them) rather than rarely.
+// have not converged on the active issuer's trust anchor often (the rotation waits on them)
+// rather than rarely.
 func UrgentCertificates(step string) bool { return renewingSteps[step] }

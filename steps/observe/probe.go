@@ -51,43 +51,56 @@ func ReadChain(ctx context.Context, dial DialFunc, addr, identity string, timeou
 	return chain, nil
 }
 
-// LeafIssuer returns the fingerprint of the certificate in the chain that signed the leaf.
-func LeafIssuer(chain []*x509.Certificate) (string, error) {
-	for _, c := range chain[1:] {
+// IssuerChain returns the part of a live chain above the leaf: the certificate of the chain that
+// signed the leaf first, then the other certificates the proxy presented, in order. The
+// convergence verifies it to the rotation's certificate root (steps.ChainsTo).
+func IssuerChain(chain []*x509.Certificate) ([]*x509.Certificate, error) {
+	for i, c := range chain[1:] {
 		if steps.SignedBy(chain[0], c) {
-			return steps.Fingerprint(c), nil
+			out := make([]*x509.Certificate, 0, len(chain)-1)
+			out = append(out, c)
+			out = append(out, chain[1:i+1]...)
+			return append(out, chain[i+2:]...), nil
 		}
 	}
-	return "", errors.New("the leaf certificate is not signed by any certificate the proxy presents")
+	return nil, errors.New("the leaf certificate is not signed by any certificate the proxy presents")
 }
 
-// ProbePod reads a pod's live certificate and returns the fingerprint of its issuer.
-func ProbePod(ctx context.Context, dial DialFunc, p *Pod, timeout time.Duration) (string, error) {
+// ProbePod reads a pod's live certificate chain and returns its issuer chain (IssuerChain).
+func ProbePod(ctx context.Context, dial DialFunc, p *Pod, timeout time.Duration) ([]*x509.Certificate, error) {
 	if !p.Running {
-		return "", errors.New("pod is not running")
+		return nil, errors.New("pod is not running")
 	}
 	addr := net.JoinHostPort(p.IP, strconv.Itoa(int(p.AdminPort)))
 	chain, err := ReadChain(ctx, dial, addr, p.Identity, timeout)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return LeafIssuer(chain)
+	return IssuerChain(chain)
 }
 
-// probeResult is the last probe of one pod incarnation.
+// probeResult is the last probe of one pod incarnation (one UID).
 type probeResult struct {
-	uid      string
-	issuer   string // fingerprint of the leaf's issuer; "" when the probe failed
+	chain    *issuerChain // nil when the probe failed
 	err      string
 	failures int
 }
 
-// CertTracker probes meshed pods' live certificates and counts the pods whose leaf is signed by
-// the active issuer. It probes only pods that have not converged: a pod is probed when it starts
-// running, and again with a per-pod backoff while its certificate is from another issuer. While
-// urgent (during RenewingWorkloadCerts) the backoff is capped low so convergence is seen within
-// seconds; otherwise a pod already observed on another issuer is not probed again until the
-// active issuer changes or the rotation needs it.
+// issuerChain is an issuer chain pods present (IssuerChain), shared by every pod that presents
+// it: a mesh has a few, one per identity issuer its proxies hold certificates from.
+type issuerChain struct {
+	key    string // chainKey
+	issuer string // fingerprint of the certificate that signed the leaf
+	certs  []*x509.Certificate
+}
+
+// CertTracker probes meshed pods' live certificates and counts the pods whose chain verifies to
+// the root it is given (steps.State.CertificateRoot: the active issuer's trust anchor), whichever
+// issuer under that root signed them. It probes only pods that have not converged: a pod is
+// probed when it starts running, and again with a per-pod backoff while its chain does not verify
+// to the root. While urgent (during RenewingWorkloadCerts) the backoff is capped low so
+// convergence is seen within seconds; otherwise a pod already observed off the root's path is
+// not probed again until the root changes or the rotation needs it.
 type CertTracker struct {
 	index       *PodIndex
 	dial        DialFunc
@@ -96,11 +109,24 @@ type CertTracker struct {
 	notify      func()
 	queue       *probeQueue
 
-	mu      sync.Mutex
-	active  string
-	urgent  bool
-	results map[string]*probeResult // by pod key
-	ok      map[string]bool         // pods converged on the active issuer
+	mu     sync.Mutex
+	root   *certificateCheck
+	urgent bool
+	// chains interns the issuer chains of results; pruned to those referenced once it grows
+	// past pruneAt (every renewal of the issuer adds one).
+	chains  map[string]*issuerChain
+	pruneAt int
+	// live holds the UIDs of the alive meshed pods of the index, kept by PodChanged: the pods
+	// the tracker counts. results and ok are keyed by UID too, not by name: a pod replaced under
+	// the same name (a StatefulSet's, or a bare pod recreated) is another incarnation that must
+	// be probed on its own. Both hold only live pods: PodChanged drops a pod's entries when it
+	// goes, and a probe that ends after its pod went stores nothing. So ok ⊆ live, and the
+	// counts are len(ok) of len(live), both read under mu.
+	live    map[string]struct{}
+	results map[string]*probeResult
+	ok      map[string]bool // pods whose chain verifies to the root
+	// probed, when set (tests), is called after each probe is accounted for.
+	probed func(key, uid string)
 }
 
 // Backoff of probes of a pod that has not converged. A probe that fails (the proxy has no
@@ -137,54 +163,69 @@ func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout tim
 	return &CertTracker{
 		index: index, dial: dial, timeout: timeout, concurrency: max(concurrency, 1), notify: notify,
 		queue:   newProbeQueue(),
+		root:    newCertificateCheck(nil),
+		chains:  map[string]*issuerChain{},
+		pruneAt: minPruneAt,
+		live:    map[string]struct{}{},
 		results: map[string]*probeResult{},
 		ok:      map[string]bool{},
 	}
 }
 
-// PodChanged is the PodIndex's change hook: it forgets what it knew of a replaced or deleted
-// pod, and schedules a probe of a pod that started running.
+// PodChanged is the PodIndex's change hook, which must see every change from the index's
+// creation: it keeps the set of pods the tracker counts, forgets what it knew of a replaced or
+// deleted pod, and schedules a probe of a pod that started running.
 func (t *CertTracker) PodChanged(old, cur *Pod) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if old != nil && (cur == nil || cur.UID != old.UID || !cur.Alive) {
-		delete(t.results, old.Key())
-		delete(t.ok, old.Key())
+	if old != nil && (cur == nil || cur.UID != old.UID || !cur.Alive || !cur.Meshed) {
+		delete(t.live, old.UID)
+		delete(t.results, old.UID)
+		delete(t.ok, old.UID)
 	}
-	if cur != nil && cur.Meshed && cur.Alive && cur.Running && !t.ok[cur.Key()] && t.active != "" {
-		if r := t.results[cur.Key()]; r == nil || r.uid != cur.UID {
-			t.queue.Add(cur.Key(), laneSoon)
-		}
+	if cur == nil || !cur.Meshed || !cur.Alive {
+		return
+	}
+	t.live[cur.UID] = struct{}{}
+	if cur.Running && !t.ok[cur.UID] && t.root.root != nil && t.results[cur.UID] == nil {
+		t.queue.Add(cur.Key(), laneSoon)
 	}
 }
 
-// SetActive sets the issuer pods must converge on, and whether convergence is urgent.
-func (t *CertTracker) SetActive(issuer string, urgent bool) {
+// minPruneAt is the least number of interned issuer chains at which the tracker drops those no
+// result refers to.
+const minPruneAt = 16
+
+// SetActive sets the certificate root pods must converge on (steps.State.CertificateRoot; nil
+// when unknown), and whether convergence is urgent. Results are kept across a change of root:
+// each pod's chain is judged again against the new one.
+func (t *CertTracker) SetActive(root *x509.Certificate, urgent bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if issuer == t.active && urgent == t.urgent {
+	changed := !t.root.is(root)
+	if !changed && urgent == t.urgent {
 		return
 	}
-	changed := issuer != t.active
 	becameUrgent := urgent && !t.urgent
-	t.active, t.urgent = issuer, urgent
+	t.urgent = urgent
 	if changed {
+		t.root = newCertificateCheck(root)
 		t.ok = map[string]bool{}
-		for k, r := range t.results {
-			if r.issuer != "" && r.issuer == issuer {
-				t.ok[k] = true
+		for uid, r := range t.results {
+			if r.chain != nil && t.root.verifies(r.chain.key, r.chain.certs) {
+				t.ok[uid] = true
 			}
 		}
 	}
 	if changed || becameUrgent {
-		// Everything not converged is probed again now; pods last seen on another issuer
+		// Everything not converged is probed again now; pods last seen off the root's path
 		// after those never probed or whose probe failed (see probeQueue).
 		t.index.Each(func(p *Pod) {
-			if p.Running && !t.ok[p.Key()] {
+			if p.Running && !t.ok[p.UID] {
 				l := laneSoon
-				if r := t.results[p.Key()]; r != nil {
+				if r := t.results[p.UID]; r != nil {
 					r.failures = 0
-					if r.uid == p.UID && r.err == "" {
+					if r.err == "" {
 						l = laneLater
 					}
 				}
@@ -194,30 +235,55 @@ func (t *CertTracker) SetActive(issuer string, urgent bool) {
 	}
 }
 
-// Certificates counts the alive meshed pods whose live certificate is from the active issuer.
+// intern returns the shared issuerChain of certs. Called with t.mu held.
+func (t *CertTracker) intern(certs []*x509.Certificate) *issuerChain {
+	key := chainKey(certs)
+	if c := t.chains[key]; c != nil {
+		return c
+	}
+	if len(t.chains) >= t.pruneAt {
+		used := map[*issuerChain]bool{}
+		for _, r := range t.results {
+			used[r.chain] = true
+		}
+		for k, c := range t.chains {
+			if !used[c] {
+				delete(t.chains, k)
+			}
+		}
+		t.pruneAt = max(minPruneAt, 2*len(t.chains))
+	}
+	c := &issuerChain{key: key, issuer: steps.Fingerprint(certs[0]), certs: certs}
+	t.chains[key] = c
+	return c
+}
+
+// Certificates counts the alive meshed pods whose live certificate chain verifies to the root.
+// It counts pods that are there, each by its own incarnation's probe: never a pod that is gone,
+// nor a pod replaced under the same name by what its predecessor presented.
 func (t *CertTracker) Certificates() steps.Convergence {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := steps.Convergence{Converged: len(t.ok), Target: t.index.MeshedPods()}
+	c := steps.Convergence{Converged: len(t.ok), Target: len(t.live)}
 	if c.Done() {
 		return c
 	}
 	behind := map[string]int{}
 	t.index.Each(func(p *Pod) {
-		if t.ok[p.Key()] {
+		if t.ok[p.UID] {
 			return
 		}
 		behind[p.Workload]++
 		if len(c.Pods) < behindLimit {
 			reason := "not probed yet"
-			switch r := t.results[p.Key()]; {
+			switch r := t.results[p.UID]; {
 			case !p.Running:
 				reason = "not running"
-			case r == nil || r.uid != p.UID:
+			case r == nil:
 			case r.err != "":
 				reason = "probe failed: " + r.err
 			default:
-				reason = "certificate issued by " + shortHash(r.issuer) + ", not the active issuer " + shortHash(t.active)
+				reason = t.root.offPath(r.chain.issuer)
 			}
 			c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
 		}
@@ -257,34 +323,43 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	if !ok || !p.Meshed || !p.Alive || !p.Running {
 		return true
 	}
-	issuer, err := ProbePod(ctx, t.dial, p, t.timeout)
+	certs, err := ProbePod(ctx, t.dial, p, t.timeout)
 	if ctx.Err() != nil {
 		return false
 	}
 
 	t.mu.Lock()
-	r := t.results[key]
-	if r == nil || r.uid != p.UID {
-		r = &probeResult{uid: p.UID}
-		t.results[key] = r
+	if _, live := t.live[p.UID]; !live {
+		// The pod was deleted, or replaced under the same name, while it was probed: what it
+		// presented says nothing of any pod there is now (PodChanged queued a replacement).
+		t.mu.Unlock()
+		t.afterProbe(key, p.UID)
+		return true
 	}
-	r.issuer, r.err = intern(issuer), "" // every pod shares one of a few issuers
-	if err != nil {
+	r := t.results[p.UID]
+	if r == nil {
+		r = &probeResult{}
+		t.results[p.UID] = r
+	}
+	r.chain, r.err = nil, ""
+	if err == nil {
+		r.chain = t.intern(certs)
+	} else {
 		r.err = err.Error()
 		r.failures++
 		klog.FromContext(ctx).V(4).Info("Probe failed", "pod", key, "err", err)
 	}
-	wasOK := t.ok[key]
-	nowOK := err == nil && issuer == t.active
+	wasOK := t.ok[p.UID]
+	nowOK := err == nil && t.root.verifies(r.chain.key, r.chain.certs)
 	if nowOK {
-		t.ok[key] = true
+		t.ok[p.UID] = true
 		r.failures = 0
 	} else {
-		delete(t.ok, key)
+		delete(t.ok, p.UID)
 		if err == nil {
 			r.failures++
 		}
-		// Retry with backoff; when not urgent, a pod seen on another issuer waits for the
+		// Retry with backoff; when not urgent, a pod seen off the root's path waits for the
 		// next SetActive instead of being polled.
 		if t.urgent || err != nil {
 			limit := probeRelaxedCap
@@ -305,5 +380,12 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	if wasOK != nowOK && t.notify != nil {
 		t.notify()
 	}
+	t.afterProbe(key, p.UID)
 	return true
+}
+
+func (t *CertTracker) afterProbe(key, uid string) {
+	if t.probed != nil {
+		t.probed(key, uid)
+	}
 }

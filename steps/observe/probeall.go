@@ -2,6 +2,7 @@ package observe
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"sync"
@@ -15,8 +16,13 @@ type ProbeResult struct {
 	// Issuer is the fingerprint of the certificate that signed the pod's live leaf; "" when the
 	// probe failed.
 	Issuer string
+	// Chain is the live chain above the leaf, the leaf's issuer first (IssuerChain): what the
+	// convergence verifies to the certificate root.
+	Chain []*x509.Certificate
 	// Err says why the probe failed.
 	Err error
+
+	key string // chainKey(Chain), when known
 }
 
 // ProbeAll reads, once, the live certificate of every alive, running meshed pod, at most
@@ -42,8 +48,11 @@ func ProbeAll(ctx context.Context, dial DialFunc, pods []*Pod, concurrency int, 
 		go func() {
 			defer wg.Done()
 			for p := range work {
-				issuer, err := ProbePod(ctx, dial, p, timeout)
-				r := ProbeResult{Issuer: issuer, Err: err}
+				chain, err := ProbePod(ctx, dial, p, timeout)
+				r := ProbeResult{Chain: chain, Err: err}
+				if err == nil {
+					r.Issuer, r.key = steps.Fingerprint(chain[0]), chainKey(chain)
+				}
 				mu.Lock()
 				results[p.Key()] = r
 				mu.Unlock()
@@ -81,12 +90,22 @@ func BundleProblem(p *Pod, hash string) string {
 	return fmt.Sprintf("trust-root-sha256 %s, want %s", shortHash(p.TrustRootHash), shortHash(hash))
 }
 
-// CertificateProblem says why a meshed pod's live certificate is not from the active issuer, or
-// "" when it is. r is nil when the pod was not probed. The wording is the operator's
+// CertificateCheck judges probed pods' live chains against the rotation's certificate root
+// (steps.State.CertificateRoot: the active issuer's trust anchor), as the operator's CertTracker
+// does, remembering the verdict per chain. It is not safe for concurrent use.
+type CertificateCheck struct{ c *certificateCheck }
+
+// NewCertificateCheck returns a check against root; nil root: no pod converges.
+func NewCertificateCheck(root *x509.Certificate) *CertificateCheck {
+	return &CertificateCheck{c: newCertificateCheck(root)}
+}
+
+// Problem says why a meshed pod's live certificate has not converged, or "" when its chain
+// verifies to the root. r is nil when the pod was not probed. The wording is the operator's
 // (CertTracker.Certificates).
-func CertificateProblem(p *Pod, r *ProbeResult, active string) string {
+func (k *CertificateCheck) Problem(p *Pod, r *ProbeResult) string {
 	switch {
-	case r != nil && r.Err == nil && r.Issuer == active && active != "":
+	case r != nil && r.Err == nil && k.c.verifies(r.key, r.Chain):
 		return ""
 	case !p.Running:
 		return "not running"
@@ -95,13 +114,12 @@ func CertificateProblem(p *Pod, r *ProbeResult, active string) string {
 	case r.Err != nil:
 		return "probe failed: " + r.Err.Error()
 	}
-	return "certificate issued by " + shortHash(r.Issuer) + ", not the active issuer " + shortHash(active)
+	return k.c.offPath(r.Issuer)
 }
 
-// CertificateConvergence counts the alive meshed pods, control plane included, whose live
-// certificate is signed by the active issuer, as the operator's CertTracker counts them, naming
-// the first few that are behind.
-func CertificateConvergence(pods []*Pod, results map[string]ProbeResult, active string) steps.Convergence {
+// Convergence counts the alive meshed pods, control plane included, whose live chain verifies
+// to the root, as the operator's CertTracker counts them, naming the first few that are behind.
+func (k *CertificateCheck) Convergence(pods []*Pod, results map[string]ProbeResult) steps.Convergence {
 	var c steps.Convergence
 	behind := map[string]int{}
 	for _, p := range pods {
@@ -113,7 +131,7 @@ func CertificateConvergence(pods []*Pod, results map[string]ProbeResult, active 
 		if got, ok := results[p.Key()]; ok {
 			r = &got
 		}
-		why := CertificateProblem(p, r, active)
+		why := k.Problem(p, r)
 		if why == "" {
 			c.Converged++
 			continue

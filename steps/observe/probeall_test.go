@@ -69,31 +69,36 @@ func serveAdmin(t *testing.T, identity string, issuer *x509.Certificate, issuerK
 	return int32(n)
 }
 
-// TestProbeAllReadsLiveIssuers probes pods on the active issuer, on another issuer, and one
-// that does not answer, and counts convergence as the operator does.
+// TestProbeAllReadsLiveIssuers probes pods on the active issuer, on an earlier issuer under the
+// same (new) anchor, on an issuer under the old anchor, and one that does not answer, and counts
+// convergence on the new anchor's path as the operator does.
 func TestProbeAllReadsLiveIssuers(t *testing.T) {
-	anchor, anchorKey := newCert(t, "root", true, nil, nil)
-	active, activeKey := newCert(t, "identity-new", true, anchor, anchorKey)
-	old, oldKey := newCert(t, "identity-old", true, anchor, anchorKey)
+	oldAnchor, oldAnchorKey := newCert(t, "root-old", true, nil, nil)
+	newAnchor, newAnchorKey := newCert(t, "root-new", true, nil, nil)
+	active, activeKey := newCert(t, "identity-new", true, newAnchor, newAnchorKey)
+	earlier, earlierKey := newCert(t, "identity-new-earlier", true, newAnchor, newAnchorKey)
+	old, oldKey := newCert(t, "identity-old", true, oldAnchor, oldAnchorKey)
 	pod := func(name string, port int32) *Pod {
 		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, Meshed: true, Alive: true, Running: true,
 			IP: "127.0.0.1", AdminPort: port, Identity: name + ".app.serviceaccount.identity.linkerd.cluster.local"}
 	}
 	onActive := pod("on-active", 0)
 	onActive.AdminPort = serveAdmin(t, onActive.Identity, active, activeKey)
+	onEarlier := pod("on-earlier", 0)
+	onEarlier.AdminPort = serveAdmin(t, onEarlier.Identity, earlier, earlierKey)
 	onOld := pod("on-old", 0)
 	onOld.AdminPort = serveAdmin(t, onOld.Identity, old, oldKey)
 	closed := pod("closed", 1) // nothing listens on port 1
 	pending := pod("pending", 0)
 	pending.Running = false
-	pods := []*Pod{onActive, onOld, closed, pending}
+	pods := []*Pod{onActive, onEarlier, onOld, closed, pending}
 
 	var calls atomic.Int32
 	results := ProbeAll(t.Context(), nil, pods, 2, 2*time.Second, func(*Pod, ProbeResult) { calls.Add(1) })
-	if calls.Load() != 3 || len(results) != 3 {
-		t.Fatalf("probed %d pods (%d results), want the 3 running ones", calls.Load(), len(results))
+	if calls.Load() != 4 || len(results) != 4 {
+		t.Fatalf("probed %d pods (%d results), want the 4 running ones", calls.Load(), len(results))
 	}
-	if r := results["app/on-active"]; r.Err != nil || r.Issuer != steps.Fingerprint(active) {
+	if r := results["app/on-active"]; r.Err != nil || r.Issuer != steps.Fingerprint(active) || len(r.Chain) != 1 {
 		t.Errorf("on-active: %+v", r)
 	}
 	if r := results["app/on-old"]; r.Err != nil || r.Issuer != steps.Fingerprint(old) {
@@ -103,17 +108,24 @@ func TestProbeAllReadsLiveIssuers(t *testing.T) {
 		t.Errorf("closed: probe succeeded")
 	}
 
-	c := CertificateConvergence(pods, results, steps.Fingerprint(active))
-	if c.Converged != 1 || c.Target != 4 {
-		t.Errorf("converged %d of %d, want 1 of 4", c.Converged, c.Target)
+	c := NewCertificateCheck(newAnchor).Convergence(pods, results)
+	if c.Converged != 2 || c.Target != 5 {
+		t.Errorf("converged %d of %d, want 2 of 5: the pods on both issuers of the new anchor", c.Converged, c.Target)
 	}
 	reasons := map[string]string{}
 	for _, p := range c.Pods {
 		reasons[p.Name] = p.Reason
 	}
-	for name, want := range map[string]string{"on-old": "certificate issued by", "closed": "probe failed", "pending": "not running"} {
+	for name, want := range map[string]string{"on-old": "certificate issued by " + steps.Fingerprint(old)[:12] + ", which does not chain to " + steps.Fingerprint(newAnchor)[:12],
+		"closed": "probe failed", "pending": "not running"} {
 		if !strings.HasPrefix(reasons[name], want) {
 			t.Errorf("pod %s: reason %q, want %q…", name, reasons[name], want)
 		}
+	}
+	if c := NewCertificateCheck(oldAnchor).Convergence(pods, results); c.Converged != 1 {
+		t.Errorf("against the old anchor: %d converged, want the pod on the old issuer alone", c.Converged)
+	}
+	if c := NewCertificateCheck(nil).Convergence(pods, results); c.Converged != 0 {
+		t.Errorf("with no root: %d converged, want none", c.Converged)
 	}
 }

@@ -104,13 +104,14 @@ func TestProbeQueueShutDownWakesGet(t *testing.T) {
 }
 
 // TestCertTrackerProbesNewPodsBeforeReprobes is the case the probe lanes exist for: the issuer
-// changed, every pod of the mesh answered with the old one and is re-probed, and a new pod (a
+// moved onto the new anchor, every pod of the mesh answered with the old one and is re-probed, and a new pod (a
 // control-plane pod restarted on the new issuer, which the rotation waits on) starts. Its probe
 // must not wait for the re-probes: here they hang until the test ends.
 func TestCertTrackerProbesNewPodsBeforeReprobes(t *testing.T) {
-	anchor, anchorKey := newCert(t, "root", true, nil, nil)
-	oldIssuer, oldKey := newCert(t, "identity-old", true, anchor, anchorKey)
-	newIssuer, newKey := newCert(t, "identity-new", true, anchor, anchorKey)
+	oldAnchor, oldAnchorKey := newCert(t, "root-old", true, nil, nil)
+	newAnchor, newAnchorKey := newCert(t, "root-new", true, nil, nil)
+	oldIssuer, oldKey := newCert(t, "identity-old", true, oldAnchor, oldAnchorKey)
+	newIssuer, newKey := newCert(t, "identity-new", true, newAnchor, newAnchorKey)
 	const identity = "default.app.serviceaccount.identity.linkerd.cluster.local"
 	oldPort := serveAdmin(t, identity, oldIssuer, oldKey)
 	newPort := serveAdmin(t, identity, newIssuer, newKey)
@@ -157,7 +158,7 @@ func TestCertTrackerProbesNewPodsBeforeReprobes(t *testing.T) {
 			}
 		}
 	}
-	tracker.SetActive(steps.Fingerprint(oldIssuer), false)
+	tracker.SetActive(oldAnchor, false)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go tracker.Run(ctx)
@@ -170,7 +171,7 @@ func TestCertTrackerProbesNewPodsBeforeReprobes(t *testing.T) {
 	waitFor("every pod converged on the old issuer", func(c steps.Convergence) bool { return c.Converged == bulk })
 
 	close(hang)
-	tracker.SetActive(steps.Fingerprint(newIssuer), true)
+	tracker.SetActive(newAnchor, true)
 	if soon, later := tracker.queue.Len(); soon != 0 || later < bulk-4 {
 		t.Fatalf("after the issuer change: %d re-probes in the soon lane, %d in the later lane; want them all later", soon, later)
 	}

@@ -28,7 +28,7 @@ type Snapshot struct {
 // is none), whose previousAnchorFingerprint names the previous anchor. The trust-bundle
 // convergence is counted against the desired bundle, as the operator counts it;
 // State.Certificates is left empty: it needs live probes (see ProbeAll and
-// CertificateConvergence).
+// CertificateCheck).
 //
 // A missing object is not an error (the State says it is missing), nor is a Secret the user may
 // not read (the Source says so, see Forbidden); any other failed read is.

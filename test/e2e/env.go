@@ -43,6 +43,9 @@ type EnvOptions struct {
 	// in spec.containers as before edge-26.5.2; every other meshed pod, control plane included,
 	// runs its proxy as a native sidecar, current Linkerd's default.
 	ProxyContainerDeployments int
+	// StatefulSets are added beside the Deployments, in the same namespaces: a StatefulSet
+	// replaces its pods under the same names when restarted.
+	StatefulSets int
 	// ChartSet are --set values of the operator chart (the TrustAnchorRotation's spec, say).
 	ChartSet []string
 }
@@ -95,6 +98,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 	}
 	e.Apps, err = meshsim.CreateMeshedWorkloads(ctx, kube, meshsim.WorkloadSpec{
 		Prefix: "app", Namespaces: opts.Namespaces, Deployments: opts.Deployments, Replicas: opts.Replicas,
+		StatefulSets: opts.StatefulSets,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -159,8 +159,8 @@ type Mesh struct {
 	injectors   map[types.UID]*injectorProc
 	pending     map[types.UID]string // pods whose containers cannot start yet, and why
 	proxyStarts map[string]int       // by "<ns>/<deployment>"
-	restarts    map[string]int       // RolloutRestart calls, by "<ns>/<deployment>"
-	rollouts    *rollouts            // restarts and concurrency seen on application Deployments
+	restarts    map[string]int       // RolloutRestart calls, by Workload.String()
+	rollouts    *rollouts            // restarts and concurrency seen on application workloads
 	// ignoreAdditionalEnv makes the injector ignore config.linkerd.io/proxy-additional-env.
 	ignoreAdditionalEnv bool
 	// faults are the admin-port faults tests inject (SetProxyFault).
@@ -234,6 +234,10 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if _, err := m.factory.Apps().V1().Deployments().Informer().AddEventHandler(m.rollouts.handler(cfg.LinkerdNamespace)); err != nil {
 		cancel()
 		return nil, fmt.Errorf("meshsim: watching deployments: %w", err)
+	}
+	if _, err := m.factory.Apps().V1().StatefulSets().Informer().AddEventHandler(m.rollouts.handler(cfg.LinkerdNamespace)); err != nil {
+		cancel()
+		return nil, fmt.Errorf("meshsim: watching statefulsets: %w", err)
 	}
 	// ConfigMaps and Secrets first, so that the first pod events see them.
 	m.lnFactory.Start(mctx.Done())

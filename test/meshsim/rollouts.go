@@ -11,13 +11,15 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// rollouts counts, from the Deployments the apiserver shows, the restarts of every application
-// Deployment (a change of its pod template's kubectl.kubernetes.io/restartedAt, whoever made it)
-// and how many were rolling out at once, cluster-wide and per namespace: the ground truth a
-// restart budget is checked against. The control plane's namespace is left out.
+// rollouts counts, from the Deployments and StatefulSets the apiserver shows, the restarts of
+// every application workload (a change of its pod template's kubectl.kubernetes.io/restartedAt,
+// whoever made it) and how many were rolling out at once, cluster-wide and per namespace: the
+// ground truth a restart budget is checked against. The control plane's Deployments are counted
+// apart (their restarts only), so that a test can tell the rotation's own restarts of them from
+// any more.
 type rollouts struct {
 	mu        sync.Mutex
-	restarted map[string]string // last restartedAt seen, by "<ns>/<name>"
+	restarted map[string]string // last restartedAt seen, by Workload.String()
 	restarts  map[string]int
 	rolling   map[string]bool
 	maxAll    int
@@ -26,35 +28,56 @@ type rollouts struct {
 	// namespace reached its highest count: the evidence a failed budget check prints.
 	history map[string][]string
 	peak    string
+	// controlPlane counts the restarts of the control plane's Deployments, by name.
+	controlPlane map[string]int
 }
 
 // historyLen is how many statuses of each Deployment are kept for a failure report.
 const historyLen = 8
 
 func newRollouts() *rollouts {
-	return &rollouts{restarted: map[string]string{}, restarts: map[string]int{}, rolling: map[string]bool{}, maxNS: map[string]int{}, history: map[string][]string{}}
+	return &rollouts{restarted: map[string]string{}, restarts: map[string]int{}, rolling: map[string]bool{}, maxNS: map[string]int{},
+		controlPlane: map[string]int{}, history: map[string][]string{}}
+}
+
+// restartSeen records a workload's restartedAt and reports whether it changed to a new value.
+// Called with r.mu held.
+func (r *rollouts) restartSeen(key, at string) bool {
+	prev, seen := r.restarted[key]
+	r.restarted[key] = at
+	return seen && prev != at && at != ""
 }
 
 func (r *rollouts) handler(linkerdNS string) cache.ResourceEventHandler {
 	update := func(obj any) {
-		d, ok := obj.(*appsv1.Deployment)
-		if !ok || d.Namespace == linkerdNS {
+		var key, at string
+		var done bool
+		switch w := obj.(type) {
+		case *appsv1.Deployment:
+			key, at = Workload{Namespace: w.Namespace, Name: w.Name}.String(), w.Spec.Template.Annotations[AnnotationRestartedAt]
+			ok, _, err := rolloutComplete(w)
+			done = ok && err == nil
+			if w.Namespace == linkerdNS {
+				r.mu.Lock()
+				if r.restartSeen(key, at) {
+					r.controlPlane[w.Name]++
+				}
+				r.mu.Unlock()
+				return
+			}
+		case *appsv1.StatefulSet:
+			key, at = Workload{Namespace: w.Namespace, Name: w.Name, Kind: KindStatefulSet}.String(), w.Spec.Template.Annotations[AnnotationRestartedAt]
+			done, _ = statefulSetRolledOut(w)
+		default:
 			return
 		}
-		key := d.Namespace + "/" + d.Name
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		at := d.Spec.Template.Annotations[AnnotationRestartedAt]
-		if prev, seen := r.restarted[key]; seen && prev != at && at != "" {
+		if r.restartSeen(key, at) {
 			r.restarts[key]++
 		}
-		r.restarted[key] = at
-		done, _, err := rolloutComplete(d)
-		r.rolling[key] = !done || err != nil
-		st := d.Status
-		h := append(r.history[key], fmt.Sprintf("%s rv=%s gen=%d/%d replicas=%d updated=%d ready=%d available=%d unavailable=%d rolling=%t",
-			time.Now().Format("15:04:05.000"), d.ResourceVersion, st.ObservedGeneration, d.Generation,
-			st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas, st.UnavailableReplicas, r.rolling[key]))
+		r.rolling[key] = !done
+		h := append(r.history[key], fmt.Sprintf("%s %s rolling=%t", time.Now().Format("15:04:05.000"), statusLine(obj), !done))
 		r.history[key] = h[max(0, len(h)-historyLen):]
 		all, perNS := 0, map[string]int{}
 		for k, rolling := range r.rolling {
@@ -75,13 +98,35 @@ func (r *rollouts) handler(linkerdNS string) cache.ResourceEventHandler {
 		AddFunc:    update,
 		UpdateFunc: func(_, obj any) { update(obj) },
 		DeleteFunc: func(obj any) {
-			if d, ok := obj.(*appsv1.Deployment); ok {
-				r.mu.Lock()
-				delete(r.rolling, d.Namespace+"/"+d.Name)
-				r.mu.Unlock()
+			var key string
+			switch w := obj.(type) {
+			case *appsv1.Deployment:
+				key = Workload{Namespace: w.Namespace, Name: w.Name}.String()
+			case *appsv1.StatefulSet:
+				key = Workload{Namespace: w.Namespace, Name: w.Name, Kind: KindStatefulSet}.String()
+			default:
+				return
 			}
+			r.mu.Lock()
+			delete(r.rolling, key)
+			r.mu.Unlock()
 		},
 	}
+}
+
+// statusLine summarises a workload's status for the history.
+func statusLine(obj any) string {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		st := w.Status
+		return fmt.Sprintf("rv=%s gen=%d/%d replicas=%d updated=%d ready=%d available=%d unavailable=%d", w.ResourceVersion,
+			st.ObservedGeneration, w.Generation, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas, st.UnavailableReplicas)
+	case *appsv1.StatefulSet:
+		st := w.Status
+		return fmt.Sprintf("rv=%s gen=%d/%d replicas=%d updated=%d ready=%d available=%d revision=%s/%s", w.ResourceVersion,
+			st.ObservedGeneration, w.Generation, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas, st.CurrentRevision, st.UpdateRevision)
+	}
+	return ""
 }
 
 // describePeak lists the Deployments of ns rolling now, each with its last statuses.
@@ -112,8 +157,12 @@ func indexSlash(s string) int {
 
 // RolloutStats are the restarts the mesh saw since the last ResetRolloutStats.
 type RolloutStats struct {
-	// Restarts counts the restartedAt changes of each application Deployment, by "<ns>/<name>".
+	// Restarts counts the restartedAt changes of each application workload, by Workload.String():
+	// "<ns>/<name>" for a Deployment, "<ns>/StatefulSet/<name>" for a StatefulSet.
 	Restarts map[string]int
+	// ControlPlaneRestarts counts the restartedAt changes of each control-plane Deployment, by
+	// name. (Pods deleted to replace them at once change no restartedAt: not counted.)
+	ControlPlaneRestarts map[string]int
 	// MaxConcurrent is the most application Deployments seen rolling out at once, and
 	// MaxConcurrentPerNamespace the most in one namespace.
 	MaxConcurrent             int
@@ -128,9 +177,12 @@ func (m *Mesh) RolloutStats() RolloutStats {
 	r := m.rollouts
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := RolloutStats{Restarts: map[string]int{}, MaxConcurrent: r.maxAll, Peak: r.peak}
+	s := RolloutStats{Restarts: map[string]int{}, ControlPlaneRestarts: map[string]int{}, MaxConcurrent: r.maxAll, Peak: r.peak}
 	for k, v := range r.restarts {
 		s.Restarts[k] = v
+	}
+	for k, v := range r.controlPlane {
+		s.ControlPlaneRestarts[k] = v
 	}
 	for _, n := range r.maxNS {
 		s.MaxConcurrentPerNamespace = max(s.MaxConcurrentPerNamespace, n)
@@ -143,7 +195,7 @@ func (m *Mesh) ResetRolloutStats() {
 	r := m.rollouts
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.restarts, r.maxNS = map[string]int{}, map[string]int{}
+	r.restarts, r.maxNS, r.controlPlane = map[string]int{}, map[string]int{}, map[string]int{}
 	r.maxAll, r.peak = 0, ""
 	for k, rolling := range r.rolling {
 		if rolling {

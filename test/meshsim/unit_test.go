@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -203,3 +204,49 @@ func TestExpandEnv(t *testing.T) {
 var _ = json.Marshal
 var _ types.UID
 var _ x509.Certificate
+
+// TestRolloutsCountStatefulSetsAndTheControlPlaneApart: a StatefulSet's restarts count as an
+// application workload's, the control plane's in their own map, and a StatefulSet is rolling
+// until its current revision is the update revision and every replica is ready.
+func TestRolloutsCountStatefulSetsAndTheControlPlaneApart(t *testing.T) {
+	r := newRollouts()
+	h := r.handler("linkerd")
+	replicas := int32(2)
+	sts := func(restartedAt string, ready int32, current, update string) *appsv1.StatefulSet {
+		return &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "app-0", Name: "db-0", Generation: 1},
+			Spec: appsv1.StatefulSetSpec{Replicas: &replicas, Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{
+				Annotations: map[string]string{AnnotationRestartedAt: restartedAt}}}},
+			Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, ReadyReplicas: ready, CurrentRevision: current, UpdateRevision: update},
+		}
+	}
+	deploy := func(ns, name, restartedAt string) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{
+				Annotations: map[string]string{AnnotationRestartedAt: restartedAt}}}}}
+	}
+	h.OnAdd(sts("", 2, "r1", "r1"), true)
+	h.OnAdd(deploy("linkerd", IdentityDeployment, ""), true)
+	h.OnUpdate(nil, sts("t1", 2, "r1", "r2"))
+	if rolling := r.rolling["app-0/StatefulSet/db-0"]; !rolling {
+		t.Error("a StatefulSet part-way through its rolling update is not rolling")
+	}
+	h.OnUpdate(nil, sts("t1", 1, "r2", "r2"))
+	if rolling := r.rolling["app-0/StatefulSet/db-0"]; !rolling {
+		t.Error("a StatefulSet with a replica not ready is not rolling")
+	}
+	h.OnUpdate(nil, sts("t1", 2, "r2", "r2"))
+	h.OnUpdate(nil, deploy("linkerd", IdentityDeployment, "t1"))
+	h.OnUpdate(nil, deploy("linkerd", IdentityDeployment, "t2"))
+	m := &Mesh{rollouts: r}
+	s := m.RolloutStats()
+	if s.Restarts["app-0/StatefulSet/db-0"] != 1 || len(s.Restarts) != 1 {
+		t.Errorf("application restarts %v, want the StatefulSet once", s.Restarts)
+	}
+	if s.ControlPlaneRestarts[IdentityDeployment] != 2 || len(s.ControlPlaneRestarts) != 1 {
+		t.Errorf("control-plane restarts %v, want identity twice", s.ControlPlaneRestarts)
+	}
+	if s.MaxConcurrent != 1 {
+		t.Errorf("MaxConcurrent = %d, want 1: the control plane does not count", s.MaxConcurrent)
+	}
+}

@@ -196,7 +196,8 @@ func (f *fixture) addPod(ns, name, deploy, component, hash, ip string) {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
 	}
 	f.kube = append(f.kube, pod)
-	f.probes[ns+"/"+name] = observe.ProbeResult{Issuer: steps.Fingerprint(cert(f.t, "issuer-old"))}
+	issuer := cert(f.t, "issuer-old")
+	f.probes[ns+"/"+name] = observe.ProbeResult{Issuer: steps.Fingerprint(issuer), Chain: []*x509.Certificate{issuer}}
 }
 
 // issue does what cert-manager does when it issues the Certificate ns/name (whose Secret has

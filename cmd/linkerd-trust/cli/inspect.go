@@ -201,7 +201,8 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	certs := observe.CertificateConvergence(snap.Pods, results, active)
+	check := observe.NewCertificateCheck(s.CertificateRoot())
+	certs := check.Convergence(snap.Pods, results)
 	in.Live.WorkloadCertificates = count{certs.Converged, certs.Target}
 	in.Live.TrustBundle = count{s.TrustBundle.Converged, s.TrustBundle.Target}
 
@@ -228,7 +229,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 			r = &got
 		}
 		if active != "" {
-			if why := observe.CertificateProblem(p, r, active); why != "" {
+			if why := check.Problem(p, r); why != "" {
 				problems = append(problems, why)
 			}
 		}

@@ -250,7 +250,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	if err != nil {
 		return nil, err
 	}
-	s.Certificates = observe.CertificateConvergence(snap.Pods, results, s.Issuer.Fingerprint())
+	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(snap.Pods, results)
 
 	p.TrustAnchor = viewCert(s.Anchor)
 	p.TrustAnchor.Synthetic = assumeRenewed

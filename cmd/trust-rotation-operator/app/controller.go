@@ -409,7 +409,7 @@ func (c *Controller) snapshot(now time.Time, step string, inFlight []*x509.Certi
 	}
 	c.index.FillControlPlane(s)
 	s.TrustBundle = c.index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
-	c.certs.SetActive(s.Issuer.Fingerprint(), steps.UrgentCertificates(step))
+	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(step))
 	s.Certificates = c.certs.Certificates()
 	return s
 }

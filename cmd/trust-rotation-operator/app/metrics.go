@@ -48,10 +48,10 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_trust_bundle_target_pods", Help: "Meshed pods that must be injected with the desired trust bundle.",
 		}),
 		certsConverged: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "trust_rotation_workload_certificates_converged_pods", Help: "Meshed pods presenting a certificate from the active issuer.",
+			Name: "trust_rotation_workload_certificates_converged_pods", Help: "Meshed pods presenting a certificate whose chain verifies to the active issuer's trust anchor (the new anchor once the issuer is renewed onto it).",
 		}),
 		certsTarget: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "trust_rotation_workload_certificates_target_pods", Help: "Meshed pods that must present a certificate from the active issuer.",
+			Name: "trust_rotation_workload_certificates_target_pods", Help: "Meshed pods that must present a certificate whose chain verifies to the active issuer's trust anchor.",
 		}),
 		activeIssuer: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "trust_rotation_active_issuer_info", Help: "Fingerprint of the active identity issuer (value 1).",

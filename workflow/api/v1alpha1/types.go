@@ -107,8 +107,8 @@ const (
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Bundle",type=integer,JSONPath=`.status.trustBundle.convergedPods`,description="Pods converged on the desired trust bundle"
 // +kubebuilder:printcolumn:name="Bundle Target",type=integer,JSONPath=`.status.trustBundle.targetPods`,description="Pods that must converge on the desired trust bundle"
-// +kubebuilder:printcolumn:name="Certs",type=integer,JSONPath=`.status.workloadCertificates.convergedPods`,description="Pods whose live certificate is signed by the active issuer"
-// +kubebuilder:printcolumn:name="Certs Target",type=integer,JSONPath=`.status.workloadCertificates.targetPods`,description="Meshed pods whose live certificate must move to the active issuer"
+// +kubebuilder:printcolumn:name="Certs",type=integer,JSONPath=`.status.workloadCertificates.convergedPods`,description="Pods whose live certificate chains to the active issuer's trust anchor"
+// +kubebuilder:printcolumn:name="Certs Target",type=integer,JSONPath=`.status.workloadCertificates.targetPods`,description="Meshed pods whose live certificate must chain to the active issuer's trust anchor"
 // +kubebuilder:printcolumn:name="Blocking",type=string,JSONPath=`.status.blockingMessage`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TrustAnchorRotation struct {
@@ -288,7 +288,8 @@ type TrustAnchorRotationStatus struct {
 	BlockingMessage string `json:"blockingMessage,omitempty"`
 
 	// ActiveIssuerFingerprint is the fingerprint (lowercase hex SHA-256 of the DER) of the
-	// identity issuer certificate currently observed as active.
+	// identity issuer certificate currently observed as active, for information: workload
+	// certificates converge on its trust anchor, not on this one issuer.
 	// +optional
 	ActiveIssuerFingerprint string `json:"activeIssuerFingerprint,omitempty"`
 
@@ -312,8 +313,9 @@ type TrustAnchorRotationStatus struct {
 	// +optional
 	TrustBundle *ConvergenceStatus `json:"trustBundle,omitempty"`
 
-	// WorkloadCertificates reports the meshed pods whose live certificate, read from the
-	// proxy's admin port, is signed by the active issuer.
+	// WorkloadCertificates reports the meshed pods whose live certificate chain, read from the
+	// proxy's admin port, verifies to the active issuer's trust anchor (the new anchor once the
+	// issuer is renewed onto it), whichever issuer under that anchor signed it.
 	// +optional
 	WorkloadCertificates *ConvergenceStatus `json:"workloadCertificates,omitempty"`
 
