@@ -20,6 +20,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -45,19 +46,7 @@ func TestHandsOffRotation(t *testing.T) {
 	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ChartSet: automationValues}, func(rel *charts.Release) *Operator {
 		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
 	})
-	// Leave the cluster as the other tests expect it: the charts' defaults, Synced.
-	t.Cleanup(func() {
-		e.Mesh.SetIgnoreAdditionalEnv(false)
-		ctx := context.Background()
-		// A value, even a default one: without any, Helm 3 would reuse the previous values.
-		if _, err := charts.Install(ctx, c, charts.InstallOptions{Set: []string{"rotation.spec.dataPlaneRestart.policy=Manual"}}); err != nil {
-			t.Errorf("restoring the charts' defaults: %v", err)
-		}
-		// And the rotation's spec itself, whatever Helm's three-way merge made of it.
-		if err := e.resetSpec(ctx); err != nil {
-			t.Errorf("restoring the rotation's default spec: %v", err)
-		}
-	})
+	t.Cleanup(func() { e.restoreDefaults(c) })
 	start := time.Now()
 
 	t.Run("TwoRestartsPerWorkload", func(t *testing.T) {
@@ -297,6 +286,110 @@ func testScheduledRotate(e *Env, c *cluster.Cluster) {
 		if res.Status.Allowed != tc.allowed {
 			t.Errorf("%s %s/%s %s in %q: allowed %v, want %v", tc.verb, tc.resource, tc.sub, tc.name, tc.ns, res.Status.Allowed, tc.allowed)
 		}
+	}
+}
+
+// restoreDefaults leaves the cluster as the other tests expect it: the charts' defaults, Synced.
+func (e *Env) restoreDefaults(c *cluster.Cluster) {
+	t := e.T
+	e.Mesh.SetIgnoreAdditionalEnv(false)
+	ctx := context.Background()
+	// A value, even a default one: without any, Helm 3 would reuse the previous values.
+	if _, err := charts.Install(ctx, c, charts.InstallOptions{Set: []string{"rotation.spec.dataPlaneRestart.policy=Manual"}}); err != nil {
+		t.Errorf("restoring the charts' defaults: %v", err)
+	}
+	// And the rotation's spec itself, whatever Helm's three-way merge made of it.
+	if err := e.resetSpec(ctx); err != nil {
+		t.Errorf("restoring the rotation's default spec: %v", err)
+	}
+}
+
+// TestRestartsWithoutRollout rotates hands-off (RolloutRestart) with two StatefulSets whose pods
+// a template change never replaces — one with updateStrategy OnDelete, one with a partition
+// above all its pods — beside the Deployments: the operator evicts their pods within the budget,
+// leaves their templates alone, and the rotation completes, the oracle watching.
+func TestRestartsWithoutRollout(t *testing.T) {
+	c := cluster.Shared(t)
+	cluster.DumpLogsOnFailure(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, StatefulSets: 2, ChartSet: automationValues},
+		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel, "--max-poll-interval", "500ms") })
+	t.Cleanup(func() {
+		e.removeStatefulSets()
+		e.restoreDefaults(c)
+	})
+	sets := c.Kube().AppsV1().StatefulSets
+	strategies := map[string]string{
+		"db-0": `{"spec":{"updateStrategy":{"type":"OnDelete","rollingUpdate":null}}}`,
+		"db-1": `{"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"partition":2}}}}`,
+	}
+	podUIDs := map[string]map[types.UID]bool{} // the StatefulSets' pods before the rotation
+	var stateful []string
+	for _, w := range e.Apps {
+		if w.Kind != meshsim.KindStatefulSet {
+			continue
+		}
+		if _, err := sets(w.Namespace).Patch(ctx, w.Name, types.MergePatchType, []byte(strategies[w.Name]), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods, err := c.Kube().CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + w.Name})
+		if err != nil || len(pods.Items) != 2 {
+			t.Fatalf("pods of %s: %v (%d)", w, err, len(pods.Items))
+		}
+		podUIDs[w.String()] = map[types.UID]bool{}
+		for _, p := range pods.Items {
+			podUIDs[w.String()][p.UID] = true
+		}
+		stateful = append(stateful, w.String())
+	}
+	if len(stateful) != 2 {
+		t.Fatalf("StatefulSets %v, want 2", stateful)
+	}
+	since := time.Now()
+	e.Mesh.ResetRolloutStats()
+	newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
+	e.waitSyncedOn(newAnchor, 6*time.Minute)
+
+	stats := e.Mesh.RolloutStats()
+	for _, w := range e.Apps {
+		n := stats.Restarts[w.String()]
+		if w.Kind != meshsim.KindStatefulSet {
+			if n != 2 {
+				t.Errorf("%s restarted %d times, want 2 (expanded bundle, reduced bundle)", w, n)
+			}
+			continue
+		}
+		if n != 0 {
+			t.Errorf("%s: its template was restarted %d times; a template change does not replace its pods", w, n)
+		}
+		ss, err := sets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ss.Annotations[steps.EvictedForAnnotation] == "" {
+			t.Errorf("%s carries no %s: its pods were not evicted by the operator", w, steps.EvictedForAnnotation)
+		}
+		for _, a := range []string{steps.RefreshOverrideAnnotation, steps.AdditionalEnvAnnotation} {
+			if v, ok := ss.Spec.Template.Annotations[a]; ok {
+				t.Errorf("%s: the operator changed its template (%s=%s)", w, a, v)
+			}
+		}
+		pods, err := c.Kube().CoreV1().Pods(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + w.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if podUIDs[w.String()][p.UID] {
+				t.Errorf("%s: pod %s was never replaced", w, p.Name)
+			}
+		}
+	}
+	if stats.MaxConcurrent > 2 || stats.MaxConcurrentPerNamespace > 1 {
+		t.Errorf("budget exceeded: %d workloads rolling at once (max 2), %d in one namespace (max 1)\n%s", stats.MaxConcurrent, stats.MaxConcurrentPerNamespace, stats.Peak)
+	}
+	if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
+		t.Fatalf("mTLS violations: %v", err)
 	}
 }
 

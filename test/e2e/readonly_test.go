@@ -45,7 +45,9 @@ func TestReadOnlyCommands(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 1, Deployments: 2, Replicas: 1}, func(rel *charts.Release) *Operator {
+	// The workloads the other tests of the package leave on the shared cluster: its rotation
+	// restarts every one of them (a smaller set would leave the others behind).
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1}, func(rel *charts.Release) *Operator {
 		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
 	})
 	kubeconfig := grantReadOnly(t, ctx, c)
