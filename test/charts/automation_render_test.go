@@ -65,6 +65,15 @@ func TestAutomationIsOptIn(t *testing.T) {
 	if !slices.Equal(verbs, want) {
 		t.Errorf("restart ClusterRole grants %v, want %v", verbs, want)
 	}
+	// RolloutRestart evicts too: the workloads a template change does not restart.
+	rollout := toTyped[rbacv1.ClusterRole](t, Find(render("rotation.spec.dataPlaneRestart.policy=Automatic"), "ClusterRole", full+"-restart"))
+	evicts := false
+	for _, r := range rollout.Rules {
+		evicts = evicts || slices.Contains(r.Resources, "pods/eviction") && slices.Contains(r.Verbs, "create")
+	}
+	if !evicts {
+		t.Errorf("restart ClusterRole under RolloutRestart cannot evict (OnDelete and partitioned workloads): %+v", rollout.Rules)
+	}
 	renewal := toTyped[rbacv1.Role](t, Find(objs, "Role", full+"-issuer-renewal"))
 	if renewal.Namespace != "mesh" || len(renewal.Rules) != 2 || !slices.Equal(renewal.Rules[1].Resources, []string{"certificates/status"}) ||
 		!slices.Equal(renewal.Rules[1].ResourceNames, []string{"linkerd-identity-issuer"}) {

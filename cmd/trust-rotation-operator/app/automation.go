@@ -330,7 +330,9 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 		}
 		a.namespaces = a.start(ctx, "namespaces", listWatch(core.Namespaces().List, core.Namespaces().Watch, nil), &corev1.Namespace{}, slimWorkload, cache.Indexers{})
 	}
-	if spec.DataPlaneRestart.Policy == v1alpha1.Automatic && spec.DataPlaneRestart.Method == v1alpha1.Evict && a.pdbs == nil {
+	// PodDisruptionBudgets for every automatic restart: the Evict method evicts every workload,
+	// RolloutRestart those a template change does not restart (Workload.NoRollout).
+	if spec.DataPlaneRestart.Policy == v1alpha1.Automatic && a.pdbs == nil {
 		p := a.kube.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll)
 		a.pdbs = a.start(ctx, "poddisruptionbudgets", listWatch(p.List, p.Watch, nil), &policyv1.PodDisruptionBudget{}, slimWorkload,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
