@@ -595,7 +595,7 @@ func actRestarts(w Writer, p restartPurpose) func(context.Context, *State, strin
 				if err := w.AnnotateWorkload(ctx, wl.WorkloadRef, map[string]string{EvictedForAnnotation: token}); err != nil {
 					return err
 				}
-				if err := w.EvictPods(ctx, wl.WorkloadRef, evictable(p, wl, token)); err != nil {
+				if _, err := w.EvictPods(ctx, wl.WorkloadRef, evictable(p, wl, token)); err != nil {
 					return err
 				}
 				continue
@@ -605,7 +605,7 @@ func actRestarts(w Writer, p restartPurpose) func(context.Context, *State, strin
 			}
 		}
 		for _, wl := range plan.evict {
-			if err := w.EvictPods(ctx, wl.WorkloadRef, evictable(p, wl, token)); err != nil {
+			if _, err := w.EvictPods(ctx, wl.WorkloadRef, evictable(p, wl, token)); err != nil {
 				return err
 			}
 		}

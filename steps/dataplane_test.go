@@ -39,9 +39,9 @@ func (w *fakeWriter) AnnotateWorkload(_ context.Context, ref WorkloadRef, ann ma
 	return nil
 }
 
-func (w *fakeWriter) EvictPods(_ context.Context, _ WorkloadRef, names []string) error {
+func (w *fakeWriter) EvictPods(_ context.Context, _ WorkloadRef, names []string) (int, error) {
 	w.evicted = append(w.evicted, names...)
-	return nil
+	return len(names), nil
 }
 
 func (w *fakeWriter) RenewCertificate(_ context.Context, ns, name string) error {

@@ -33,8 +33,9 @@ type Writer interface {
 	// EvictPods evicts pods through the Eviction API (policy/v1). A pod a PodDisruptionBudget
 	// does not let go now (429) is skipped, and a pod already gone is fine: neither is an error.
 	// w is the workload whose pods they are (its namespace is theirs): the operator tracks
-	// whether the workload's status has shown the disruption yet.
-	EvictPods(ctx context.Context, w WorkloadRef, names []string) error
+	// whether the workload's status has shown the disruption yet. It returns how many
+	// evictions the apiserver accepted.
+	EvictPods(ctx context.Context, w WorkloadRef, names []string) (evicted int, err error)
 	// RenewCertificate triggers the re-issuance of a cert-manager Certificate as `cmctl renew`
 	// does: condition Issuing=True, reason ManuallyTriggered, through the status subresource.
 	RenewCertificate(ctx context.Context, namespace, name string) error

@@ -210,18 +210,20 @@ func (w *KubeWriter) AnnotateWorkload(ctx context.Context, ref steps.WorkloadRef
 
 // EvictPods evicts each pod through the Eviction API. A PodDisruptionBudget that does not allow
 // the eviction now answers 429: the pod is skipped, the step sees the budget and waits.
-func (w *KubeWriter) EvictPods(ctx context.Context, ref steps.WorkloadRef, names []string) error {
-	namespace := ref.Namespace
+func (w *KubeWriter) EvictPods(ctx context.Context, ref steps.WorkloadRef, names []string) (int, error) {
+	namespace, evicted := ref.Namespace, 0
 	for _, name := range names {
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
 		err := w.Client.PolicyV1().Evictions(namespace).Evict(ctx, ev)
 		switch {
-		case err == nil, apierrors.IsNotFound(err), apierrors.IsTooManyRequests(err):
+		case err == nil:
+			evicted++
+		case apierrors.IsNotFound(err), apierrors.IsTooManyRequests(err):
 		default:
-			return fmt.Errorf("evicting Pod %s/%s: %w", namespace, name, err)
+			return evicted, fmt.Errorf("evicting Pod %s/%s: %w", namespace, name, err)
 		}
 	}
-	return nil
+	return evicted, nil
 }
 
 // RenewCertificate sets the Certificate's Issuing condition as `cmctl renew` does (cert-manager
@@ -262,13 +264,13 @@ func (r *Recorder) AnnotateWorkload(_ context.Context, ref steps.WorkloadRef, an
 	return r.record(Write{"annotate", ref.Kind, ref.Namespace, ref.Name, strings.Join(keys, ", ")})
 }
 
-func (r *Recorder) EvictPods(_ context.Context, ref steps.WorkloadRef, names []string) error {
-	for _, n := range names {
+func (r *Recorder) EvictPods(_ context.Context, ref steps.WorkloadRef, names []string) (int, error) {
+	for i, n := range names {
 		if err := r.record(Write{"evict", "Pod", ref.Namespace, n, "Eviction API (respects PodDisruptionBudgets)"}); err != nil {
-			return err
+			return i, err
 		}
 	}
-	return nil
+	return len(names), nil
 }
 
 func (r *Recorder) RenewCertificate(_ context.Context, namespace, name string) error {

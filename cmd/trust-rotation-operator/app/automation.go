@@ -117,27 +117,35 @@ func workloadKey(obj any) string {
 	return m.GetNamespace() + "/" + kindOf(obj) + "/" + m.GetName()
 }
 
-// evicting records the workload's cached status before the operator evicts its pods. A mark
-// already there is kept: its status is older still (a repeated act, before the cache shows the
-// first eviction, must not take a status that already moved as the reference).
-func (a *automation) evicting(ref steps.WorkloadRef) {
+// cachedStatus is the workload's status as the cache shows it now.
+func (a *automation) cachedStatus(ref steps.WorkloadRef) (any, bool) {
 	a.mu.Lock()
 	l := a.informerFor(ref.Kind)
 	a.mu.Unlock()
 	if l == nil {
-		return
+		return nil, false
 	}
 	obj, found, _ := l.inf.GetStore().GetByKey(ref.Namespace + "/" + ref.Name)
 	if !found {
-		return
+		return nil, false
 	}
+	return statusOf(obj), true
+}
+
+// evicted records, once the apiserver accepted an eviction of the workload's pods, its status
+// as the cache showed it before (taken before: the status may move as soon as the first pod
+// goes). A mark already there is kept: its status is older still (a repeated act, before the
+// cache shows the first eviction, must not take a status that already moved as the reference).
+// No mark is left when nothing was evicted (a PodDisruptionBudget answered 429): the status
+// would never move, and the workload would settle for ever.
+func (a *automation) markEvicted(ref steps.WorkloadRef, before any) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.evicted == nil {
 		a.evicted = map[string]any{}
 	}
 	if _, ok := a.evicted[ref.String()]; !ok {
-		a.evicted[ref.String()] = statusOf(obj)
+		a.evicted[ref.String()] = before
 	}
 }
 
@@ -190,11 +198,13 @@ func (r rememberingWriter) AnnotateWorkload(ctx context.Context, w steps.Workloa
 	return err
 }
 
-func (r rememberingWriter) EvictPods(ctx context.Context, w steps.WorkloadRef, names []string) error {
-	if len(names) > 0 {
-		r.auto.evicting(w) // before: the status may move as soon as the first pod goes
+func (r rememberingWriter) EvictPods(ctx context.Context, w steps.WorkloadRef, names []string) (int, error) {
+	before, cached := r.auto.cachedStatus(w)
+	n, err := r.Writer.EvictPods(ctx, w, names)
+	if n > 0 && cached {
+		r.auto.markEvicted(w, before)
 	}
-	return r.Writer.EvictPods(ctx, w, names)
+	return n, err
 }
 
 // overrideIndex indexes workloads whose pod template carries the operator's refresh override.

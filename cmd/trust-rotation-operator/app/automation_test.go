@@ -21,9 +21,16 @@ import (
 // reads its feature gates from the environment on first use, after this.
 func init() { _ = os.Setenv("KUBE_FEATURE_WatchListClient", "false") }
 
+// nopWriter evicts nothing; evictWriter has every eviction accepted.
 type nopWriter struct{ steps.Writer }
 
-func (nopWriter) EvictPods(context.Context, steps.WorkloadRef, []string) error { return nil }
+func (nopWriter) EvictPods(context.Context, steps.WorkloadRef, []string) (int, error) { return 0, nil }
+
+type evictWriter struct{ steps.Writer }
+
+func (evictWriter) EvictPods(_ context.Context, _ steps.WorkloadRef, names []string) (int, error) {
+	return len(names), nil
+}
 
 // An evicted Deployment counts as settling while its cached status is the one from before the
 // eviction, and no longer once any other status was seen, even one that came back since.
@@ -38,8 +45,16 @@ func TestEvictionSettlesOnceTheStatusMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := steps.WorkloadRef{Namespace: "a", Kind: "Deployment", Name: "x"}
-	w := rememberingWriter{Writer: nopWriter{}, auto: a}
-	if err := w.EvictPods(context.Background(), ref, []string{"x-1"}); err != nil {
+	// A PodDisruptionBudget that lets no pod go (every eviction answered 429) leaves no mark:
+	// the status would never move.
+	if _, err := (rememberingWriter{Writer: nopWriter{}, auto: a}).EvictPods(context.Background(), ref, []string{"x-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if !a.statusSeen(dep(2)) {
+		t.Fatal("an eviction the apiserver refused left the workload settling")
+	}
+	w := rememberingWriter{Writer: evictWriter{}, auto: a}
+	if _, err := w.EvictPods(context.Background(), ref, []string{"x-1"}); err != nil {
 		t.Fatal(err)
 	}
 	if a.statusSeen(dep(2)) {
