@@ -78,8 +78,8 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	}
 	st.Checkpoint = cp
 	// In-flight anchors are kept until the previous anchor is retired (it then equals the
-	// current one). A missing or unusable anchor or previous anchor says nothing: keep them.
-	if s.Anchor.Usable() && s.Previous.Usable() && !s.Rotating() {
+	// current one, or the one the rotation moved to when the anchor was renewed again since). A missing or unusable anchor or previous anchor says nothing: keep them.
+	if s.Anchor.Usable() && s.Previous.Usable() && (!s.Rotating() || s.FinishingOn() != nil) {
 		st.InFlightAnchors = nil
 	}
 
