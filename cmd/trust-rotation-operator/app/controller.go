@@ -322,10 +322,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	base := tar
 	save := func(ctx context.Context, next workflow.Checkpoint) error {
 		obj := base.DeepCopy()
-		if obj.Status.Checkpoint == nil {
-			obj.Status.Checkpoint = &v1alpha1.Checkpoint{}
-		}
-		obj.Status.Checkpoint.Step, obj.Status.Checkpoint.Token, obj.Status.Checkpoint.Acts = next.Step, next.Token, next.Acts
+		obj.Status.Checkpoint = steps.SavedCheckpoint(tar.Status.Checkpoint, next, s, now)
 		out, err := c.write(ctx, obj)
 		if err == nil {
 			base = out
