@@ -1,6 +1,7 @@
 package steps
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/x509"
 	"math/big"
@@ -212,6 +213,8 @@ func TestSupersede(t *testing.T) {
 		state        *State
 		wantRestart  bool
 		wantInFlight int
+		// wantBundle is the desired bundle when the rotation goes on.
+		wantBundle []*testCA
 	}{
 		"a rotation towards the current anchor goes on": {
 			status: at(StepPropagateTrustRoots, newFP), state: rotatingState(p),
@@ -227,8 +230,17 @@ func TestSupersede(t *testing.T) {
 			status: at(StepExpandTrustBundle, newFP), state: rotatingState(p, anchor(third), bundleOf(p.oldAnchor)),
 			wantRestart: true,
 		},
-		"a third anchor after the previous one was retired is a rotation of its own": {
+		"a third anchor after the previous one was retired: the round finishes on the retired anchor alone": {
 			status: at(StepReduceTrustBundle, newFP), state: rotatingState(p, anchor(third), previous(p.newAnchor)),
+			wantBundle: []*testCA{p.newAnchor},
+		},
+		"a third anchor right after retire acted: the round finishes on the retired anchor alone": {
+			status: at(StepRetirePreviousAnchor, newFP), state: rotatingState(p, anchor(third), previous(p.newAnchor)),
+			wantBundle: []*testCA{p.newAnchor},
+		},
+		"a third anchor once reduced: the control plane restarts onto the retired anchor alone": {
+			status: at(StepRefreshControlPlaneReduced, newFP), state: rotatingState(p, anchor(third), previous(p.newAnchor), bundleOf(p.newAnchor)),
+			wantBundle: []*testCA{p.newAnchor},
 		},
 		"an anchor already kept is not kept twice": {
 			status: at(StepPropagateTrustRoots, newFP, string(EncodePEM(p.newAnchor.cert))),
@@ -238,11 +250,21 @@ func TestSupersede(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			st := *tc.status.DeepCopy()
+			tc.state.Retiring = RetiringTo(st.Checkpoint) // as the controller's snapshot sets it
 			msg, restarted := Supersede(&st, tc.state, now)
 			if restarted != tc.wantRestart || len(st.InFlightAnchors) != tc.wantInFlight {
 				t.Fatalf("restarted %v with %d in flight (%q); want %v with %d", restarted, len(st.InFlightAnchors), msg, tc.wantRestart, tc.wantInFlight)
 			}
 			if !restarted {
+				if tc.wantBundle != nil {
+					var certs []*x509.Certificate
+					for _, c := range tc.wantBundle {
+						certs = append(certs, c.cert)
+					}
+					if got := tc.state.DesiredBundle(); got != RenderBundle(certs...) {
+						t.Errorf("desired bundle %s, want %s", fingerprintsOf(got), fingerprints(certs))
+					}
+				}
 				return
 			}
 			if st.Checkpoint.Step != StepExpandTrustBundle || st.Checkpoint.Token != "" || st.Checkpoint.Rotation != Fingerprint(third.cert) || !st.Checkpoint.StartTime.Time.Equal(now) {
@@ -318,4 +340,90 @@ func TestProjectKeepsInFlightAnchorsUntilRetired(t *testing.T) {
 	if len(st.InFlightAnchors) != 0 {
 		t.Fatalf("in-flight anchors kept after retirement")
 	}
+}
+
+// TestAnchorRenewedAtReduction: cert-manager renews the anchor (third) after
+// retire-previous-anchor wrote previous := the rotation's anchor and before the round finished.
+// The round must finish on the bundle it was reducing to — the retired anchor alone — restart
+// the control plane onto it, and only then start the next round, whose expanded bundle is the
+// first to hold the third anchor. Each case starts at one checkpoint of that window and runs
+// the workflow as the controller does (Supersede, Advance, Project) until the next round waits
+// for the data plane.
+func TestAnchorRenewedAtReduction(t *testing.T) {
+	p := newPKI(t)
+	third := anchorCA(t, "third-anchor")
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	fp, thirdFP := Fingerprint(p.newAnchor.cert), Fingerprint(third.cert)
+	reduced := "bundle [" + short(fp) + "]"
+	expanded := "bundle [" + short(thirdFP) + ", " + short(fp) + "]"
+	onReduced := func(d string) string { return "restart " + d + " on [" + short(fp) + "]" }
+	restartsOnReduced := []string{onReduced("linkerd-identity"), onReduced("linkerd-destination"), onReduced("linkerd-proxy-injector")}
+	// The next round: identity is left alone until the data plane trusts the third anchor.
+	next := []string{expanded, "restart linkerd-destination on [" + short(thirdFP) + ", " + short(fp) + "]",
+		"restart linkerd-proxy-injector on [" + short(thirdFP) + ", " + short(fp) + "]"}
+	for name, tc := range map[string]struct {
+		cp     v1alpha1.Checkpoint
+		bundle []*testCA
+		want   []string
+	}{
+		"retire acted, not yet observed": {
+			cp: v1alpha1.Checkpoint{Step: StepRetirePreviousAnchor, Token: "t0", Acts: 1}, bundle: []*testCA{p.newAnchor, p.oldAnchor},
+			want: append(append([]string{reduced}, restartsOnReduced...), next...),
+		},
+		"retire observed, reduce not run": {
+			cp: v1alpha1.Checkpoint{Step: StepReduceTrustBundle}, bundle: []*testCA{p.newAnchor, p.oldAnchor},
+			want: append(append([]string{reduced}, restartsOnReduced...), next...),
+		},
+		"reduce saved its checkpoint, did not write": {
+			cp: v1alpha1.Checkpoint{Step: StepReduceTrustBundle, Token: "t0", Acts: 1}, bundle: []*testCA{p.newAnchor, p.oldAnchor},
+			want: append(append([]string{reduced}, restartsOnReduced...), next...),
+		},
+		"reduced, control plane not restarted yet": {
+			cp: v1alpha1.Checkpoint{Step: StepRefreshControlPlaneReduced}, bundle: []*testCA{p.newAnchor},
+			want: append(restartsOnReduced, next...),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := rotatingState(p, anchor(third), previous(p.newAnchor), issuer(p.newIssuer), bundleOf(tc.bundle...),
+				bundlePods(0, 4), certPods(4, 4))
+			w := &fakeWriter{s: s, restarts: map[string]int{}}
+			wf, err := workflow.New(Rotation(w)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp := tc.cp
+			cp.Rotation = fp
+			st := v1alpha1.TrustAnchorRotationStatus{Checkpoint: &cp}
+			n := 0
+			for range 30 {
+				s.Retiring = RetiringTo(st.Checkpoint)
+				if _, ok := Supersede(&st, s, now); ok {
+					continue
+				}
+				c := st.Checkpoint
+				res, err := wf.Advance(context.Background(), workflow.Checkpoint{Step: c.Step, Token: c.Token, Acts: c.Acts}, s,
+					func(context.Context, workflow.Checkpoint) error { return nil },
+					func() string { n++; return time.Unix(int64(n), 0).String() })
+				if err != nil {
+					t.Fatal(err)
+				}
+				st = Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, now)
+				if !res.Acted && res.Decision.Outcome == workflow.Wait && res.Checkpoint.Step == StepPropagateTrustRoots {
+					break
+				}
+			}
+			if got := strings.Join(w.log, "\n"); got != strings.Join(tc.want, "\n") {
+				t.Errorf("writes:\n%s\nwant:\n%s", got, strings.Join(tc.want, "\n"))
+			}
+			if st.Checkpoint.Step != StepPropagateTrustRoots || st.Checkpoint.Rotation != thirdFP {
+				t.Errorf("stopped at %s of the rotation to %.12s, want %s of the next round, to %.12s",
+					st.Checkpoint.Step, st.Checkpoint.Rotation, StepPropagateTrustRoots, thirdFP)
+			}
+		})
+	}
+}
+
+func fingerprintsOf(bundle string) string {
+	certs, _ := ParseCertificates([]byte(bundle))
+	return fingerprints(certs)
 }

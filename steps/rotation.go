@@ -155,6 +155,9 @@ func (s *State) DesiredBundle() string {
 	if !s.Anchor.Usable() {
 		return ""
 	}
+	if a := s.FinishingOn(); a != nil {
+		return RenderBundle(a)
+	}
 	if !s.Rotating() {
 		return RenderBundle(s.Anchor.Cert)
 	}
@@ -167,6 +170,27 @@ func (s *State) DesiredBundle() string {
 func (s *State) Rotating() bool {
 	return s.Anchor.Usable() && s.Previous.Usable() && s.Anchor.Fingerprint() != s.Previous.Fingerprint() &&
 		!SameKey(s.Anchor.Cert, s.Previous.Cert)
+}
+
+// FinishingOn returns the anchor the rotation in progress finishes on when the trust anchor
+// was renewed again after retire-previous-anchor wrote it into linkerd-previous-anchor: the
+// round's anchor (State.Retiring), which the previous-anchor Secret now holds, while the
+// current anchor is a newer one. nil otherwise: before that step, or when the anchor was not
+// renewed again (the round then finishes on the current anchor).
+//
+// The round goes on reducing to that anchor alone — the bundle it was reducing to, the one
+// every live certificate chains to — and restarts the control plane onto it; the next round
+// then starts at detect-anchor-rotation (see Supersede) and is the first to write a bundle with
+// the newer anchor. Reducing to the current anchor and the retired one instead, the next
+// round's expanded bundle, would restart identity onto roots that hold the newer anchor before
+// any data-plane pod trusts it: identity would then accept a newer-anchor issuer (cert-manager's
+// own renewal is enough) while the data plane trusts only the older ones.
+func (s *State) FinishingOn() *x509.Certificate {
+	if s.Retiring == "" || !s.Anchor.Usable() || !s.Previous.Usable() ||
+		s.Previous.Fingerprint() != s.Retiring || s.Anchor.Fingerprint() == s.Retiring {
+		return nil
+	}
+	return s.Previous.Cert
 }
 
 // RenewedInPlace reports whether the anchor was renewed with the same key and subject as the
@@ -379,6 +403,9 @@ func describeBundleWrite(s *State) []string {
 }
 
 func describeAnchors(s *State) string {
+	if a := s.FinishingOn(); a != nil {
+		return fmt.Sprintf("[%s] (the trust anchor was renewed again, to %s: the next rotation adds it)", short(Fingerprint(a)), short(s.Anchor.Fingerprint()))
+	}
 	if !s.Rotating() {
 		return fmt.Sprintf("[%s]", short(s.Anchor.Fingerprint()))
 	}
@@ -479,6 +506,12 @@ func observeRetired(s *State, _ string) workflow.Decision {
 	}
 	if s.Previous.Fingerprint() == s.Anchor.Fingerprint() {
 		return workflow.Completed("PreviousAnchorRetired", fmt.Sprintf("Secret %s holds the current anchor %s", s.Previous.Ref(), short(s.Anchor.Fingerprint())))
+	}
+	if a := s.FinishingOn(); a != nil {
+		// Retired, then the anchor was renewed again: writing the newer anchor now would drop
+		// the one every live certificate chains to from the reduced bundle.
+		return workflow.Completed("PreviousAnchorRetired", fmt.Sprintf("Secret %s holds the anchor %s this rotation moved to (the trust anchor was renewed again since, to %s: the next rotation starts once this one is done)",
+			s.Previous.Ref(), short(Fingerprint(a)), short(s.Anchor.Fingerprint())))
 	}
 	return workflow.ActNeeded("PreviousAnchorOutdated", fmt.Sprintf("Secret %s still holds the old anchor %s", s.Previous.Ref(), short(s.Previous.Fingerprint())))
 }

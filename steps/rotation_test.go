@@ -267,16 +267,21 @@ type fakeWriter struct {
 	deleted  []string
 	evicted  []string
 	renewed  []string
+	// log records the PKI writes and the control-plane restarts in order, each restart with
+	// the bundle the ConfigMap held when it happened.
+	log []string
 }
 
 func (w *fakeWriter) WritePreviousAnchor(_ context.Context, c *x509.Certificate) error {
 	w.s.Previous.Found, w.s.Previous.Cert = true, c
+	w.log = append(w.log, "previous "+short(Fingerprint(c)))
 	return nil
 }
 
 func (w *fakeWriter) WriteTrustRoots(_ context.Context, b string) error {
 	certs, _ := ParseCertificates([]byte(b))
 	w.s.Bundle = Bundle{Found: true, Data: b, Certs: certs}
+	w.log = append(w.log, "bundle "+fingerprints(certs))
 	return nil
 }
 
@@ -293,6 +298,7 @@ func (w *fakeWriter) RestartDeployment(_ context.Context, _, name, token string)
 	d.RestartedAt, d.RolledOut = token, true // an instant rollout
 	w.s.ControlPlane[name] = d
 	w.restarts[name]++
+	w.log = append(w.log, "restart "+name+" on "+fingerprints(w.s.Bundle.Certs))
 	return nil
 }
 

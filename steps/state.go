@@ -27,6 +27,11 @@ type State struct {
 	// InFlight are anchors a rotation was moving to when the anchor was renewed again
 	// (status.inFlightAnchors): the bundle keeps them until the previous anchor is retired.
 	InFlight []*x509.Certificate
+	// Retiring is the fingerprint of the anchor the rotation in progress moves to
+	// (status.checkpoint.rotation) once it has reached retire-previous-anchor, "" before that
+	// step, when Synced, or when unknown (see RetiringTo). When the trust anchor is renewed again
+	// from that step on, the round still finishes on that anchor (see FinishingOn).
+	Retiring string
 	// ControlPlane holds the control-plane Deployments by name.
 	ControlPlane map[string]Deployment
 	// TrustBundle counts meshed non-control-plane pods on the DESIRED bundle's hash.

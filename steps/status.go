@@ -78,8 +78,8 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	}
 	st.Checkpoint = cp
 	// In-flight anchors are kept until the previous anchor is retired (it then equals the
-	// current one). A missing or unusable anchor or previous anchor says nothing: keep them.
-	if s.Anchor.Usable() && s.Previous.Usable() && !s.Rotating() {
+	// current one, or the one the rotation moved to when the anchor was renewed again since). A missing or unusable anchor or previous anchor says nothing: keep them.
+	if s.Anchor.Usable() && s.Previous.Usable() && (!s.Rotating() || s.FinishingOn() != nil) {
 		st.InFlightAnchors = nil
 	}
 
@@ -109,6 +109,36 @@ func convergenceStatus(c Convergence) *v1alpha1.ConvergenceStatus {
 		state = v1alpha1.Converged
 	}
 	return &v1alpha1.ConvergenceStatus{Status: state, ConvergedPods: int32(c.Converged), TargetPods: int32(c.Target)}
+}
+
+// stepIndex is each step's position in the rotation.
+var stepIndex = func() map[string]int {
+	m := map[string]int{}
+	for i, st := range Rotation(nil) {
+		m[st.Name] = i
+	}
+	return m
+}()
+
+// SavedCheckpoint is the checkpoint to persist before an act at next, the workflow having
+// advanced from prev (the status's checkpoint when the pass began). It carries the rotation the
+// act belongs to, so that the rotation's identity — the anchor it moves to — is saved before
+// its first act, not only after it in the status projection: a crash between the two must not
+// leave an act recorded under the previous rotation's anchor (from retire-previous-anchor on,
+// State.Retiring trusts it). A rotation starts when the workflow leaves the Synced steps, or
+// went round to an earlier step (it completed and the anchor had been renewed again).
+func SavedCheckpoint(prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *State, now time.Time) *v1alpha1.Checkpoint {
+	cp := &v1alpha1.Checkpoint{Step: next.Step, Token: next.Token, Acts: next.Acts}
+	if syncedSteps[next.Step] {
+		return cp
+	}
+	if prev != nil && prev.Rotation != "" && !syncedSteps[prev.Step] && stepIndex[prev.Step] <= stepIndex[next.Step] {
+		cp.Rotation, cp.StartTime = prev.Rotation, prev.StartTime
+		return cp
+	}
+	t := metav1.NewTime(now)
+	cp.Rotation, cp.StartTime = s.Anchor.Fingerprint(), &t
+	return cp
 }
 
 // renewingSteps are the steps during which pods must move onto the new issuer.

@@ -72,3 +72,59 @@ func TestProject(t *testing.T) {
 		t.Errorf("a new in-order rotation kept %+v", c)
 	}
 }
+
+// TestSavedCheckpoint: the checkpoint saved before an act names the rotation the act belongs
+// to. The case that matters: the workflow completed a round and, the anchor having been renewed
+// again meanwhile, acts at expand-trust-bundle in the same pass; a crash before the status
+// projection must not leave that act under the finished round's anchor, which from
+// retire-previous-anchor on would make the round "finish" on the retired anchor and drop the
+// new one.
+func TestSavedCheckpoint(t *testing.T) {
+	p := newPKI(t)
+	third := anchorCA(t, "third-anchor")
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	earlier := metav1.NewTime(now.Add(-time.Hour))
+	old, newFP, thirdFP := Fingerprint(p.oldAnchor.cert), Fingerprint(p.newAnchor.cert), Fingerprint(third.cert)
+	for name, tc := range map[string]struct {
+		prev         *v1alpha1.Checkpoint
+		next         string
+		state        *State
+		wantRotation string
+		wantStarted  bool // a new rotation: StartTime now
+	}{
+		"leaving Synced: the new anchor's rotation starts before the first act": {
+			prev: &v1alpha1.Checkpoint{Step: StepDetectAnchorRotation}, next: StepExpandTrustBundle,
+			state: rotatingState(p), wantRotation: newFP, wantStarted: true,
+		},
+		"no status yet": {
+			next: StepExpandTrustBundle, state: rotatingState(p), wantRotation: newFP, wantStarted: true,
+		},
+		"further on in the same rotation": {
+			prev: &v1alpha1.Checkpoint{Step: StepPropagateTrustRoots, Rotation: newFP, StartTime: &earlier}, next: StepRestartIdentity,
+			state: rotatingState(p), wantRotation: newFP,
+		},
+		"the same step again": {
+			prev: &v1alpha1.Checkpoint{Step: StepRetirePreviousAnchor, Token: "t", Acts: 1, Rotation: newFP, StartTime: &earlier}, next: StepRetirePreviousAnchor,
+			state: rotatingState(p), wantRotation: newFP,
+		},
+		"a round completed and the next acts in the same pass: the next round's anchor": {
+			prev: &v1alpha1.Checkpoint{Step: StepRemoveOldTrustRoots, Rotation: newFP, StartTime: &earlier}, next: StepExpandTrustBundle,
+			state: rotatingState(p, anchor(third), previous(p.newAnchor), bundleOf(p.newAnchor)), wantRotation: thirdFP, wantStarted: true,
+		},
+		"an act at a Synced step belongs to no rotation": {
+			prev: &v1alpha1.Checkpoint{Step: StepRemoveOldTrustRoots, Rotation: old}, next: StepDetectAnchorRotation,
+			state: rotatingState(p),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cp := SavedCheckpoint(tc.prev, workflow.Checkpoint{Step: tc.next, Token: "tok", Acts: 1}, tc.state, now)
+			if cp.Step != tc.next || cp.Token != "tok" || cp.Acts != 1 || cp.Rotation != tc.wantRotation {
+				t.Fatalf("checkpoint %+v, want step %s under rotation %.12s", cp, tc.next, tc.wantRotation)
+			}
+			started := cp.StartTime != nil && cp.StartTime.Time.Equal(now)
+			if tc.wantRotation != "" && started != tc.wantStarted {
+				t.Errorf("start time %v, want a new rotation: %v", cp.StartTime, tc.wantStarted)
+			}
+		})
+	}
+}

@@ -18,6 +18,12 @@ import (
 // keeps it until the previous anchor is retired — and the rotation starts over at
 // expand-trust-bundle, towards the newest anchor.
 //
+// From retire-previous-anchor on, the rotation's anchor is in linkerd-previous-anchor and every
+// live certificate chains to it: a renewal then does not restart the rotation. The round
+// finishes on the bundle it was reducing to, that anchor alone (State.FinishingOn: the reduction
+// and the control-plane restart use it, not the newer anchor), and once the control plane runs
+// on it the next round starts at detect-anchor-rotation (the remove-old-trust-roots case below).
+//
 // It changes st and returns a message for an event when the rotation was superseded. The
 // caller persists st before anything else acts, so that a crash can never lose the in-flight
 // anchor. An in-flight anchor that the bundle never held was trusted by no pod and signed no
@@ -26,10 +32,11 @@ func Supersede(st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) 
 	cp := st.Checkpoint
 	if cp != nil && cp.Step == StepRemoveOldTrustRoots && s.Anchor.Usable() && s.Previous.Usable() &&
 		s.Anchor.Fingerprint() != s.Previous.Fingerprint() {
-		// Renewed again while the pods move onto the reduced bundle: the desired bundle is the
-		// next round's (expanded, or the anchor renewed in place alone), which only that round's
-		// steps write, so remove-old-trust-roots would wait for it forever. This round ends and
-		// the next starts at detect-anchor-rotation. Nothing is lost: the retired anchor is in no
+		// Renewed again while the pods move onto the reduced bundle, or earlier from
+		// retire-previous-anchor on (the control plane then was restarted onto the bundle this
+		// round reduced to): waiting for every pod to be injected with the reduced bundle would
+		// only cost a round of restarts that the next round's bundle change makes anyway. This
+		// round ends and the next starts at detect-anchor-rotation. Nothing is lost: the retired anchor is in no
 		// bundle the operator writes again and signs no live certificate (every pod moved to the
 		// issuer on the current anchor before it was retired), and the next round's bundle change
 		// replaces every pod still carrying it.
@@ -41,6 +48,7 @@ func Supersede(st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) 
 		return "", false
 	}
 	if cp.Rotation == s.Anchor.Fingerprint() || cp.Rotation == s.Previous.Fingerprint() {
+		// Towards the current anchor; or retired already, and the round finishes on it.
 		return "", false
 	}
 	var kept *x509.Certificate
@@ -90,4 +98,18 @@ func RecreatePrevious(s *State) (*x509.Certificate, bool) {
 		return nil, false
 	}
 	return bootstrapPrevious(s)
+}
+
+// retiringSteps are the steps from the retirement of the previous anchor to the end of a round.
+var retiringSteps = map[string]bool{
+	StepRetirePreviousAnchor: true, StepReduceTrustBundle: true, StepRefreshControlPlaneReduced: true, StepRemoveOldTrustRoots: true,
+}
+
+// RetiringTo is State.Retiring for a checkpoint: the anchor its rotation moves to, from
+// retire-previous-anchor on; "" before that step, when Synced, or when cp is nil.
+func RetiringTo(cp *v1alpha1.Checkpoint) string {
+	if cp == nil || !retiringSteps[cp.Step] {
+		return ""
+	}
+	return cp.Rotation
 }

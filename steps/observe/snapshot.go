@@ -48,6 +48,9 @@ func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotation
 	if s.Previous, err = r.Previous(ctx, s.Bundle, status); err != nil {
 		return nil, err
 	}
+	if status != nil {
+		s.Retiring = steps.RetiringTo(status.Checkpoint)
+	}
 	for _, name := range cfg.ControlPlane() {
 		d, err := kube.AppsV1().Deployments(cfg.LinkerdNamespace).Get(ctx, name, metav1.GetOptions{})
 		switch {

@@ -313,7 +313,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	s := c.snapshot(now, cp.Step, inFlight)
+	s := c.snapshot(now, cp.Step, steps.RetiringTo(tar.Status.Checkpoint), inFlight)
 	c.auto.fill(ctx, s, tar, cp.Step, c.index)
 	if done, err := c.repair(ctx, tar, s, now); done || err != nil {
 		return done, err
@@ -322,10 +322,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	base := tar
 	save := func(ctx context.Context, next workflow.Checkpoint) error {
 		obj := base.DeepCopy()
-		if obj.Status.Checkpoint == nil {
-			obj.Status.Checkpoint = &v1alpha1.Checkpoint{}
-		}
-		obj.Status.Checkpoint.Step, obj.Status.Checkpoint.Token, obj.Status.Checkpoint.Acts = next.Step, next.Token, next.Acts
+		obj.Status.Checkpoint = steps.SavedCheckpoint(tar.Status.Checkpoint, next, s, now)
 		out, err := c.write(ctx, obj)
 		if err == nil {
 			base = out
@@ -384,12 +381,13 @@ func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
 }
 
 // snapshot builds the steps' State from the informer caches.
-func (c *Controller) snapshot(now time.Time, step string, inFlight []*x509.Certificate) *steps.State {
+func (c *Controller) snapshot(now time.Time, step, retiring string, inFlight []*x509.Certificate) *steps.State {
 	cfg := c.opts.Config
 	s := &steps.State{
 		Config:       cfg,
 		Now:          now,
 		InFlight:     inFlight,
+		Retiring:     retiring,
 		Anchor:       observe.SourceFromSecret(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
 		Previous:     observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
 		Issuer:       observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),

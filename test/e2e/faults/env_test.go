@@ -201,7 +201,10 @@ type ledger struct {
 	previous   map[string]bool
 	initPrev   string
 	tokens     map[string]map[string]int32 // step -> token -> max acts
-	stop       context.CancelFunc
+	// bundleSeq and previousSeq are the trust bundles and previous anchors in the order the
+	// watches saw them, each once per change.
+	bundleSeq, previousSeq []string
+	stop                   context.CancelFunc
 }
 
 func newLedger(t *testing.T, e *e2e.Env) *ledger {
@@ -246,10 +249,16 @@ func newLedger(t *testing.T, e *e2e.Env) *ledger {
 		case *corev1.ConfigMap:
 			if b := o.Data[steps.TrustRootsKey]; b != l.initBundle {
 				l.bundles[b] = true
+				if n := len(l.bundleSeq); n == 0 || l.bundleSeq[n-1] != b {
+					l.bundleSeq = append(l.bundleSeq, b)
+				}
 			}
 		case *corev1.Secret:
 			if p := string(o.Data[steps.CertificateKey]); p != l.initPrev {
 				l.previous[p] = true
+				if n := len(l.previousSeq); n == 0 || l.previousSeq[n-1] != p {
+					l.previousSeq = append(l.previousSeq, p)
+				}
 			}
 		case *v1alpha1.TrustAnchorRotation:
 			if cp := o.Status.Checkpoint; cp != nil && cp.Token != "" {

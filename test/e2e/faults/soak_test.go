@@ -15,7 +15,9 @@ import (
 )
 
 // soakFaults are the faults a soak rotation draws from.
-var soakFaults = []string{"none", "crash", "kill", "leader", "early-issuer", "api-faults", "previous-deleted", "third-anchor"}
+// "anchor-at-reduction" renews the anchor while the operator is down between
+// retire-previous-anchor and reduce-trust-bundle (see reductionPoints).
+var soakFaults = []string{"none", "crash", "kill", "leader", "early-issuer", "api-faults", "previous-deleted", "third-anchor", "anchor-at-reduction"}
 
 // TestSoak runs rotations back to back, each with a fault drawn at random (seeded; the seed is
 // logged and TRUST_ROTATION_SEED repeats the run) from soakFaults, the oracle watching
@@ -49,6 +51,7 @@ func TestSoak(t *testing.T) {
 		step := names[rng.IntN(len(names))]
 		start := time.Now()
 		var r restarter
+		var rw *renewWhileDown
 		var stop func()
 		o := driveOpts{timeout: 5 * time.Minute}
 		done := false
@@ -78,12 +81,19 @@ func TestSoak(t *testing.T) {
 		default:
 			sup := newSupervisor(t, e)
 			crash := ""
-			if fault == "crash" {
+			switch fault {
+			case "crash":
 				crash = point
+			case "anchor-at-reduction":
+				crash = reductionPoints[rng.IntN(len(reductionPoints))]
+				point = crash
 			}
-			sup.start(crash)
+			first := sup.start(crash)
 			r, stop = sup, sup.stop
 			switch fault {
+			case "anchor-at-reduction":
+				rw = &renewWhileDown{e: e, sup: sup, first: first}
+				r = rw
 			case "kill":
 				o.onPoll = once(step, sup.kill)
 			case "early-issuer":
@@ -98,13 +108,16 @@ func TestSoak(t *testing.T) {
 		}
 		what := fault
 		switch fault {
-		case "crash":
+		case "crash", "anchor-at-reduction":
 			what += " at " + point
 		case "kill", "leader", "previous-deleted", "third-anchor":
 			what += " at " + step
 		}
 		err := driveErr(t, e, r, o)
 		stop()
+		if rw != nil && rw.renewed == nil {
+			t.Errorf("rotation %d (%s): the operator never crashed there, the anchor was not renewed", i+1, what)
+		}
 		rotations++
 		if fault != "none" {
 			faults++
