@@ -76,6 +76,7 @@ func main() {
 	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between attempts to acquire or renew the lease")
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst limit towards the apiserver")
+	fs.StringSliceVar(&o.app.RestartNamespaces, "restart-namespaces", nil, "automatic restarts (spec.dataPlaneRestart.policy Automatic) watch and restart the workloads of these namespaces only, for RBAC that allows them there alone (the chart's dataPlaneRestart.rbacScope Namespaces); the others a rotation needs restarted are named for you to restart. Empty: every namespace, watched cluster-wide")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on the admin endpoint")
 	fs.BoolVar(&o.countAPIRequests, "count-api-requests", false, "count apiserver requests by verb and resource in /metrics (for benchmarks)")
 	_ = fs.MarkHidden("count-api-requests")
