@@ -61,6 +61,10 @@ type Workload struct {
 	WorkloadRef
 	// Found is false when the workload object is not in the operator's cache.
 	Found bool
+	// OutOfScope is true when the workload is in a namespace where the operator may not restart
+	// workloads (it runs with --restart-namespaces, which does not list it): it is not watched,
+	// and the user restarts it.
+	OutOfScope bool
 	// Selected is true when the spec's namespace and workload selectors select it.
 	Selected bool
 	// RestartedAt is the pod template's kubectl.kubernetes.io/restartedAt.
@@ -210,6 +214,8 @@ type restartPlan struct {
 	unrestartable []string
 	// notSelected are workloads behind that the selectors leave to the user.
 	notSelected []string
+	// outOfScope are workloads behind in namespaces where the operator may not restart.
+	outOfScope []string
 	// stuck are workloads restarted under this token and rolled out, yet still behind.
 	stuck []string
 }
@@ -303,6 +309,10 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 			continue
 		}
 		w, ok := s.Workloads[key]
+		if ok && w.OutOfScope {
+			plan.outOfScope = append(plan.outOfScope, key)
+			continue
+		}
 		if !ok || !w.Found {
 			plan.unrestartable = append(plan.unrestartable, key+" (not found)")
 			continue
@@ -514,6 +524,9 @@ func (plan restartPlan) describe() string {
 	}
 	if len(plan.notSelected) > 0 {
 		parts = append(parts, "not selected by spec.dataPlaneRestart (restart them yourself): "+list(plan.notSelected))
+	}
+	if len(plan.outOfScope) > 0 {
+		parts = append(parts, "outside the namespaces the operator may restart in (--restart-namespaces; restart them yourself): "+list(plan.outOfScope))
 	}
 	if len(plan.stuck) > 0 {
 		parts = append(parts, "restarted but still behind: "+list(plan.stuck))

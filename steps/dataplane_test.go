@@ -56,6 +56,7 @@ func restartedAt(token string, rolledOut bool) workloadOpt {
 }
 func behindPods(names ...string) workloadOpt { return func(w *Workload) { w.BundleBehind = names } }
 func notSelected() workloadOpt               { return func(w *Workload) { w.Selected = false } }
+func outOfScope() workloadOpt                { return func(w *Workload) { w.Found, w.OutOfScope = false, true } }
 func failed(why string) workloadOpt          { return func(w *Workload) { w.Failed = why } }
 func pdb(name string, allowed int32) workloadOpt {
 	return func(w *Workload) { w.PDB, w.DisruptionsAllowed = name, allowed }
@@ -163,6 +164,10 @@ func TestPropagateTrustRootsAutomatic(t *testing.T) {
 		"a workload the selectors leave out is left to the user": {
 			opts:    []stateOpt{automatic(), bundlePods(0, 1), workload("a/Deployment/x", notSelected())},
 			outcome: workflow.Wait, contains: []string{"not selected by spec.dataPlaneRestart", "a/Deployment/x"},
+		},
+		"a workload outside the operator's restart namespaces is left to the user": {
+			opts:    []stateOpt{automatic(), bundlePods(0, 1), workload("b/Deployment/y", outOfScope())},
+			outcome: workflow.Wait, contains: []string{"outside the namespaces the operator may restart in (--restart-namespaces; restart them yourself): b/Deployment/y"},
 		},
 		"the control plane is left to the rotation's own steps": {
 			opts:    []stateOpt{automatic(), bundlePods(0, 1), workload("linkerd/Deployment/linkerd-destination")},

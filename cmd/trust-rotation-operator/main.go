@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -76,6 +78,7 @@ func main() {
 	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between attempts to acquire or renew the lease")
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst limit towards the apiserver")
+	fs.StringSliceVar(&o.app.RestartNamespaces, "restart-namespaces", nil, "automatic restarts (spec.dataPlaneRestart.policy Automatic) watch and restart the workloads of these namespaces only, for RBAC that allows them there alone (the chart's dataPlaneRestart.rbacScope Namespaces); the others a rotation needs restarted are named for you to restart. Empty: every namespace, watched cluster-wide")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on the admin endpoint")
 	fs.BoolVar(&o.countAPIRequests, "count-api-requests", false, "count apiserver requests by verb and resource in /metrics (for benchmarks)")
 	_ = fs.MarkHidden("count-api-requests")
@@ -83,11 +86,18 @@ func main() {
 	o.app.Config.AddFlags(fs)
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
+	klogFlags.Lookup("v").Usage = fmt.Sprintf("log verbosity: 0 phase changes and acts, 2 every step passed, 4 debugging detail, 6 and 7 every apiserver request (7: with its headers); at most %d, higher values are lowered to %d: from 8 on client-go logs the bodies of requests and responses, and a Secret's holds its private key", maxVerbosity, maxVerbosity)
+	klogFlags.Lookup("vmodule").Usage = fmt.Sprintf("comma-separated pattern=N settings for file-filtered logging; an N above %d is lowered to %d, as for --v", maxVerbosity, maxVerbosity)
 	fs.AddGoFlagSet(klogFlags)
 	_ = fs.Parse(os.Args[1:])
 	if *printVersion {
 		fmt.Println("trust-rotation-operator version: " + version.String())
 		return
+	}
+	capped, err := capVerbosity(klogFlags)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	// The heap is mostly the cache of meshed pods, held for good and touched rarely: under Go's
 	// default GOGC=100 it peaks at twice that. 50 keeps it at 1.5 times, for a little more GC
@@ -99,6 +109,10 @@ func main() {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
+	if capped != "" {
+		klog.FromContext(ctx).Info("Lowered the log verbosity: client-go logs request and response bodies from 8 on, and a Secret's holds its private key",
+			"requested", capped, "max", maxVerbosity)
+	}
 	if err := run(ctx, o); err != nil {
 		klog.FromContext(ctx).Error(err, "Operator failed")
 		klog.Flush()
@@ -251,4 +265,43 @@ func serveAdmin(ctx context.Context, addr string, m *app.Metrics, watchdog *lead
 	go func() { _ = srv.Serve(ln) }()
 	klog.FromContext(ctx).Info("Admin endpoint listening", "addr", ln.Addr().String())
 	return srv, nil
+}
+
+// maxVerbosity is the highest log verbosity the operator runs at. From 8 on, client-go logs the
+// body of every request and response (k8s.io/client-go/rest logBody; 8 truncates it to 1 KiB,
+// 9 to 10 KiB, 10 logs it whole), whatever the logger: the operator reads Secrets by name, and
+// the response to that read carries the Secret's private key before the informer's transform
+// drops it. 6 and 7 log the requests' URLs, status and headers (the Authorization header masked),
+// never a body.
+const maxVerbosity = 7
+
+// capVerbosity lowers --v and every --vmodule level above maxVerbosity to it, and says what was
+// requested when it lowered anything.
+func capVerbosity(klogFlags *flag.FlagSet) (requested string, err error) {
+	var lowered []string
+	v := klogFlags.Lookup("v")
+	if n, err := strconv.Atoi(v.Value.String()); err == nil && n > maxVerbosity {
+		lowered = append(lowered, "--v="+v.Value.String())
+		if err := klogFlags.Set("v", strconv.Itoa(maxVerbosity)); err != nil {
+			return "", err
+		}
+	}
+	vm := klogFlags.Lookup("vmodule")
+	if spec := vm.Value.String(); spec != "" {
+		parts := strings.Split(spec, ",")
+		changed := false
+		for i, p := range parts {
+			pattern, level, ok := strings.Cut(p, "=")
+			if n, err := strconv.Atoi(level); ok && err == nil && n > maxVerbosity {
+				parts[i], changed = pattern+"="+strconv.Itoa(maxVerbosity), true
+			}
+		}
+		if changed {
+			lowered = append(lowered, "--vmodule="+spec)
+			if err := klogFlags.Set("vmodule", strings.Join(parts, ",")); err != nil {
+				return "", fmt.Errorf("--vmodule=%s: %w", spec, err)
+			}
+		}
+	}
+	return strings.Join(lowered, " "), nil
 }

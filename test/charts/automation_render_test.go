@@ -2,9 +2,11 @@ package charts
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -127,5 +129,111 @@ func TestAutomationIsOptIn(t *testing.T) {
 	}
 	if !slices.Equal(grants, wantGrants) {
 		t.Errorf("rotate ServiceAccount grants\n%v\nwant\n%v", grants, wantGrants)
+	}
+}
+
+// TestRestartScopeRenders renders automatic restarts' permissions in both scopes: Cluster binds
+// the restart ClusterRole cluster-wide; Namespaces binds it in each listed namespace only, reads
+// Namespaces through a ClusterRole of their own, and tells the operator where to restart
+// (--restart-namespaces); an empty list does not render. The admission policy that narrows the
+// patches comes with the restart RBAC, unless turned off.
+func TestRestartScopeRenders(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	h := helms(t)[0]
+	render := func(set ...string) []*unstructured.Unstructured {
+		t.Helper()
+		out, err := h.Template(ctx, OperatorChart, "tro", "ops", set...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := Decode(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs
+	}
+	full := "tro-trust-rotation-operator"
+	restartArgs := func(objs []*unstructured.Unstructured) []string {
+		dep := toTyped[appsv1.Deployment](t, Find(objs, "Deployment", full))
+		var out []string
+		for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--restart-namespaces") {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	kinds := func(objs []*unstructured.Unstructured, name string) []string {
+		var out []string
+		for _, o := range objs {
+			if o.GetName() == name {
+				out = append(out, o.GetKind()+" "+o.GetNamespace())
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	for _, o := range render() {
+		if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
+			t.Errorf("the defaults (Manual restarts) render %s %s", o.GetKind(), o.GetName())
+		}
+	}
+
+	automatic := "rotation.spec.dataPlaneRestart.policy=Automatic"
+	objs := render(automatic)
+	if got, want := kinds(objs, full+"-restart"), []string{"ClusterRole ", "ClusterRoleBinding ", "ValidatingAdmissionPolicy ", "ValidatingAdmissionPolicyBinding "}; !slices.Equal(got, want) {
+		t.Errorf("rbacScope Cluster renders %v named %s-restart, want %v", got, full, want)
+	}
+	if args := restartArgs(objs); len(args) != 0 {
+		t.Errorf("rbacScope Cluster passes %v", args)
+	}
+	vap := Find(objs, "ValidatingAdmissionPolicy", full+"-restart")
+	conds, _, _ := unstructured.NestedSlice(vap.Object, "spec", "matchConditions")
+	if len(conds) != 1 || !strings.Contains(conds[0].(map[string]any)["expression"].(string), "'system:serviceaccount:ops:"+full+"'") {
+		t.Errorf("the policy does not match the operator's ServiceAccount alone: %v", conds)
+	}
+	binding := Find(objs, "ValidatingAdmissionPolicyBinding", full+"-restart")
+	if actions, _, _ := unstructured.NestedStringSlice(binding.Object, "spec", "validationActions"); !slices.Equal(actions, []string{"Deny"}) {
+		t.Errorf("the policy binding's validationActions %v, want [Deny]", actions)
+	}
+
+	objs = render(automatic, "dataPlaneRestart.rbacScope=Namespaces", "dataPlaneRestart.namespaces={shop,pay}")
+	if got, want := kinds(objs, full+"-restart"), []string{"ClusterRole ", "RoleBinding pay", "RoleBinding shop", "ValidatingAdmissionPolicy ", "ValidatingAdmissionPolicyBinding "}; !slices.Equal(got, want) {
+		t.Errorf("rbacScope Namespaces renders %v named %s-restart, want %v", got, full, want)
+	}
+	for _, rb := range []string{"shop", "pay"} {
+		var b *rbacv1.RoleBinding
+		for _, o := range objs {
+			if o.GetKind() == "RoleBinding" && o.GetName() == full+"-restart" && o.GetNamespace() == rb {
+				b = toTyped[rbacv1.RoleBinding](t, o)
+			}
+		}
+		if b == nil || b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != full+"-restart" || len(b.Subjects) != 1 || b.Subjects[0].Name != full || b.Subjects[0].Namespace != "ops" {
+			t.Errorf("RoleBinding %s/%s-restart: %+v", rb, full, b)
+		}
+	}
+	restart := toTyped[rbacv1.ClusterRole](t, Find(objs, "ClusterRole", full+"-restart"))
+	for _, r := range restart.Rules {
+		if slices.Contains(r.Resources, "namespaces") {
+			t.Errorf("the restart ClusterRole bound in namespaces grants %v on namespaces", r.Verbs)
+		}
+	}
+	if got, want := kinds(objs, full+"-restart-namespaces"), []string{"ClusterRole ", "ClusterRoleBinding "}; !slices.Equal(got, want) {
+		t.Errorf("rbacScope Namespaces renders %v named %s-restart-namespaces, want %v", got, full, want)
+	}
+	if args := restartArgs(objs); !slices.Equal(args, []string{"--restart-namespaces=shop,pay"}) {
+		t.Errorf("rbacScope Namespaces passes %v, want --restart-namespaces=shop,pay", args)
+	}
+
+	out, err := h.Template(ctx, OperatorChart, "tro", "ops", automatic, "dataPlaneRestart.rbacScope=Namespaces")
+	if err == nil || !strings.Contains(err.Error(), "dataPlaneRestart.rbacScope=Namespaces needs dataPlaneRestart.namespaces") {
+		t.Errorf("rbacScope Namespaces without namespaces: %v\n%.300s", err, out)
+	}
+
+	for _, o := range render(automatic, "dataPlaneRestart.admissionPolicy.enabled=false") {
+		if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
+			t.Errorf("admissionPolicy.enabled=false renders %s %s", o.GetKind(), o.GetName())
+		}
 	}
 }

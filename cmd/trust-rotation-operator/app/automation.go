@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -36,6 +38,9 @@ type automation struct {
 	cm   cmclient.Interface
 	cfg  steps.Config
 	poke func()
+	// restartNamespaces are the only namespaces whose workloads automatic restarts watch and
+	// restart (--restart-namespaces); empty means every namespace.
+	restartNamespaces []string
 
 	mu                                                sync.Mutex
 	deployments, statefulSets, daemonSets, namespaces *lazyInformer
@@ -125,8 +130,8 @@ func (a *automation) cachedStatus(ref steps.WorkloadRef) (any, bool) {
 	if l == nil {
 		return nil, false
 	}
-	obj, found, _ := l.inf.GetStore().GetByKey(ref.Namespace + "/" + ref.Name)
-	if !found {
+	obj := l.get(ref.Namespace, ref.Name)
+	if obj == nil {
 		return nil, false
 	}
 	return statusOf(obj), true
@@ -214,41 +219,108 @@ const overrideIndex = "refreshOverride"
 // restartedAt and the evicted-for annotation.
 const restartMarkIndex = "restartMark"
 
-// lazyInformer is an informer started on first use, remembering its last list/watch error.
+// lazyInformer is an informer started on first use, remembering its last list/watch error: one
+// cluster-wide, or one per namespace of the operator's restart namespaces (--restart-namespaces),
+// where its RBAC lets it list the workloads of those namespaces only.
 type lazyInformer struct {
 	what string
-	inf  cache.SharedIndexInformer
+	// infs are the informers by namespace; "" is the cluster-wide one.
+	infs map[string]cache.SharedIndexInformer
 	mu   sync.Mutex
 	err  error
+	// errNamespace is the namespace of the informer that failed, "" for a cluster-wide one.
+	errNamespace string
+}
+
+// singleInformer wraps one informer, cluster-wide or of a cluster-scoped resource.
+func singleInformer(what string, inf cache.SharedIndexInformer) *lazyInformer {
+	return &lazyInformer{what: what, infs: map[string]cache.SharedIndexInformer{metav1.NamespaceAll: inf}}
+}
+
+func (l *lazyInformer) hasSynced() bool {
+	for _, inf := range l.infs {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *lazyInformer) ready() (bool, string) {
-	if l.inf.HasSynced() {
+	if l.hasSynced() {
 		return true, ""
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return false, fmt.Sprintf("cannot watch %s: %v", l.what, l.err)
+	switch {
+	case l.err == nil:
+		return false, "waiting for the cache of " + l.what
+	case l.errNamespace != "":
+		return false, fmt.Sprintf("cannot watch %s in namespace %s: %v", l.what, l.errNamespace, l.err)
+	case apierrors.IsForbidden(l.err):
+		return false, fmt.Sprintf("cannot watch %s cluster-wide: %v (automatic restarts list them in every namespace "+
+			"unless the operator runs with --restart-namespaces, which the chart sets with dataPlaneRestart.rbacScope=Namespaces)", l.what, l.err)
 	}
-	return false, "waiting for the cache of " + l.what
+	return false, fmt.Sprintf("cannot watch %s: %v", l.what, l.err)
 }
 
-func (a *automation) start(ctx context.Context, what string, lw cache.ListerWatcher, obj runtime.Object, transform cache.TransformFunc, indexers cache.Indexers) *lazyInformer {
-	l := &lazyInformer{what: what, inf: cache.NewSharedIndexInformer(lw, obj, 0, indexers)}
-	must(l.inf.SetTransform(transform))
-	must(l.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		l.mu.Lock()
-		l.err = err
-		l.mu.Unlock()
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-		a.poke()
-	}))
-	poke := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { a.poke() }, UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() }}
-	if _, err := l.inf.AddEventHandler(poke); err != nil {
-		panic(err)
+// get returns the object namespace/name, or nil when it is not cached.
+func (l *lazyInformer) get(namespace, name string) any {
+	inf := l.infs[metav1.NamespaceAll]
+	if inf == nil {
+		inf = l.infs[namespace]
 	}
-	go l.inf.RunWithContext(ctx)
+	if inf == nil {
+		return nil
+	}
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	obj, found, _ := inf.GetStore().GetByKey(key)
+	if !found {
+		return nil
+	}
+	return obj
+}
+
+// byIndex returns the objects of every informer with the indexed value.
+func (l *lazyInformer) byIndex(index, value string) []any {
+	var out []any
+	for _, inf := range l.infs {
+		objs, _ := inf.GetIndexer().ByIndex(index, value)
+		out = append(out, objs...)
+	}
+	return out
+}
+
+func (l *lazyInformer) addEventHandler(h cache.ResourceEventHandler) {
+	for _, inf := range l.infs {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// start starts an informer of lw(namespace) in each namespace ("" once, for every namespace).
+func (a *automation) start(ctx context.Context, what string, namespaces []string, lw func(namespace string) cache.ListerWatcher, obj runtime.Object, transform cache.TransformFunc, indexers cache.Indexers) *lazyInformer {
+	l := &lazyInformer{what: what, infs: map[string]cache.SharedIndexInformer{}}
+	for _, ns := range namespaces {
+		inf := cache.NewSharedIndexInformer(lw(ns), obj, 0, indexers)
+		must(inf.SetTransform(transform))
+		must(inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			l.mu.Lock()
+			l.err, l.errNamespace = err, ns
+			l.mu.Unlock()
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+			a.poke()
+		}))
+		l.infs[ns] = inf
+	}
+	l.addEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { a.poke() }, UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() }})
+	for _, inf := range l.infs {
+		go inf.RunWithContext(ctx)
+	}
 	return l
 }
 
@@ -321,38 +393,60 @@ var workloadIndexers = cache.Indexers{
 	},
 }
 
+// workloadNamespaces are the namespaces of the workload informers: the restart namespaces, or
+// "" for one informer of every namespace.
+func (a *automation) workloadNamespaces() []string {
+	if len(a.restartNamespaces) == 0 {
+		return []string{metav1.NamespaceAll}
+	}
+	return a.restartNamespaces
+}
+
+// inScope reports whether automatic restarts may restart the workloads of the namespace.
+func (a *automation) inScope(namespace string) bool {
+	return len(a.restartNamespaces) == 0 || slices.Contains(a.restartNamespaces, namespace)
+}
+
 // ensure starts the informers the spec needs, once.
 func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotationSpec) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	apps, core := a.kube.AppsV1(), a.kube.CoreV1()
+	nss := a.workloadNamespaces()
 	if spec.DataPlaneRestart.Policy == v1alpha1.Automatic && a.deployments == nil {
-		all := metav1.NamespaceAll
-		a.deployments = a.start(ctx, "deployments", listWatch(apps.Deployments(all).List, apps.Deployments(all).Watch, nil), &appsv1.Deployment{}, slimWorkload, workloadIndexers)
-		a.statefulSets = a.start(ctx, "statefulsets", listWatch(apps.StatefulSets(all).List, apps.StatefulSets(all).Watch, nil), &appsv1.StatefulSet{}, slimWorkload, workloadIndexers)
-		a.daemonSets = a.start(ctx, "daemonsets", listWatch(apps.DaemonSets(all).List, apps.DaemonSets(all).Watch, nil), &appsv1.DaemonSet{}, slimWorkload, workloadIndexers)
+		a.deployments = a.start(ctx, "deployments", nss, func(ns string) cache.ListerWatcher {
+			return listWatch(apps.Deployments(ns).List, apps.Deployments(ns).Watch, nil)
+		}, &appsv1.Deployment{}, slimWorkload, workloadIndexers)
+		a.statefulSets = a.start(ctx, "statefulsets", nss, func(ns string) cache.ListerWatcher {
+			return listWatch(apps.StatefulSets(ns).List, apps.StatefulSets(ns).Watch, nil)
+		}, &appsv1.StatefulSet{}, slimWorkload, workloadIndexers)
+		a.daemonSets = a.start(ctx, "daemonsets", nss, func(ns string) cache.ListerWatcher {
+			return listWatch(apps.DaemonSets(ns).List, apps.DaemonSets(ns).Watch, nil)
+		}, &appsv1.DaemonSet{}, slimWorkload, workloadIndexers)
 		for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets} {
 			// Every status the watch delivers, not only the one a reconcile happens to read.
-			seen := cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) { a.statusSeen(obj) }, DeleteFunc: a.forgetEviction}
-			if _, err := l.inf.AddEventHandler(seen); err != nil {
-				panic(err)
-			}
+			l.addEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) { a.statusSeen(obj) }, DeleteFunc: a.forgetEviction})
 		}
-		a.namespaces = a.start(ctx, "namespaces", listWatch(core.Namespaces().List, core.Namespaces().Watch, nil), &corev1.Namespace{}, slimWorkload, cache.Indexers{})
+		a.namespaces = a.start(ctx, "namespaces", []string{metav1.NamespaceAll}, func(string) cache.ListerWatcher {
+			return listWatch(core.Namespaces().List, core.Namespaces().Watch, nil)
+		}, &corev1.Namespace{}, slimWorkload, cache.Indexers{})
 	}
 	// PodDisruptionBudgets for every automatic restart: the Evict method evicts every workload,
 	// RolloutRestart those a template change does not restart (Workload.NoRollout).
 	if spec.DataPlaneRestart.Policy == v1alpha1.Automatic && a.pdbs == nil {
-		p := a.kube.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll)
-		a.pdbs = a.start(ctx, "poddisruptionbudgets", listWatch(p.List, p.Watch, nil), &policyv1.PodDisruptionBudget{}, slimWorkload,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		policy := a.kube.PolicyV1()
+		a.pdbs = a.start(ctx, "poddisruptionbudgets", nss, func(ns string) cache.ListerWatcher {
+			return listWatch(policy.PodDisruptionBudgets(ns).List, policy.PodDisruptionBudgets(ns).Watch, nil)
+		}, &policyv1.PodDisruptionBudget{}, slimWorkload, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
 	if spec.IdentityIssuerRenewal == v1alpha1.Automatic && a.certificate == nil && a.cm != nil {
 		c := a.cm.CertmanagerV1().Certificates(a.cfg.LinkerdNamespace)
 		byName := func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.cfg.IssuerCertificate).String()
 		}
-		a.certificate = a.start(ctx, "Certificate "+a.cfg.LinkerdNamespace+"/"+a.cfg.IssuerCertificate, listWatch(c.List, c.Watch, byName), &cmapi.Certificate{}, slimWorkload, cache.Indexers{})
+		a.certificate = a.start(ctx, "Certificate "+a.cfg.LinkerdNamespace+"/"+a.cfg.IssuerCertificate, []string{metav1.NamespaceAll}, func(string) cache.ListerWatcher {
+			return listWatch(c.List, c.Watch, byName)
+		}, &cmapi.Certificate{}, slimWorkload, cache.Indexers{})
 	}
 }
 
@@ -394,8 +488,8 @@ func (a *automation) fillCertificate(s *steps.State) {
 		ic.Err = why
 		return
 	}
-	obj, found, _ := a.certificate.inf.GetStore().GetByKey(ic.Namespace + "/" + ic.Name)
-	if !found {
+	obj := a.certificate.get(ic.Namespace, ic.Name)
+	if obj == nil {
 		return
 	}
 	crt := obj.(*cmapi.Certificate)
@@ -437,16 +531,14 @@ func (a *automation) fillWorkloads(s *steps.State, all bool, index *observe.PodI
 	}
 	// The workloads carrying the refresh override, at every step: the override is in effect.
 	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets} {
-		objs, _ := l.inf.GetIndexer().ByIndex(overrideIndex, "yes")
-		for _, obj := range objs {
+		for _, obj := range l.byIndex(overrideIndex, "yes") {
 			m := obj.(metav1.Object)
 			get(m.GetNamespace() + "/" + kindOf(obj) + "/" + m.GetName())
 		}
 	}
 	if all && token != "" {
 		for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets} {
-			objs, _ := l.inf.GetIndexer().ByIndex(restartMarkIndex, token)
-			for _, obj := range objs {
+			for _, obj := range l.byIndex(restartMarkIndex, token) {
 				get(workloadKey(obj))
 			}
 		}
@@ -526,8 +618,12 @@ func (a *automation) describe(s *steps.State, w *steps.Workload) {
 	if l == nil {
 		return
 	}
-	obj, found, _ := l.inf.GetStore().GetByKey(w.Namespace + "/" + w.Name)
-	if !found {
+	if !a.inScope(w.Namespace) {
+		w.OutOfScope = true
+		return
+	}
+	obj := l.get(w.Namespace, w.Name)
+	if obj == nil {
 		return
 	}
 	w.Found = true
@@ -545,7 +641,7 @@ func (a *automation) describe(s *steps.State, w *steps.Workload) {
 	}
 	w.Selected = a.selected(s, w, m.GetLabels())
 	if a.pdbs != nil {
-		pdbs, _ := a.pdbs.inf.GetIndexer().ByIndex(cache.NamespaceIndex, w.Namespace)
+		pdbs := a.pdbs.byIndex(cache.NamespaceIndex, w.Namespace)
 		podLabels := labels.Set(t.Labels)
 		for _, o := range pdbs {
 			pdb := o.(*policyv1.PodDisruptionBudget)
@@ -577,8 +673,8 @@ func (a *automation) selected(s *steps.State, w *steps.Workload, objLabels map[s
 	if err != nil {
 		return false
 	}
-	obj, found, _ := a.namespaces.inf.GetStore().GetByKey(w.Namespace)
-	if !found {
+	obj := a.namespaces.get("", w.Namespace)
+	if obj == nil {
 		return false
 	}
 	return sel.Matches(labels.Set(obj.(*corev1.Namespace).Labels))

@@ -2,13 +2,20 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilwait "k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -40,8 +47,9 @@ func TestEvictionSettlesOnceTheStatusMoves(t *testing.T) {
 			Status: appsv1.DeploymentStatus{Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: available, AvailableReplicas: available}}
 	}
 	a := &automation{}
-	a.deployments = &lazyInformer{inf: cache.NewSharedIndexInformer(&cache.ListWatch{}, &appsv1.Deployment{}, 0, cache.Indexers{})}
-	if err := a.deployments.inf.GetStore().Add(dep(2)); err != nil {
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &appsv1.Deployment{}, 0, cache.Indexers{})
+	a.deployments = singleInformer("deployments", inf)
+	if err := inf.GetStore().Add(dep(2)); err != nil {
 		t.Fatal(err)
 	}
 	ref := steps.WorkloadRef{Namespace: "a", Kind: "Deployment", Name: "x"}
@@ -89,7 +97,7 @@ func TestEvictedWorkloadWithoutPodsStaysInTheState(t *testing.T) {
 	spec := v1alpha1.TrustAnchorRotationSpec{DataPlaneRestart: v1alpha1.DataPlaneRestart{Policy: v1alpha1.Automatic, Method: v1alpha1.Evict}}
 	a.ensure(ctx, spec)
 	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets, a.namespaces, a.pdbs} {
-		if !cache.WaitForCacheSync(ctx.Done(), l.inf.HasSynced) {
+		if !cache.WaitForCacheSync(ctx.Done(), l.hasSynced) {
 			t.Fatalf("%s did not sync", l.what)
 		}
 	}
@@ -106,5 +114,87 @@ func TestEvictedWorkloadWithoutPodsStaysInTheState(t *testing.T) {
 		if s.Workloads[other] != nil {
 			t.Errorf("%s, neither meshed pods nor this step's token, is in the State", other)
 		}
+	}
+}
+
+// forbidClusterWideLists makes the fake clientset answer as the apiserver does to a
+// ServiceAccount whose RBAC grants workloads in some namespaces only: a list or watch of every
+// namespace is Forbidden.
+func forbidClusterWideLists(kube *fake.Clientset) {
+	deny := func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetNamespace() != metav1.NamespaceAll || action.GetResource().Resource == "namespaces" {
+			return false, nil, nil
+		}
+		gr := action.GetResource().GroupResource()
+		return true, nil, apierrors.NewForbidden(gr, "", fmt.Errorf(`User "system:serviceaccount:linkerd:trust-rotation-operator" cannot list resource %q in API group %q at the cluster scope`, gr.Resource, gr.Group))
+	}
+	kube.PrependReactor("list", "*", deny)
+	kube.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		_, _, err := deny(action)
+		return err != nil, nil, err
+	})
+}
+
+// With --restart-namespaces the workloads are watched in those namespaces alone, so an RBAC that
+// grants them there only is enough; a workload elsewhere is left to the user, out of scope.
+func TestRestartNamespacesWatchOnlyThere(t *testing.T) {
+	dep := func(ns string) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}
+	}
+	kube := fake.NewClientset(dep("a"), dep("b"))
+	forbidClusterWideLists(kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := &automation{kube: kube, cfg: steps.DefaultConfig(), poke: func() {}, restartNamespaces: []string{"a"}}
+	spec := v1alpha1.TrustAnchorRotationSpec{DataPlaneRestart: v1alpha1.DataPlaneRestart{Policy: v1alpha1.Automatic, Method: v1alpha1.Evict}}
+	a.ensure(ctx, spec)
+	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets, a.namespaces, a.pdbs} {
+		if !cache.WaitForCacheSync(ctx.Done(), l.hasSynced) {
+			_, why := l.ready()
+			t.Fatalf("%s did not sync: %s", l.what, why)
+		}
+	}
+	index := observe.NewPodIndex(nil)
+	for _, ns := range []string{"a", "b"} {
+		index.Upsert(&observe.Pod{Namespace: ns, Name: "web-1", UID: ns, Workload: ns + "/Deployment/web", Meshed: true, Alive: true, Running: true, TrustRootHash: "old"})
+	}
+	s := &steps.State{Spec: spec}
+	a.fillWorkloads(s, true, index, "T")
+	if s.WorkloadsProblem != "" {
+		t.Fatal(s.WorkloadsProblem)
+	}
+	if w := s.Workloads["a/Deployment/web"]; w == nil || !w.Found || w.OutOfScope {
+		t.Errorf("a/Deployment/web, in a restart namespace: %+v, want found", w)
+	}
+	if w := s.Workloads["b/Deployment/web"]; w == nil || w.Found || !w.OutOfScope {
+		t.Errorf("b/Deployment/web, outside the restart namespaces: %+v, want out of scope", w)
+	}
+}
+
+// Without --restart-namespaces, an RBAC that does not allow listing workloads cluster-wide makes
+// the rotation's message say so, and what to do.
+func TestForbiddenClusterWideListIsExplained(t *testing.T) {
+	kube := fake.NewClientset()
+	forbidClusterWideLists(kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := &automation{kube: kube, cfg: steps.DefaultConfig(), poke: func() {}}
+	spec := v1alpha1.TrustAnchorRotationSpec{DataPlaneRestart: v1alpha1.DataPlaneRestart{Policy: v1alpha1.Automatic}}
+	a.ensure(ctx, spec)
+	want := []string{"cannot watch deployments cluster-wide", "is forbidden", "--restart-namespaces", "dataPlaneRestart.rbacScope=Namespaces"}
+	var last string
+	err := utilwait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		s := &steps.State{Spec: spec}
+		a.fillWorkloads(s, true, observe.NewPodIndex(nil), "T")
+		last = s.WorkloadsProblem
+		for _, w := range want {
+			if !strings.Contains(last, w) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the workloads problem %q does not say %q", last, want)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
@@ -74,6 +76,10 @@ type Options struct {
 	Dial observe.DialFunc
 	// CertManager renews the identity issuer when spec.identityIssuerRenewal is Automatic.
 	CertManager cmclient.Interface
+	// RestartNamespaces limits automatic restarts (spec.dataPlaneRestart.policy Automatic) to the
+	// workloads of these namespaces, watched there alone, for an operator whose RBAC grants
+	// restarts in those namespaces only; empty means every namespace (watched cluster-wide).
+	RestartNamespaces []string
 }
 
 // Controller runs the rotation.
@@ -110,7 +116,13 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 		return nil, err
 	}
 	c := &Controller{opts: opts, kube: kube, tars: tars, metrics: metrics, trigger: make(chan struct{}, 1)}
-	c.auto = &automation{kube: kube, cm: opts.CertManager, cfg: opts.Config, poke: c.poke}
+	for _, ns := range opts.RestartNamespaces {
+		if ns == "" {
+			return nil, fmt.Errorf("--restart-namespaces %q names an empty namespace", strings.Join(opts.RestartNamespaces, ","))
+		}
+	}
+	restartNS := slices.Compact(slices.Sorted(slices.Values(opts.RestartNamespaces)))
+	c.auto = &automation{kube: kube, cm: opts.CertManager, cfg: opts.Config, poke: c.poke, restartNamespaces: restartNS}
 	c.writer = crashWriter(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto})
 	wf, err := workflow.New(steps.Rotation(c.writer)...)
 	if err != nil {

@@ -3,7 +3,6 @@ package faults
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"fmt"
 	"os"
 	"strings"
@@ -135,42 +134,21 @@ func (s *supervisor) stop() {
 	scanLogs(s.t, s.e, ops)
 }
 
-// scanLogs fails the test when an operator log holds key material: a PEM PRIVATE KEY block, or
-// the base64 (whole, or a line of the PEM body) of a private key held in the cluster's Secrets.
+// scanLogs fails the test when an operator log holds key material of the cluster's Secrets
+// (e2e.KeyMaterial).
 func scanLogs(t *testing.T, e *e2e.Env, ops []*e2e.Operator) {
 	t.Helper()
-	var needles []string
-	for _, ns := range []string{"cert-manager", "linkerd"} {
-		list, err := e.Cluster.Kube().CoreV1().Secrets(ns).List(e.Ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, sec := range list.Items {
-			key := sec.Data[corev1.TLSPrivateKeyKey]
-			if len(key) == 0 {
-				continue
-			}
-			needles = append(needles, base64.StdEncoding.EncodeToString(key))
-			for _, line := range strings.Split(string(key), "\n") {
-				if len(line) >= 40 && !strings.HasPrefix(line, "-----") {
-					needles = append(needles, line)
-				}
-			}
-		}
+	var keys e2e.KeyMaterial
+	if err := keys.Collect(e.Ctx, e.Cluster.Kube()); err != nil {
+		t.Fatal(err)
 	}
 	for _, op := range ops {
 		data, err := os.ReadFile(op.LogPath)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if bytes.Contains(data, []byte("PRIVATE KEY")) {
-			t.Errorf("operator log %s holds a PEM PRIVATE KEY block", op.LogPath)
-		}
-		for _, n := range needles {
-			if bytes.Contains(data, []byte(n)) {
-				t.Errorf("operator log %s holds private-key material of a Secret", op.LogPath)
-				break
-			}
+		for _, found := range keys.Find("operator log "+op.LogPath, data) {
+			t.Error(found)
 		}
 	}
 }
