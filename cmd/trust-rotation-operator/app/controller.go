@@ -318,6 +318,9 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	if done, err := c.repair(ctx, tar, s, now); done || err != nil {
 		return done, err
 	}
+	if err := c.repairBundle(ctx, tar, s, &cp); err != nil {
+		return false, err
+	}
 
 	base := tar
 	save := func(ctx context.Context, next workflow.Checkpoint) error {
