@@ -98,15 +98,15 @@ func TestObserveBadInput(t *testing.T) {
 			wantOutcome: workflow.Done, wantInMsg: "(in flight)",
 		},
 		"the issuer step waits for cmctl renew while the issuer is on an in-flight anchor": {
-			step: StepWaitForIdentityIssuer, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), issuer(p.newIssuer)),
+			step: StepWaitForIdentityIssuer, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor), issuer(p.newIssuer)),
 			wantOutcome: workflow.Wait, wantReason: "WaitingForIssuerRenewal",
 		},
 		"the issuer step reports an issuer from no kept anchor": {
-			step: StepWaitForIdentityIssuer, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), issuer(strangerIssuer)),
+			step: StepWaitForIdentityIssuer, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor), issuer(strangerIssuer)),
 			wantOutcome: workflow.Wait, wantReason: "IssuerUnrelated", wantInMsg: "signed by neither",
 		},
 		"the issuer step is done with the issuer on the newest anchor": {
-			step: StepWaitForIdentityIssuer, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), issuer(thirdIssuer)),
+			step: StepWaitForIdentityIssuer, state: rotatingState(p, anchor(third), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor), issuer(thirdIssuer)),
 			wantOutcome: workflow.Done,
 		},
 		"reduction drops the in-flight anchors once the previous anchor is retired": {

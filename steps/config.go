@@ -35,6 +35,9 @@ const (
 	// ManagedByLabel marks objects the operator created.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	ManagedByValue = "linkerd-trust-rotation"
+	// FieldManager is the field manager of the operator's writes (server-side apply), as the
+	// ConfigMap's managedFields name it.
+	FieldManager = "linkerd-trust-rotation"
 )
 
 // Config names the objects of the Linkerd PKI the rotation reads and writes.

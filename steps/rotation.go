@@ -68,6 +68,23 @@ const (
 // Identity's own pods are meshed pods too: see restart-identity for how an old identity pod,
 // which trusts only the old anchor, never runs beside one that signs with the new issuer.
 func Rotation(w Writer) []workflow.Step[*State] {
+	all := rotation(w)
+	for i, st := range all {
+		if bundleSteps[st.Name] {
+			// Every step that relies on the trust bundle checks it first (see CheckBundle).
+			all[i].Observe = guardBundle(st.Name, st.Observe)
+		}
+	}
+	return all
+}
+
+// PlanAhead returns the steps of Rotation without the trust-bundle check, for a plan's view of
+// the steps after the next one: the rotation reaches them only once the steps before are done,
+// and the check then applies to the bundle those leave (expand-trust-bundle writes it), not to
+// the bundle of today's snapshot.
+func PlanAhead(w Writer) []workflow.Step[*State] { return rotation(w) }
+
+func rotation(w Writer) []workflow.Step[*State] {
 	p := func(ph v1alpha1.Phase) string { return string(ph) }
 	return []workflow.Step[*State]{
 		{
@@ -329,7 +346,8 @@ func observeDetect(s *State, _ string) workflow.Decision {
 				"ConfigMap %s/%s was edited by hand and trusts anchor %s, which signs the identity issuer in Secret %s; restoring the rendered bundle would drop it: renew the issuer from %s, or restore the ConfigMap",
 				s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, short(Fingerprint(lost)), s.Issuer.Ref(), s.Anchor.Ref()))
 		}
-		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle (changed by %s)",
+			s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeWriters(s.Bundle)))
 	}
 	// Synced: nothing to wait for, so no blocking message.
 	return workflow.Waiting("TrustAnchorUnchanged", "")

@@ -270,22 +270,37 @@ type fakeWriter struct {
 	// log records the PKI writes and the control-plane restarts in order, each restart with
 	// the bundle the ConfigMap held when it happened.
 	log []string
+	// badRestarts are control-plane restarts made while the ConfigMap did not hold the
+	// rotation's bundle: the restarted pods load the wrong roots.
+	badRestarts []string
+}
+
+func (w *fakeWriter) checkBundle(what string) {
+	if w.s.Bundle.Data != w.s.DesiredBundle() {
+		w.badRestarts = append(w.badRestarts, what)
+	}
 }
 
 func (w *fakeWriter) WritePreviousAnchor(_ context.Context, c *x509.Certificate) error {
+	before := w.s.DesiredBundle()
 	w.s.Previous.Found, w.s.Previous.Cert = true, c
 	w.log = append(w.log, "previous "+short(Fingerprint(c)))
+	if w.s.DesiredBundle() != before {
+		// The operator counts the pods against the desired bundle: none is on the new one yet.
+		w.s.TrustBundle.Converged = 0
+	}
 	return nil
 }
 
 func (w *fakeWriter) WriteTrustRoots(_ context.Context, b string) error {
 	certs, _ := ParseCertificates([]byte(b))
-	w.s.Bundle = Bundle{Found: true, Data: b, Certs: certs}
+	w.s.Bundle = Bundle{Found: true, Data: b, Certs: certs, Owners: []FieldOwner{{Manager: FieldManager, Operation: "Apply"}}}
 	w.log = append(w.log, "bundle "+fingerprints(certs))
 	return nil
 }
 
 func (w *fakeWriter) DeletePods(_ context.Context, _ string, names []string) error {
+	w.checkBundle("delete identity pods")
 	d := w.s.ControlPlane["linkerd-identity"]
 	d.Pods = remaining(d.Pods, nil) // every named pod is gone and replaced at once
 	w.deleted = append(w.deleted, names...)
@@ -294,6 +309,7 @@ func (w *fakeWriter) DeletePods(_ context.Context, _ string, names []string) err
 }
 
 func (w *fakeWriter) RestartDeployment(_ context.Context, _, name, token string) error {
+	w.checkBundle("restart " + name)
 	d := w.s.ControlPlane[name]
 	d.RestartedAt, d.RolledOut = token, true // an instant rollout
 	w.s.ControlPlane[name] = d
@@ -365,8 +381,7 @@ func TestRotationOrder(t *testing.T) {
 	if w.restarts["linkerd-identity"] != 2 || w.restarts["linkerd-destination"] != 2 {
 		t.Fatalf("restarts after the issuer switch: %v", w.restarts)
 	}
-	s.Certificates = Convergence{Converged: 4, Target: 4}
-	s.TrustBundle = Convergence{Converged: 0, Target: 4} // the reduced bundle is new to every pod
+	s.Certificates = Convergence{Converged: 4, Target: 4} // (the reduced bundle is new to every pod: see fakeWriter)
 	if res := until(StepRemoveOldTrustRoots); res.Phase != "RemovingOldTrustRoots" {
 		t.Fatalf("phase %s", res.Phase)
 	}

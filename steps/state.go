@@ -101,6 +101,39 @@ type Bundle struct {
 	Data  string
 	// Certs are the certificates in Data (nil when it does not parse).
 	Certs []*x509.Certificate
+	// Owners are the field managers that own data[ca-bundle.crt] (from managedFields), the
+	// latest writer first: who wrote the bundle there is.
+	Owners []FieldOwner
+}
+
+// FieldOwner is a field manager that owns a field, from an object's managedFields.
+type FieldOwner struct {
+	// Manager is the field manager: linkerd-trust-rotation, helm, argocd-controller,
+	// kubectl-edit, trust-manager...
+	Manager string
+	// Operation is Apply (server-side apply) or Update.
+	Operation string
+	// Time is when the manager last changed a field it owns, zero when unknown.
+	Time time.Time
+}
+
+// String renders "helm (Update at 2026-06-01T12:00:00Z)".
+func (o FieldOwner) String() string {
+	if o.Time.IsZero() {
+		return fmt.Sprintf("%q (%s)", o.Manager, o.Operation)
+	}
+	return fmt.Sprintf("%q (%s at %s)", o.Manager, o.Operation, o.Time.UTC().Format(time.RFC3339))
+}
+
+// OtherOwners are the owners of the bundle besides the operator.
+func (b Bundle) OtherOwners() []FieldOwner {
+	var out []FieldOwner
+	for _, o := range b.Owners {
+		if o.Manager != FieldManager {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // Deployment is what the steps need of a control-plane Deployment.

@@ -27,7 +27,7 @@ import (
 )
 
 // FieldManager owns the fields the operator writes.
-const FieldManager = "linkerd-trust-rotation"
+const FieldManager = steps.FieldManager
 
 // KubeWriter writes to the apiserver. Secret and ConfigMap writes are server-side applies of
 // exactly the operator's fields, so they are idempotent and leave other owners' fields alone.

@@ -5,7 +5,9 @@
 package observe
 
 import (
+	"encoding/json"
 	"fmt"
+	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -39,9 +41,40 @@ func BundleFromConfigMap(cm *corev1.ConfigMap) steps.Bundle {
 	if cm == nil {
 		return steps.Bundle{}
 	}
-	b := steps.Bundle{Found: true, Data: cm.Data[steps.TrustRootsKey]}
+	b := steps.Bundle{Found: true, Data: cm.Data[steps.TrustRootsKey], Owners: BundleOwners(cm)}
 	b.Certs, _ = steps.ParseCertificates([]byte(b.Data))
 	return b
+}
+
+// BundleOwners returns the field managers that own the ConfigMap's data[ca-bundle.crt], the
+// latest first: the managedFields entries of the main resource (not a subresource) whose
+// fieldsV1 hold f:data.f:ca-bundle.crt.
+func BundleOwners(cm *corev1.ConfigMap) []steps.FieldOwner {
+	var out []steps.FieldOwner
+	for _, mf := range cm.ManagedFields {
+		if mf.Subresource != "" || mf.FieldsV1 == nil || !ownsDataKey(mf.FieldsV1.Raw, steps.TrustRootsKey) {
+			continue
+		}
+		o := steps.FieldOwner{Manager: mf.Manager, Operation: string(mf.Operation)}
+		if mf.Time != nil {
+			o.Time = mf.Time.Time
+		}
+		out = append(out, o)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.After(out[j].Time) })
+	return out
+}
+
+// ownsDataKey reports whether a managedFields entry's fieldsV1 holds f:data.f:<key>.
+func ownsDataKey(raw []byte, key string) bool {
+	var fields struct {
+		Data map[string]json.RawMessage `json:"f:data"`
+	}
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return false
+	}
+	_, ok := fields.Data["f:"+key]
+	return ok
 }
 
 // DeploymentFrom reads what the steps need of a Deployment; d is nil when it does not exist.

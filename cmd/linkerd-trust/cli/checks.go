@@ -239,6 +239,7 @@ func (c *checks) categories() []category {
 		{description: "trust-rotation operator is available", hint: "l5d-trust-operator-deployment", check: c.operatorAvailable},
 		{description: "trust-rotation operator renews its leader lease", hint: "l5d-trust-operator-lease", check: c.operatorLeaseFresh},
 		{description: "trust-anchor rotation is not blocked", hint: "l5d-trust-operator-blocked", warning: true, check: c.rotationNotBlocked},
+		{description: fmt.Sprintf("ConfigMap %s is written by the operator alone", cfg.TrustRootsConfigMap), hint: "l5d-trust-bundle-owner", warning: true, check: c.bundleOwnedByOperator},
 	}})
 	if o.proxy {
 		cats = append(cats, category{name: categoryDataPlane, checkers: []checker{
@@ -677,6 +678,29 @@ func (c *checks) rotationNotBlocked(ctx context.Context) error {
 	}
 	return fmt.Errorf("TrustAnchorRotation %s has been in phase %s for %s (more than --blocked-warning %s): %s",
 		tar.Name, orDefault(string(st.Phase), string(v1alpha1.PhaseSynced)), age(since), &c.o.blockedWarning, st.BlockingMessage)
+}
+
+// bundleOwnedByOperator warns when a field manager other than the operator owns the bundle's
+// ca-bundle.crt (managedFields): a Helm release, an Argo CD application or trust-manager that
+// writes it again — an upgrade, a self-heal — reverts the bundle under a rotation.
+func (c *checks) bundleOwnedByOperator(ctx context.Context) error {
+	b, err := c.bundle.get(ctx)
+	if err != nil {
+		return err
+	}
+	if !b.Found {
+		return nil // bundleHasAnchor says so
+	}
+	others := b.OtherOwners()
+	if len(others) == 0 {
+		return nil
+	}
+	names := make([]string, len(others))
+	for i, o := range others {
+		names[i] = o.String()
+	}
+	return fmt.Errorf("ConfigMap %s/%s: key %s is also owned by field manager(s) %s: a later write of theirs (a Helm upgrade, an Argo CD sync or self-heal, trust-manager) reverts the trust bundle, mid-rotation too; stop them writing it and leave it to %q",
+		c.cfg.LinkerdNamespace, c.cfg.TrustRootsConfigMap, steps.TrustRootsKey, strings.Join(names, ", "), steps.FieldManager)
 }
 
 // --- the data plane ----------------------------------------------------------------------------

@@ -3,12 +3,15 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,6 +107,87 @@ func breakInstall(f *fixture) {
 	tar.Status.Phase = v1alpha1.PhaseWaitingForIdentityRotation
 	tar.Status.LastPhaseTransitionTime = &since
 	tar.Status.BlockingMessage = "Waiting for the identity issuer to be renewed onto the new trust anchor: cmctl renew -n linkerd linkerd-identity-issuer"
+	f.replace(ownedBundle(f, owner("helm", "Update", `{"f:data":{"f:ca-bundle.crt":{}}}`)))
+}
+
+// ownedBundle is the fixture's trust-bundle ConfigMap with the given managedFields.
+func ownedBundle(f *fixture, entries ...metav1.ManagedFieldsEntry) *corev1.ConfigMap {
+	for _, o := range f.kube {
+		if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "linkerd-identity-trust-roots" {
+			out := cm.DeepCopy()
+			out.ManagedFields = entries
+			return out
+		}
+	}
+	f.t.Fatal("no trust-bundle ConfigMap in the fixture")
+	return nil
+}
+
+func owner(manager, op, fields string) metav1.ManagedFieldsEntry {
+	at := metav1.NewTime(testNow.Add(-time.Hour))
+	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationType(op), APIVersion: "v1",
+		Time: &at, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+}
+
+// TestCheckWarnsOfOtherBundleOwners checks that `check` warns, naming them, when field managers
+// besides the operator own the trust bundle's ca-bundle.crt: their next write reverts it.
+func TestCheckWarnsOfOtherBundleOwners(t *testing.T) {
+	const key = `{"f:data":{"f:ca-bundle.crt":{}}}`
+	const description = "ConfigMap linkerd-identity-trust-roots is written by the operator alone"
+	cases := map[string]struct {
+		owners []metav1.ManagedFieldsEntry
+		want   []string // in the warning; none: success
+	}{
+		"the operator alone":       {owners: []metav1.ManagedFieldsEntry{owner(steps.FieldManager, "Apply", key)}},
+		"no managedFields":         {},
+		"helm owns only metadata":  {owners: []metav1.ManagedFieldsEntry{owner("helm", "Update", `{"f:metadata":{"f:labels":{}}}`), owner(steps.FieldManager, "Apply", key)}},
+		"helm shares the bundle":   {owners: []metav1.ManagedFieldsEntry{owner("helm", "Update", key), owner(steps.FieldManager, "Apply", key)}, want: []string{`"helm" (Update at `, "ca-bundle.crt"}},
+		"argocd and trust-manager": {owners: []metav1.ManagedFieldsEntry{owner("argocd-controller", "Apply", key), owner("trust-manager", "Apply", key)}, want: []string{`"argocd-controller" (Apply`, `"trust-manager" (Apply`}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.replace(ownedBundle(f, tc.owners...))
+			out, errOut, code := f.run("check", "--output=json")
+			if code != 0 {
+				t.Fatalf("exit code %d (a warning must not fail the check); stderr:\n%s", code, errOut)
+			}
+			var res struct {
+				Categories []struct {
+					Checks []struct{ Description, Result, Error string }
+				}
+			}
+			if err := json.Unmarshal([]byte(out), &res); err != nil {
+				t.Fatalf("%v:\n%s", err, out)
+			}
+			found := false
+			for _, cat := range res.Categories {
+				for _, ch := range cat.Checks {
+					if ch.Description != description {
+						continue
+					}
+					found = true
+					if len(tc.want) == 0 {
+						if ch.Result != "success" {
+							t.Errorf("result %s (%s), want success", ch.Result, ch.Error)
+						}
+						continue
+					}
+					if ch.Result != "warning" {
+						t.Errorf("result %s, want warning", ch.Result)
+					}
+					for _, w := range tc.want {
+						if !strings.Contains(ch.Error, w) {
+							t.Errorf("warning %q does not contain %q", ch.Error, w)
+						}
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("no check %q in:\n%s", description, out)
+			}
+		})
+	}
 }
 
 // TestBundleErrors checks that each broken anchor fails with exit 1, a message naming the

@@ -276,7 +276,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	if assumeRenewed {
 		p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s (assumed done)", cfg.CertManagerNamespace, cfg.AnchorSecret))
 	}
-	all := wf.Steps()
+	all, ahead := wf.Steps(), steps.PlanAhead(recorder)
 	first := len(all) - len(planned)
 	for i := 0; i < first; i++ {
 		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: all[i].Name, Phase: all[i].Phase, Doc: all[i].Doc, Status: stepDone})
@@ -294,6 +294,11 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		case !next:
 			v.Status, next = stepNext, true
 			p.Step, p.Phase = ps.Name, ps.Phase
+		default:
+			// A step after the next one: observed without the trust-bundle check (see
+			// steps.PlanAhead).
+			ps.Decision = ahead[first+j].Observe(s, "")
+			v.Outcome, v.Reason, v.Message = ps.Decision.Outcome.String(), ps.Decision.Reason, ps.Decision.Message
 		}
 		if v.Status != stepDone && ps.Decision.Outcome == workflow.Act {
 			v.Changes = ps.Changes

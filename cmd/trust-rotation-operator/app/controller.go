@@ -108,6 +108,12 @@ type Controller struct {
 	// a progress-only change was held back (holdProgress).
 	lastStatusWrite time.Time
 	progressTimer   *time.Timer
+
+	// bundleRewrites counts the rewrites of a drifted trust bundle in a row, the last at
+	// bundleRewriteAt; bundleTimer reconciles again when the next one is due (repairBundle).
+	bundleRewrites  int
+	bundleRewriteAt time.Time
+	bundleTimer     *time.Timer
 }
 
 // New wires a controller; Run starts it.
@@ -330,6 +336,10 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	if done, err := c.repair(ctx, tar, s, now); done || err != nil {
 		return done, err
 	}
+	drifted, err := c.repairBundle(ctx, tar, s, &cp)
+	if err != nil {
+		return false, err
+	}
 
 	base := tar
 	save := func(ctx context.Context, next workflow.Checkpoint) error {
@@ -362,7 +372,8 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	}
 
 	status := steps.Project(base.Status, tar.Spec, tar.Generation, s, res, now)
-	if !equality.Semantic.DeepEqual(status, base.Status) && !c.holdProgress(&base.Status, &status) {
+	// A drifted bundle's message is written at once: the next snapshot may hold it rewritten.
+	if !equality.Semantic.DeepEqual(status, base.Status) && (drifted || !c.holdProgress(&base.Status, &status)) {
 		obj := base.DeepCopy()
 		obj.Status = status
 		if _, err := c.write(ctx, obj); err != nil {

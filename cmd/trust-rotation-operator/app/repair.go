@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -15,6 +16,7 @@ import (
 const (
 	ReasonPreviousAnchorRecreated = "PreviousAnchorRecreated"
 	ReasonRotationSuperseded      = "RotationSuperseded"
+	ReasonTrustBundleDrifted      = "TrustBundleDrifted"
 )
 
 // repair fixes, before the workflow advances, what must not wait for the workflow to reach a
@@ -46,4 +48,52 @@ func (c *Controller) repair(ctx context.Context, tar *v1alpha1.TrustAnchorRotati
 	c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonRotationSuperseded, "%s", msg)
 	log.Info("Rotation superseded", "message", msg)
 	return true, nil
+}
+
+// repairBundle handles a trust bundle that another writer changed under the rotation
+// (steps.CheckBundle), at the step of the checkpoint, and reports whether it found one: it
+// rewrites the rotation's bundle (the same idempotent write as the steps'), and a step that
+// restarts pods starts over with a fresh token, for the pods it restarted may have loaded the
+// changed bundle. It does not stop the reconcile: the step, observing the same snapshot, waits
+// with the message that names the writer, and the rotation publishes it; the next snapshot
+// holds the rewritten bundle. Against a writer that keeps reverting it (an Argo CD self-heal),
+// the rewrites back off, so that the two do not write in a loop as fast as the apiserver goes.
+func (c *Controller) repairBundle(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State, cp *workflow.Checkpoint) (bool, error) {
+	drift, ok := steps.CheckBundle(s, cp.Step)
+	if !ok {
+		c.bundleRewrites = 0
+		return false, nil
+	}
+	log := klog.FromContext(ctx)
+	if drift.StartOver && cp.Token != "" {
+		log.Info("Step starts over once the trust bundle is rewritten", "step", cp.Step, "token", cp.Token)
+		cp.Token, cp.Acts = "", 0
+	}
+	if drift.Rewrite == "" {
+		c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonTrustBundleDrifted, "step %s: %s", cp.Step, drift.Message)
+		return true, nil
+	}
+	if wait := c.bundleRewriteBackoff() - time.Since(c.bundleRewriteAt); c.bundleRewrites > 0 && wait > 0 {
+		// Rewritten moments ago and changed again: rewrite once the back-off has passed.
+		if c.bundleTimer == nil {
+			c.bundleTimer = time.AfterFunc(wait, c.poke)
+		} else {
+			c.bundleTimer.Reset(wait)
+		}
+		return true, nil
+	}
+	if err := c.writer.WriteTrustRoots(ctx, drift.Rewrite); err != nil {
+		return true, err
+	}
+	c.bundleRewrites++
+	c.bundleRewriteAt = time.Now()
+	c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonTrustBundleDrifted, "step %s: %s", cp.Step, drift.Message)
+	log.Info("Rewrote the trust bundle another writer changed", "step", cp.Step, "rewrites", c.bundleRewrites, "message", drift.Message)
+	return true, nil
+}
+
+// bundleRewriteBackoff is how long after a rewrite of the trust bundle the next one waits, when
+// it was changed again: 250ms doubling with each rewrite in a row, up to 30s.
+func (c *Controller) bundleRewriteBackoff() time.Duration {
+	return min(250*time.Millisecond<<min(max(c.bundleRewrites-1, 0), 7), 30*time.Second)
 }
