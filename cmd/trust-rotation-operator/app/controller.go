@@ -114,6 +114,9 @@ type Controller struct {
 	bundleRewrites  int
 	bundleRewriteAt time.Time
 	bundleTimer     *time.Timer
+	// lastDrift is the last TrustBundleDrifted Event emitted ("step: message"): a writer that
+	// keeps reverting the bundle makes one Event, not one per rewrite.
+	lastDrift string
 }
 
 // New wires a controller; Run starts it.
@@ -503,7 +506,10 @@ func namedInformer(rc cache.Getter, resource, ns, name string, obj runtime.Objec
 }
 
 func newRecorder(ctx context.Context, kube kubernetes.Interface) record.EventRecorder {
-	b := record.NewBroadcaster(record.WithContext(ctx))
+	// client-go's spam filter lets 25 events of one object through, then one per 5 minutes: a
+	// rotation with automatic restarts, or a writer fighting the trust bundle, emits more than
+	// that, and the events that matter most (RotationComplete) came last and were dropped.
+	b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{BurstSize: 200, QPS: 0.1}))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	s := runtime.NewScheme()
 	must(scheme.AddToScheme(s))

@@ -70,7 +70,7 @@ func (c *Controller) repairBundle(ctx context.Context, tar *v1alpha1.TrustAnchor
 		cp.Token, cp.Acts = "", 0
 	}
 	if drift.Rewrite == "" {
-		c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonTrustBundleDrifted, "step %s: %s", cp.Step, drift.Message)
+		c.driftEvent(tar, cp.Step, drift.Message)
 		return true, nil
 	}
 	if wait := c.bundleRewriteBackoff() - time.Since(c.bundleRewriteAt); c.bundleRewrites > 0 && wait > 0 {
@@ -87,9 +87,19 @@ func (c *Controller) repairBundle(ctx context.Context, tar *v1alpha1.TrustAnchor
 	}
 	c.bundleRewrites++
 	c.bundleRewriteAt = time.Now()
-	c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonTrustBundleDrifted, "step %s: %s", cp.Step, drift.Message)
+	c.driftEvent(tar, cp.Step, drift.Message)
 	log.Info("Rewrote the trust bundle another writer changed", "step", cp.Step, "rewrites", c.bundleRewrites, "message", drift.Message)
 	return true, nil
+}
+
+// driftEvent records a TrustBundleDrifted Warning Event, unless the last one said the same: a
+// writer that keeps reverting the bundle, or a drift the operator must not rewrite, would
+// otherwise make one per reconcile.
+func (c *Controller) driftEvent(tar *v1alpha1.TrustAnchorRotation, step, message string) {
+	if key := step + ": " + message; key != c.lastDrift {
+		c.lastDrift = key
+		c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonTrustBundleDrifted, "step %s: %s", step, message)
+	}
 }
 
 // bundleRewriteBackoff is how long after a rewrite of the trust bundle the next one waits, when
