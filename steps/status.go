@@ -83,8 +83,12 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 		st.InFlightAnchors = nil
 	}
 
-	newRotation := cp.Rotation != "" && (prev.Checkpoint == nil || prev.Checkpoint.Rotation != cp.Rotation)
+	// A new rotation resets the condition. The checkpoint saved before a rotation's first act
+	// already names it (SavedCheckpoint), so prev may hold the new rotation too: a condition
+	// that changed before the rotation started is the previous rotation's.
 	existing := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation)
+	newRotation := cp.Rotation != "" && (prev.Checkpoint == nil || prev.Checkpoint.Rotation != cp.Rotation ||
+		existing != nil && cp.StartTime != nil && existing.LastTransitionTime.Before(cp.StartTime))
 	switch {
 	case beforeIssuerSwitch[cp.Step] && s.Rotating() && s.IssuerOnCurrentAnchor():
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{

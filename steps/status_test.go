@@ -71,6 +71,16 @@ func TestProject(t *testing.T) {
 	if c := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonIssuerRotationInOrder {
 		t.Errorf("a new in-order rotation kept %+v", c)
 	}
+
+	// The same, when the checkpoint saved before the new rotation's first act already names it
+	// (SavedCheckpoint): the True condition is older than the rotation, so it is reset.
+	saved := done.DeepCopy()
+	start := metav1.NewTime(now.Add(3 * time.Minute))
+	saved.Checkpoint = &v1alpha1.Checkpoint{Step: StepExpandTrustBundle, Token: "t", Acts: 1, Rotation: Fingerprint(s2.Anchor.Cert), StartTime: &start}
+	after := Project(*saved, spec, 1, s2, wait(StepPropagateTrustRoots, "PropagatingTrustRoots", "x"), now.Add(4*time.Minute))
+	if c := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation); c.Status != metav1.ConditionFalse {
+		t.Errorf("a new in-order rotation whose saved checkpoint named it kept %+v", c)
+	}
 }
 
 // TestSavedCheckpoint: the checkpoint saved before an act names the rotation the act belongs
