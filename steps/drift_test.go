@@ -152,23 +152,7 @@ func TestRevertAtEveryStep(t *testing.T) {
 		t.Run(at, func(t *testing.T) {
 			p := newPKI(t)
 			s := rotatingState(p, anchor(p.oldAnchor), previous(nil), noBundle(), bundlePods(4, 4), certPods(4, 4))
-			w := &fakeWriter{s: s, restarts: map[string]int{}}
-			wf, err := workflow.New(Rotation(w)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cp := workflow.Checkpoint{}
-			n := 0
-			advance := func() workflow.Result {
-				t.Helper()
-				res, err := wf.Advance(context.Background(), cp, s, func(context.Context, workflow.Checkpoint) error { return nil },
-					func() string { n++; return time.Unix(int64(n), 0).String() })
-				if err != nil {
-					t.Fatal(err)
-				}
-				cp = res.Checkpoint
-				return res
-			}
+			w, cp, advance := driveRotation(t, s)
 			for range 10 {
 				if !advance().Acted {
 					break

@@ -318,28 +318,34 @@ func (w *fakeWriter) RestartDeployment(_ context.Context, _, name, token string)
 	return nil
 }
 
-// TestRotationOrder drives the whole workflow over a simulated cluster in which pods converge
-// as soon as asked, and checks the phases and restarts it goes through.
-func TestRotationOrder(t *testing.T) {
-	p := newPKI(t)
-	s := rotatingState(p, anchor(p.oldAnchor), previous(nil), noBundle(), bundlePods(4, 4), certPods(4, 4))
+// driveRotation runs the whole rotation workflow over s with a fakeWriter: each advance is one
+// Advance from cp (which it moves), with saves that succeed and tokens a second apart.
+func driveRotation(t *testing.T, s *State) (*fakeWriter, *workflow.Checkpoint, func() workflow.Result) {
 	w := &fakeWriter{s: s, restarts: map[string]int{}}
 	wf, err := workflow.New(Rotation(w)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := workflow.Checkpoint{}
+	cp := &workflow.Checkpoint{}
 	n := 0
-	advance := func() workflow.Result {
+	return w, cp, func() workflow.Result {
 		t.Helper()
-		res, err := wf.Advance(context.Background(), cp, s, func(context.Context, workflow.Checkpoint) error { return nil },
+		res, err := wf.Advance(context.Background(), *cp, s, func(context.Context, workflow.Checkpoint) error { return nil },
 			func() string { n++; return time.Unix(int64(n), 0).String() })
 		if err != nil {
 			t.Fatal(err)
 		}
-		cp = res.Checkpoint
+		*cp = res.Checkpoint
 		return res
 	}
+}
+
+// TestRotationOrder drives the whole workflow over a simulated cluster in which pods converge
+// as soon as asked, and checks the phases and restarts it goes through.
+func TestRotationOrder(t *testing.T) {
+	p := newPKI(t)
+	s := rotatingState(p, anchor(p.oldAnchor), previous(nil), noBundle(), bundlePods(4, 4), certPods(4, 4))
+	w, _, advance := driveRotation(t, s)
 	until := func(step string) workflow.Result {
 		t.Helper()
 		for range 20 {

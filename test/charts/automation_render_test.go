@@ -12,14 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// TestAutomationIsOptIn renders the chart with the defaults and with every automation on: the
-// defaults grant nothing more than before and render no CronJob; the automations add exactly
-// their permissions, and rotationSchedule a CronJob whose ServiceAccount may do what
-// `linkerd-trust rotate` does and nothing else.
-func TestAutomationIsOptIn(t *testing.T) {
+// renderTRO renders the operator chart as release "tro" in namespace "ops" with the given
+// --set values, failing the test on a render error.
+func renderTRO(t *testing.T) func(set ...string) []*unstructured.Unstructured {
 	ctx := testContext(t, 2*time.Minute)
 	h := helms(t)[0]
-	render := func(set ...string) []*unstructured.Unstructured {
+	return func(set ...string) []*unstructured.Unstructured {
 		t.Helper()
 		out, err := h.Template(ctx, OperatorChart, "tro", "ops", set...)
 		if err != nil {
@@ -31,6 +29,14 @@ func TestAutomationIsOptIn(t *testing.T) {
 		}
 		return objs
 	}
+}
+
+// TestAutomationIsOptIn renders the chart with the defaults and with every automation on: the
+// defaults grant nothing more than before and render no CronJob; the automations add exactly
+// their permissions, and rotationSchedule a CronJob whose ServiceAccount may do what
+// `linkerd-trust rotate` does and nothing else.
+func TestAutomationIsOptIn(t *testing.T) {
+	render := renderTRO(t)
 	full := "tro-trust-rotation-operator"
 
 	defaults := render()
@@ -138,20 +144,7 @@ func TestAutomationIsOptIn(t *testing.T) {
 // (--restart-namespaces); an empty list does not render. The admission policy that narrows the
 // patches comes with the restart RBAC, unless turned off.
 func TestRestartScopeRenders(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	h := helms(t)[0]
-	render := func(set ...string) []*unstructured.Unstructured {
-		t.Helper()
-		out, err := h.Template(ctx, OperatorChart, "tro", "ops", set...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := Decode(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return objs
-	}
+	render := renderTRO(t)
 	full := "tro-trust-rotation-operator"
 	restartArgs := func(objs []*unstructured.Unstructured) []string {
 		dep := toTyped[appsv1.Deployment](t, Find(objs, "Deployment", full))
@@ -226,7 +219,7 @@ func TestRestartScopeRenders(t *testing.T) {
 		t.Errorf("rbacScope Namespaces passes %v, want --restart-namespaces=shop,pay", args)
 	}
 
-	out, err := h.Template(ctx, OperatorChart, "tro", "ops", automatic, "dataPlaneRestart.rbacScope=Namespaces")
+	out, err := helms(t)[0].Template(testContext(t, time.Minute), OperatorChart, "tro", "ops", automatic, "dataPlaneRestart.rbacScope=Namespaces")
 	if err == nil || !strings.Contains(err.Error(), "dataPlaneRestart.rbacScope=Namespaces needs dataPlaneRestart.namespaces") {
 		t.Errorf("rbacScope Namespaces without namespaces: %v\n%.300s", err, out)
 	}

@@ -4,30 +4,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // TestUserRolesRender renders the ClusterRoles for people: -view reads TrustAnchorRotations,
 // -edit writes them, neither their status; they carry the user-facing roles' aggregation labels
 // unless rbac.aggregateClusterRoles is false, and exist only with rbac.create.
 func TestUserRolesRender(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	h := helms(t)[0]
-	render := func(set ...string) []*unstructured.Unstructured {
-		t.Helper()
-		out, err := h.Template(ctx, OperatorChart, "tro", "ops", set...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := Decode(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return objs
-	}
+	render := renderTRO(t)
 	full := "tro-trust-rotation-operator"
 	aggregatedInto := func(cr *rbacv1.ClusterRole) []string {
 		var to []string
