@@ -659,8 +659,7 @@ func (s *State) restarting(w *Workload) bool {
 	// status.checkpoint.startTime has whole seconds; tokens have nanoseconds.
 	since := s.RotationStart.Truncate(time.Second)
 	during := func(mark string) bool {
-		stamp, _, _ := strings.Cut(mark, " ")
-		t, err := time.Parse(time.RFC3339Nano, stamp)
+		t, err := tokenTime(mark)
 		return err == nil && !t.Before(since)
 	}
 	switch {
@@ -670,6 +669,13 @@ func (s *State) restarting(w *Workload) bool {
 		return !w.RolledOut && w.Failed == ""
 	}
 	return false
+}
+
+// tokenTime is when a restart token or mark was made: its leading RFC 3339 time (a token may
+// go on after a space, "<time> revision N").
+func tokenTime(token string) (time.Time, error) {
+	stamp, _, _ := strings.Cut(token, " ")
+	return time.Parse(time.RFC3339Nano, stamp)
 }
 
 // evictable are the pods to evict to restart a workload: those behind on the trust bundle, or
@@ -684,7 +690,7 @@ func evictable(p restartPurpose, w *Workload, token string) []string {
 // createdBefore are the workload's pods created before the token's time (all of them for a
 // token that is not a time): the pods that a restart under the token has not replaced yet.
 func (w *Workload) createdBefore(token string) []string {
-	t, err := time.Parse(time.RFC3339Nano, strings.Fields(token + " ")[0])
+	t, err := tokenTime(token)
 	var out []string
 	for _, name := range w.Pods {
 		if err != nil || w.Created[name].Before(t) {
