@@ -98,7 +98,12 @@ Secret cert-manager adopted without issuing); when you may not read it, the chec
 warn instead of failing.
 
 linkerd-trust is a Linkerd extension that always runs its checks: "linkerd check" runs
-"linkerd-trust check --output=json" and shows the results with its own.`,
+"linkerd-trust check --output=json" and shows the results with its own.
+
+--proxy means what it means to Linkerd's own extensions (viz, multicluster): ALSO check the data
+plane, here that every meshed pod was injected with the current trust bundle. "linkerd check
+--proxy" runs only Linkerd's core data-plane checks, but it passes --proxy to every extension, so
+the extensions' sections then include their data-plane checks as well.`,
 		example: `  # Everything
   linkerd trust check
 
