@@ -25,6 +25,12 @@
 //
 // The README is README.tmpl.md in the chart directory, a text/template executed with the
 // chart's name, description, version and appVersion and the values table (.Values).
+//
+// Why not cert-manager's helm-tool, which cert-manager and trust-manager use for the same
+// `+docs:` idea: github.com/cert-manager/helm-tool is not served by the Go module proxy the
+// build may reach (it answers 403), so it cannot be built into the tools cache. The directives
+// here share its `+docs:` prefix and its +docs:type, so moving over (adding its +docs:section
+// and +docs:property where needed) is a rewrite of some comments, not of their meaning.
 package main
 
 import (
