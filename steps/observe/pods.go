@@ -153,8 +153,9 @@ func TransformPod(obj any) (any, error) {
 	return slim, nil
 }
 
-// PodIndex keeps the meshed pods and the per-hash counts the trust-bundle convergence needs,
-// updated per event, so a reconcile reads counts instead of walking or listing pods.
+// PodIndex keeps the meshed pods and the per-hash and per-workload counts the trust-bundle
+// convergence needs, updated per event, so that a reconcile reads counts instead of walking or
+// listing pods: the cost of the accounting grows with what changes, not with the mesh.
 type PodIndex struct {
 	mu   sync.RWMutex
 	pods map[string]*Pod
@@ -164,15 +165,21 @@ type PodIndex struct {
 	dataPlane int
 	// meshed is the number of alive meshed pods, control plane included.
 	meshed int
-	// controlPlane holds the alive control-plane pods by workload.
-	controlPlane map[string]map[string]*Pod
+	// workloads holds the alive meshed pods by workload, control plane included.
+	workloads map[string]map[string]*Pod
+	// want is the trust-root hash TrustBundle was last asked about, and behind counts, per
+	// workload, the alive meshed data-plane pods on another hash: kept per event for that hash,
+	// rebuilt when another is asked for (once per change of the desired bundle).
+	want   string
+	behind map[string]int
 	// onChange is called, outside the lock, after every change.
 	onChange func(old, new *Pod)
 }
 
 // NewPodIndex returns an empty index. onChange, if set, sees every change.
 func NewPodIndex(onChange func(old, new *Pod)) *PodIndex {
-	return &PodIndex{pods: map[string]*Pod{}, byHash: map[string]int{}, controlPlane: map[string]map[string]*Pod{}, onChange: onChange}
+	return &PodIndex{pods: map[string]*Pod{}, byHash: map[string]int{}, workloads: map[string]map[string]*Pod{},
+		behind: map[string]int{}, onChange: onChange}
 }
 
 func (x *PodIndex) count(p *Pod, delta int) {
@@ -180,24 +187,30 @@ func (x *PodIndex) count(p *Pod, delta int) {
 		return
 	}
 	x.meshed += delta
-	if p.ControlPlane {
-		set := x.controlPlane[p.Workload]
+	set := x.workloads[p.Workload]
+	if delta > 0 {
 		if set == nil {
 			set = map[string]*Pod{}
-			x.controlPlane[p.Workload] = set
+			x.workloads[p.Workload] = set
 		}
-		if delta > 0 {
-			set[p.Key()] = p
-		} else {
-			delete(set, p.Key())
-		}
+		set[p.Key()] = p
+	} else if delete(set, p.Key()); len(set) == 0 {
+		delete(x.workloads, p.Workload)
 	}
-	if !p.ControlPlane {
-		x.dataPlane += delta
-		x.byHash[p.TrustRootHash] += delta
-		if x.byHash[p.TrustRootHash] == 0 {
-			delete(x.byHash, p.TrustRootHash)
-		}
+	if p.ControlPlane {
+		return
+	}
+	x.dataPlane += delta
+	addCount(x.byHash, p.TrustRootHash, delta)
+	if p.TrustRootHash != x.want {
+		addCount(x.behind, p.Workload, delta)
+	}
+}
+
+// addCount adds delta to m[k], dropping the key at zero so that len(m) counts the non-zero ones.
+func addCount(m map[string]int, k string, delta int) {
+	if m[k] += delta; m[k] == 0 {
+		delete(m, k)
 	}
 }
 
@@ -257,7 +270,10 @@ func (x *PodIndex) MeshedPods() int {
 func (x *PodIndex) ControlPlanePods(namespace, deployment string) (names []string, running int) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	for _, p := range x.controlPlane[namespace+"/Deployment/"+deployment] {
+	for _, p := range x.workloads[namespace+"/Deployment/"+deployment] {
+		if !p.ControlPlane {
+			continue
+		}
 		names = append(names, p.Name)
 		if p.Running {
 			running++
@@ -265,6 +281,24 @@ func (x *PodIndex) ControlPlanePods(namespace, deployment string) (names []strin
 	}
 	sort.Strings(names)
 	return names, running
+}
+
+// eachPodOf calls fn for the alive meshed pods of the given workloads, in that order and each
+// workload's pods by name, until fn returns false. Called with x.mu held.
+func (x *PodIndex) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool) {
+	for _, w := range workloads {
+		set := x.workloads[w.Workload]
+		keys := make([]string, 0, len(set))
+		for k := range set {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if !fn(set[k]) {
+				return
+			}
+		}
+	}
 }
 
 // FillControlPlane adds to the State's control-plane Deployments their pods from the index.
@@ -279,26 +313,33 @@ func (x *PodIndex) FillControlPlane(s *steps.State) {
 const behindLimit = 10
 
 // TrustBundle counts the alive meshed non-control-plane pods injected with the bundle of the
-// given hash. The counts are O(1); naming the workloads behind walks the pods, which happens
-// only while some are behind.
+// given hash. The counts are O(1); naming the workloads behind costs what is behind, not the
+// mesh: per-workload counts are kept per event for the hash last asked about (a new hash
+// rebuilds them once), the workloads behind are ranked, and only the pods of the first few are
+// read to name a few pods.
 func (x *PodIndex) TrustBundle(hash string) steps.Convergence {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if hash != x.want {
+		x.want, x.behind = hash, map[string]int{}
+		for _, p := range x.pods {
+			if p.Meshed && p.Alive && !p.ControlPlane && p.TrustRootHash != hash {
+				x.behind[p.Workload]++
+			}
+		}
+	}
 	c := steps.Convergence{Converged: x.byHash[hash], Target: x.dataPlane}
 	if c.Done() {
 		return c
 	}
-	behind := map[string]int{}
-	for _, p := range x.pods {
-		if p.Meshed && p.Alive && !p.ControlPlane && p.TrustRootHash != hash {
-			behind[p.Workload]++
-			if len(c.Pods) < behindLimit {
-				reason := fmt.Sprintf("trust-root-sha256 %s, want %s", shortHash(p.TrustRootHash), shortHash(hash))
-				c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
-			}
+	c.Behind, c.BehindWorkloads = topWorkloads(x.behind)
+	x.eachPodOf(c.Behind, func(p *Pod) bool {
+		if !p.ControlPlane && p.TrustRootHash != hash {
+			reason := fmt.Sprintf("trust-root-sha256 %s, want %s", shortHash(p.TrustRootHash), shortHash(hash))
+			c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
 		}
-	}
-	c.Behind, c.BehindWorkloads = topWorkloads(behind)
+		return len(c.Pods) < behindLimit
+	})
 	sortProblems(c.Pods)
 	return c
 }

@@ -80,6 +80,7 @@ func BenchmarkCertTrackerCertificates(b *testing.B) {
 				x.Upsert(p)
 				if i >= behind {
 					t.ok[p.UID] = true
+					addCount(t.behind, p.Workload, -1)
 				}
 			}
 			b.ReportAllocs()

@@ -122,9 +122,12 @@ type CertTracker struct {
 	// be probed on its own. Both hold only live pods: PodChanged drops a pod's entries when it
 	// goes, and a probe that ends after its pod went stores nothing. So ok ⊆ live, and the
 	// counts are len(ok) of len(live), both read under mu.
-	live    map[string]struct{}
+	live    map[string]string // UID -> workload
 	results map[string]*probeResult
 	ok      map[string]bool // pods whose chain verifies to the root
+	// behind counts, per workload, the live pods not in ok, kept as both change, so that naming
+	// the workloads behind costs what is behind, not the mesh.
+	behind map[string]int
 	// probed, when set (tests), is called after each probe is accounted for.
 	probed func(key, uid string)
 }
@@ -166,9 +169,10 @@ func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout tim
 		root:    newCertificateCheck(nil),
 		chains:  map[string]*issuerChain{},
 		pruneAt: minPruneAt,
-		live:    map[string]struct{}{},
+		live:    map[string]string{},
 		results: map[string]*probeResult{},
 		ok:      map[string]bool{},
+		behind:  map[string]int{},
 	}
 }
 
@@ -179,6 +183,9 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old != nil && (cur == nil || cur.UID != old.UID || !cur.Alive || !cur.Meshed) {
+		if w, live := t.live[old.UID]; live && !t.ok[old.UID] {
+			addCount(t.behind, w, -1)
+		}
 		delete(t.live, old.UID)
 		delete(t.results, old.UID)
 		delete(t.ok, old.UID)
@@ -186,7 +193,10 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 	if cur == nil || !cur.Meshed || !cur.Alive {
 		return
 	}
-	t.live[cur.UID] = struct{}{}
+	if _, live := t.live[cur.UID]; !live {
+		t.live[cur.UID] = cur.Workload
+		addCount(t.behind, cur.Workload, +1)
+	}
 	if cur.Running && !t.ok[cur.UID] && t.root.root != nil && t.results[cur.UID] == nil {
 		t.queue.Add(cur.Key(), laneSoon)
 	}
@@ -210,10 +220,15 @@ func (t *CertTracker) SetActive(root *x509.Certificate, urgent bool) {
 	t.urgent = urgent
 	if changed {
 		t.root = newCertificateCheck(root)
-		t.ok = map[string]bool{}
+		t.ok, t.behind = map[string]bool{}, map[string]int{}
 		for uid, r := range t.results {
 			if r.chain != nil && t.root.verifies(r.chain.key, r.chain.certs) {
 				t.ok[uid] = true
+			}
+		}
+		for uid, w := range t.live {
+			if !t.ok[uid] {
+				t.behind[w]++
 			}
 		}
 	}
@@ -260,7 +275,9 @@ func (t *CertTracker) intern(certs []*x509.Certificate) *issuerChain {
 
 // Certificates counts the alive meshed pods whose live certificate chain verifies to the root.
 // It counts pods that are there, each by its own incarnation's probe: never a pod that is gone,
-// nor a pod replaced under the same name by what its predecessor presented.
+// nor a pod replaced under the same name by what its predecessor presented. Like
+// PodIndex.TrustBundle it reads counts kept per change, and the pods of the few workloads most
+// behind.
 func (t *CertTracker) Certificates() steps.Convergence {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -268,27 +285,26 @@ func (t *CertTracker) Certificates() steps.Convergence {
 	if c.Done() {
 		return c
 	}
-	behind := map[string]int{}
-	t.index.Each(func(p *Pod) {
-		if t.ok[p.UID] {
-			return
+	c.Behind, c.BehindWorkloads = topWorkloads(t.behind)
+	t.index.mu.RLock()
+	t.index.eachPodOf(c.Behind, func(p *Pod) bool {
+		if _, live := t.live[p.UID]; !live || t.ok[p.UID] {
+			return true
 		}
-		behind[p.Workload]++
-		if len(c.Pods) < behindLimit {
-			reason := "not probed yet"
-			switch r := t.results[p.UID]; {
-			case !p.Running:
-				reason = "not running"
-			case r == nil:
-			case r.err != "":
-				reason = "probe failed: " + r.err
-			default:
-				reason = t.root.offPath(r.chain.issuer)
-			}
-			c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
+		reason := "not probed yet"
+		switch r := t.results[p.UID]; {
+		case !p.Running:
+			reason = "not running"
+		case r == nil:
+		case r.err != "":
+			reason = "probe failed: " + r.err
+		default:
+			reason = t.root.offPath(r.chain.issuer)
 		}
+		c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
+		return len(c.Pods) < behindLimit
 	})
-	c.Behind, c.BehindWorkloads = topWorkloads(behind)
+	t.index.mu.RUnlock()
 	sortProblems(c.Pods)
 	return c
 }
@@ -328,13 +344,23 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 		return false
 	}
 
+	if t.record(ctx, p, certs, err) && t.notify != nil {
+		t.notify()
+	}
+	t.afterProbe(key, p.UID)
+	return true
+}
+
+// record accounts for a probe of p that returned certs or err, schedules the next probe of a pod
+// that has not converged, and reports whether the pod's convergence changed.
+func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certificate, err error) (changed bool) {
 	t.mu.Lock()
-	if _, live := t.live[p.UID]; !live {
+	defer t.mu.Unlock()
+	w, live := t.live[p.UID]
+	if !live {
 		// The pod was deleted, or replaced under the same name, while it was probed: what it
 		// presented says nothing of any pod there is now (PodChanged queued a replacement).
-		t.mu.Unlock()
-		t.afterProbe(key, p.UID)
-		return true
+		return false
 	}
 	r := t.results[p.UID]
 	if r == nil {
@@ -347,41 +373,42 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	} else {
 		r.err = err.Error()
 		r.failures++
-		klog.FromContext(ctx).V(4).Info("Probe failed", "pod", key, "err", err)
+		klog.FromContext(ctx).V(4).Info("Probe failed", "pod", p.Key(), "err", err)
 	}
 	wasOK := t.ok[p.UID]
 	nowOK := err == nil && t.root.verifies(r.chain.key, r.chain.certs)
+	switch {
+	case nowOK && !wasOK:
+		addCount(t.behind, w, -1)
+	case wasOK && !nowOK:
+		addCount(t.behind, w, +1)
+	}
 	if nowOK {
 		t.ok[p.UID] = true
 		r.failures = 0
-	} else {
-		delete(t.ok, p.UID)
+		return !wasOK
+	}
+	delete(t.ok, p.UID)
+	if err == nil {
+		r.failures++
+	}
+	// Retry with backoff; when not urgent, a pod seen off the root's path waits for the next
+	// SetActive instead of being polled.
+	if t.urgent || err != nil {
+		limit := probeRelaxedCap
+		if t.urgent {
+			limit = probeUrgentCap
+		}
+		delay, l := probeBaseDelay<<min(r.failures, 16), laneSoon
+		if t.urgent && r.failures <= probeQuickRetries {
+			delay = probeQuickDelay
+		}
 		if err == nil {
-			r.failures++
+			delay, limit, l = probeOtherBase<<min(r.failures-1, 16), probeOtherUrgentCap, laneLater // only while urgent
 		}
-		// Retry with backoff; when not urgent, a pod seen off the root's path waits for the
-		// next SetActive instead of being polled.
-		if t.urgent || err != nil {
-			limit := probeRelaxedCap
-			if t.urgent {
-				limit = probeUrgentCap
-			}
-			delay, l := probeBaseDelay<<min(r.failures, 16), laneSoon
-			if t.urgent && r.failures <= probeQuickRetries {
-				delay = probeQuickDelay
-			}
-			if err == nil {
-				delay, limit, l = probeOtherBase<<min(r.failures-1, 16), probeOtherUrgentCap, laneLater // only while urgent
-			}
-			t.queue.AddAfter(key, l, min(delay, limit))
-		}
+		t.queue.AddAfter(p.Key(), l, min(delay, limit))
 	}
-	t.mu.Unlock()
-	if wasOK != nowOK && t.notify != nil {
-		t.notify()
-	}
-	t.afterProbe(key, p.UID)
-	return true
+	return wasOK
 }
 
 func (t *CertTracker) afterProbe(key, uid string) {

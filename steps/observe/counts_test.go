@@ -1,0 +1,165 @@
+package observe
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sort"
+	"testing"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+// TestCountsKeptPerChangeMatchAWalk drives a PodIndex and its CertTracker through random pod
+// events, probe results, changes of the certificate root and of the wanted trust-root hash, and
+// after each one compares both convergences, read from the counts kept per change, with the same
+// figures computed by walking every pod: the accounting must never drift from what a walk says.
+func TestCountsKeptPerChangeMatchAWalk(t *testing.T) {
+	anchorA, keyA := newCert(t, "root-a", true, nil, nil)
+	anchorB, keyB := newCert(t, "root-b", true, nil, nil)
+	issuerA, _ := newCert(t, "identity-a", true, anchorA, keyA)
+	issuerB, _ := newCert(t, "identity-b", true, anchorB, keyB)
+	chains := [][]*x509.Certificate{{issuerA}, {issuerB}}
+	roots := []*x509.Certificate{anchorA, anchorB}
+	hashes := []string{"hash-a", "hash-b"}
+
+	var tr *CertTracker
+	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	tr = NewCertTracker(x, nil, 1, 0, nil)
+	tr.SetActive(anchorA, true)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	uid := 0
+	want := hashes[0]
+	for i := range 5000 {
+		switch op := rng.IntN(10); {
+		case op < 5: // a pod appears or changes, sometimes as a new incarnation
+			n := rng.IntN(60)
+			key := fmt.Sprintf("ns%d/pod-%d", n%3, n)
+			p := &Pod{Namespace: fmt.Sprintf("ns%d", n%3), Name: fmt.Sprintf("pod-%d", n),
+				Workload:      fmt.Sprintf("ns%d/Deployment/w%d", n%3, n%7),
+				TrustRootHash: hashes[rng.IntN(2)], Meshed: rng.IntN(8) > 0, Alive: rng.IntN(8) > 0,
+				Running: rng.IntN(4) > 0, ControlPlane: n%7 == 0}
+			if old, ok := x.Get(key); ok && rng.IntN(3) > 0 {
+				p.UID = old.UID
+			} else {
+				uid++
+				p.UID = fmt.Sprint(uid)
+			}
+			x.Upsert(p)
+		case op < 6:
+			n := rng.IntN(60)
+			x.Delete(fmt.Sprintf("ns%d/pod-%d", n%3, n))
+		case op < 9: // a probe of some pod ends
+			var pods []*Pod
+			x.Each(func(p *Pod) { pods = append(pods, p) })
+			if len(pods) == 0 {
+				continue
+			}
+			p := pods[rng.IntN(len(pods))]
+			if rng.IntN(4) == 0 {
+				tr.record(t.Context(), p, nil, errors.New("connection refused"))
+			} else {
+				tr.record(t.Context(), p, chains[rng.IntN(2)], nil)
+			}
+		default:
+			if rng.IntN(2) == 0 {
+				tr.SetActive(roots[rng.IntN(2)], rng.IntN(2) == 0)
+			} else {
+				want = hashes[rng.IntN(2)]
+			}
+		}
+		if got, walked := x.TrustBundle(want), walkTrustBundle(x, want); !sameConvergence(got, walked) {
+			t.Fatalf("event %d: TrustBundle(%s) = %+v, a walk says %+v", i, want, got, walked)
+		}
+		if got, walked := tr.Certificates(), walkCertificates(tr); !sameConvergence(got, walked) {
+			t.Fatalf("event %d: Certificates() = %+v, a walk says %+v", i, got, walked)
+		}
+	}
+}
+
+// sameConvergence compares the counts and the workloads behind; the pods named are the first few
+// of those workloads, checked by the unit tests of each convergence.
+func sameConvergence(a, b steps.Convergence) bool {
+	return a.Converged == b.Converged && a.Target == b.Target && a.BehindWorkloads == b.BehindWorkloads &&
+		reflect.DeepEqual(a.Behind, b.Behind)
+}
+
+func walkTrustBundle(x *PodIndex, hash string) steps.Convergence {
+	c := steps.Convergence{}
+	behind := map[string]int{}
+	x.Each(func(p *Pod) {
+		if p.ControlPlane {
+			return
+		}
+		c.Target++
+		if p.TrustRootHash == hash {
+			c.Converged++
+		} else {
+			behind[p.Workload]++
+		}
+	})
+	if !c.Done() {
+		c.Behind, c.BehindWorkloads = walkTop(behind)
+	}
+	return c
+}
+
+func walkCertificates(tr *CertTracker) steps.Convergence {
+	c := steps.Convergence{}
+	behind := map[string]int{}
+	tr.index.Each(func(p *Pod) {
+		c.Target++
+		r := tr.results[p.UID]
+		if r != nil && r.chain != nil && tr.root.verifies(r.chain.key, r.chain.certs) {
+			c.Converged++
+		} else {
+			behind[p.Workload]++
+		}
+	})
+	if !c.Done() {
+		c.Behind, c.BehindWorkloads = walkTop(behind)
+	}
+	return c
+}
+
+func walkTop(counts map[string]int) ([]steps.WorkloadCount, int) {
+	var all []steps.WorkloadCount
+	for w, n := range counts {
+		all = append(all, steps.WorkloadCount{Workload: w, Pods: n})
+	}
+	sort.Slice(all, func(i, j int) bool {
+		return all[i].Pods > all[j].Pods || all[i].Pods == all[j].Pods && all[i].Workload < all[j].Workload
+	})
+	return all[:min(len(all), behindLimit)], len(all)
+}
+
+// TestConvergenceNamesPodsOfTheWorkloadsMostBehind: the pods a convergence names are pods behind,
+// taken from the workloads most behind.
+func TestConvergenceNamesPodsOfTheWorkloadsMostBehind(t *testing.T) {
+	x := NewPodIndex(nil)
+	for i := range 30 {
+		w := "big"
+		if i >= 25 {
+			w = "small"
+		}
+		x.Upsert(&Pod{Namespace: "app", Name: fmt.Sprintf("%s-%02d", w, i), UID: fmt.Sprint(i),
+			Workload: "app/Deployment/" + w, TrustRootHash: "old", Meshed: true, Alive: true, Running: true})
+	}
+	x.Upsert(&Pod{Namespace: "app", Name: "big-00", UID: "0", Workload: "app/Deployment/big",
+		TrustRootHash: "new", Meshed: true, Alive: true, Running: true})
+	c := x.TrustBundle("new")
+	if c.Converged != 1 || c.Target != 30 || c.BehindWorkloads != 2 || c.Behind[0].Workload != "app/Deployment/big" || c.Behind[0].Pods != 24 {
+		t.Fatalf("convergence = %+v", c)
+	}
+	if len(c.Pods) != behindLimit {
+		t.Fatalf("named %d pods, want %d", len(c.Pods), behindLimit)
+	}
+	for _, p := range c.Pods {
+		if p.Name == "big-00" || p.Name[:3] != "big" {
+			t.Errorf("named %s: not a pod behind of the workload most behind", p.Name)
+		}
+	}
+}
