@@ -34,9 +34,10 @@ func StalledAfter(spec v1alpha1.TrustAnchorRotationSpec, phase v1alpha1.Phase) t
 // Project computed (phase, blocking message and checkpoint already set), from prev, the status
 // it replaces, and res, where the workflow stopped. Each condition's lastTransitionTime changes
 // only when its status does (meta.SetStatusCondition), and no message holds the time that
-// passes, so that an unchanged observation writes nothing.
+// passes, so that an unchanged observation writes nothing. recheck is told when Stalled falls
+// due, so that the operator looks again then.
 func setReadiness(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.TrustAnchorRotationStatus,
-	spec v1alpha1.TrustAnchorRotationSpec, generation int64, res workflow.Result, now time.Time) {
+	spec v1alpha1.TrustAnchorRotationSpec, generation int64, res workflow.Result, now time.Time, recheck func(time.Time)) {
 	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: typ, Status: status, Reason: reason, Message: message,
@@ -104,6 +105,9 @@ func setReadiness(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.TrustAn
 		set(v1alpha1.ConditionStalled, metav1.ConditionTrue, stalledOn, fmt.Sprintf(
 			"blocked in phase %s since %s, longer than %s: %s", st.Phase, since.UTC().Format(time.RFC3339), shortDuration(limit), st.BlockingMessage))
 		return
+	}
+	if waiting && st.BlockingMessage != "" {
+		recheck(since.Add(limit + time.Second))
 	}
 	set(v1alpha1.ConditionStalled, metav1.ConditionFalse, v1alpha1.ReasonNotStalled, fmt.Sprintf(
 		"in phase %s since %s; stalled after %s", st.Phase, since.UTC().Format(time.RFC3339), shortDuration(limit)))

@@ -410,6 +410,7 @@ func (s *State) maintenanceWindowOpen() (bool, string) {
 	if next.IsZero() {
 		return false, "no maintenance window ever opens"
 	}
+	s.RecheckAt(next)
 	return false, "the next maintenance window opens at " + next.UTC().Format(time.RFC3339)
 }
 
@@ -858,6 +859,9 @@ func observeCertificateRestarts(s *State, token string) workflow.Decision {
 	c := s.Certificates
 	behind := certificatesBehind(s)
 	due := !s.PhaseSince.IsZero() && !s.Now.Before(s.PhaseSince.Add(s.fallbackAfter()))
+	if !s.PhaseSince.IsZero() && len(c.Behind) > 0 {
+		s.RecheckAt(s.PhaseSince.Add(s.fallbackAfter()))
+	}
 	if !s.automaticRestarts() {
 		if due && len(c.Behind) > 0 {
 			d.Message += fmt.Sprintf("; their certificates did not move within %s (twice the refresh interval): their proxies ignore %s (Linkerd before edge-26.4.3?) or were never given it: restart them",

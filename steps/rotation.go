@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -242,6 +243,9 @@ func anchorProblem(s *State) *workflow.Decision {
 		d := workflow.Waiting("TrustAnchorUnavailable", s.Anchor.Problem("trust anchor Secret"))
 		return &d
 	}
+	// The verdict changes when the anchor becomes valid, and when it expires.
+	s.RecheckAt(s.Anchor.Cert.NotBefore)
+	s.RecheckAt(s.Anchor.Cert.NotAfter.Add(time.Second))
 	if err := CheckAnchor(s.Anchor.Cert, s.Now); err != nil {
 		d := workflow.Waiting("TrustAnchorInvalid", fmt.Sprintf("trust anchor Secret %s: %v", s.Anchor.Ref(), err))
 		return &d

@@ -103,7 +103,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
 		})
 	}
-	setReadiness(&st, &prev, spec, generation, res, now)
+	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
 	return st
 }
 

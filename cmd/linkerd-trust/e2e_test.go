@@ -372,7 +372,7 @@ func (e *e2e) startOperator() *operator {
 	}
 	ctrl, err := app.New(e.kube, tars, app.NewMetrics(), app.Options{
 		Config: steps.DefaultConfig(), RotationName: steps.DefaultRotationName,
-		ProbeConcurrency: 10, ProbeTimeout: 2 * time.Second, MaxPollInterval: time.Second,
+		ProbeConcurrency: 10, ProbeTimeout: 2 * time.Second,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -68,7 +68,7 @@ func main() {
 	fs.StringVar(&o.app.RotationName, "rotation-name", steps.DefaultRotationName, "name of the TrustAnchorRotation to drive")
 	fs.IntVar(&o.app.ProbeConcurrency, "probe-concurrency", 50, "live-certificate probes to run at once")
 	fs.DurationVar(&o.app.ProbeTimeout, "probe-timeout", 5*time.Second, "timeout of one live-certificate probe")
-	fs.DurationVar(&o.app.MaxPollInterval, "max-poll-interval", time.Second, "longest wait between two observations while a step waits (events wake it sooner)")
+	fs.DurationVar(&o.app.MaxPollInterval, "max-poll-interval", 0, "when positive, the longest the operator goes without observing the cluster, a safety net; 0 observes only on a change and at the moments decisions depend on (a maintenance window opening, a threshold falling due)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader on a Lease so that only one replica writes")
 	fs.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader Lease; the pod's namespace (or linkerd) when empty")
 	fs.StringVar(&o.leaseName, "leader-election-name", "trust-rotation-operator", "name of the leader Lease")

@@ -44,7 +44,7 @@ func TestHandsOffRotation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ChartSet: automationValues}, func(rel *charts.Release) *Operator {
-		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
+		return StartChartOperator(t, rel)
 	})
 	t.Cleanup(func() { e.restoreDefaults(c) })
 	start := time.Now()
@@ -314,7 +314,7 @@ func TestRestartsWithoutRollout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, StatefulSets: 2, ChartSet: automationValues},
-		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel, "--max-poll-interval", "500ms") })
+		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel) })
 	t.Cleanup(func() {
 		e.removeStatefulSets()
 		e.restoreDefaults(c)

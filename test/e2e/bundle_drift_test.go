@@ -35,7 +35,7 @@ func TestBundleRevertedDuringRotation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1}, func(rel *charts.Release) *Operator {
-		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
+		return StartChartOperator(t, rel)
 	})
 	start := time.Now()
 	defer func() {

@@ -35,7 +35,7 @@ func TestIssuerRenewedAgainDuringRotation(t *testing.T) {
 	// The workloads TestRotation uses on the shared cluster, plus a StatefulSet removed at the end.
 	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1, StatefulSets: 1},
 		func(rel *charts.Release) *Operator {
-			return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
+			return StartChartOperator(t, rel)
 		})
 	t.Cleanup(func() { e.removeStatefulSets() })
 	start := time.Now()

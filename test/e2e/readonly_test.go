@@ -48,7 +48,7 @@ func TestReadOnlyCommands(t *testing.T) {
 	// The workloads the other tests of the package leave on the shared cluster: its rotation
 	// restarts every one of them (a smaller set would leave the others behind).
 	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1}, func(rel *charts.Release) *Operator {
-		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
+		return StartChartOperator(t, rel)
 	})
 	kubeconfig := grantReadOnly(t, ctx, c)
 	r := &reader{e: e, bin: Binary(t, "linkerd-trust"), kubeconfig: kubeconfig, runs: new(int)}

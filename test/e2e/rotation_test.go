@@ -35,7 +35,7 @@ func TestRotation(t *testing.T) {
 	// The operator runs under the chart's ServiceAccount: the rotation completing is the proof
 	// that the chart's RBAC is sufficient.
 	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1}, func(rel *charts.Release) *Operator {
-		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
+		return StartChartOperator(t, rel)
 	})
 	start := time.Now()
 

@@ -56,7 +56,7 @@ func TestScopedRestartsLeakNoKey(t *testing.T) {
 	// WatchList feature off): the responses, which carry the private keys, go through client-go's
 	// request logging, unlike the events of a watch.
 	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 2, Replicas: 1, ChartSet: set}, func(rel *charts.Release) *Operator {
-		args := append(append([]string{}, rel.OperatorArgs...), "--max-poll-interval", "500ms", "--v=10")
+		args := append(append([]string{}, rel.OperatorArgs...), "--v=10")
 		return StartOperatorWithEnv(t, []string{"POD_NAMESPACE=" + rel.Namespace, "KUBE_FEATURE_WatchListClient=false"}, rel.Kubeconfig, args...)
 	})
 	t.Cleanup(func() {

@@ -69,8 +69,9 @@ type Options struct {
 	// ProbeConcurrency and ProbeTimeout bound the live-certificate probes.
 	ProbeConcurrency int
 	ProbeTimeout     time.Duration
-	// MaxPollInterval caps the backoff of re-observations while waiting. Informer events
-	// trigger a reconcile at once; polls catch what no event announces (time passing).
+	// MaxPollInterval, when positive, is the longest the operator goes without observing,
+	// a safety net. Zero (the default) observes only when an informer or a probe reports a
+	// change, and at the moments the decisions say they depend on (steps.State.RecheckAt).
 	MaxPollInterval time.Duration
 	// Dial reaches pods' admin ports; nil dials directly.
 	Dial observe.DialFunc
@@ -235,44 +236,52 @@ func (c *Controller) Run(ctx context.Context) error {
 	log.Info("Caches synced; reconciling", "rotation", c.opts.RotationName, "meshedPods", c.index.MeshedPods())
 	go c.certs.Run(ctx)
 
-	poll := c.newPollBackoff()
-	failures := retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
+	failures := newFailureBackoff()
 	for {
-		acted, err := c.reconcile(ctx)
-		var delay time.Duration
+		recheck, err := c.reconcile(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
 			// Back off without listening to events: the failure's own writes (the checkpoint
 			// saved before a failed act) would otherwise wake us at once, in a hot loop.
-			delay, _ = failures.Next()
+			delay, _ := failures.Next()
 			log.Error(err, "Reconcile failed; retrying", "after", delay)
 			if !wait(ctx, delay) {
 				return nil
 			}
 			continue
-		case acted:
-			// Observe the act's effect: its own write wakes us through the informers (the
-			// cache may not hold it yet right now); the poll is the fallback.
-			failures = retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
-			poll = c.newPollBackoff()
-			delay, _ = poll.Next()
-		default:
-			failures = retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
-			delay, _ = poll.Next()
 		}
-		timer := time.NewTimer(delay)
+		failures = newFailureBackoff()
+		// Nothing but a change or the time a decision named can change a decision: an act's
+		// own writes, and every change of what the steps read, come back through the
+		// informers (and the probes' results through the tracker) as pokes.
+		var timeout <-chan time.Time
+		delay := c.opts.MaxPollInterval
+		if !recheck.IsZero() && (delay <= 0 || time.Until(recheck) < delay) {
+			delay = max(time.Until(recheck), 0)
+		}
+		var timer *time.Timer
+		if delay > 0 || !recheck.IsZero() {
+			timer = time.NewTimer(delay)
+			timeout = timer.C
+		}
 		select {
 		case <-ctx.Done():
-			timer.Stop()
-			return nil
 		case <-c.trigger:
-			poll = c.newPollBackoff()
-		case <-timer.C:
+		case <-timeout:
 		}
-		timer.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
+}
+
+func newFailureBackoff() retry.Backoff {
+	return retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
 }
 
 // wait waits for d or the end of ctx, and reports whether ctx is still alive.
@@ -285,10 +294,6 @@ func wait(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-func (c *Controller) newPollBackoff() retry.Backoff {
-	return retry.WithCappedDuration(c.opts.MaxPollInterval, retry.NewExponential(50*time.Millisecond))
 }
 
 // current returns the TrustAnchorRotation to work from: the cached one, or the one we last
@@ -315,15 +320,16 @@ func (c *Controller) write(ctx context.Context, tar *v1alpha1.TrustAnchorRotatio
 	return out, nil
 }
 
-// reconcile observes, advances the workflow by at most one act, and publishes the status.
-func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
+// reconcile observes, advances the workflow by at most one act, and publishes the status. It
+// returns when to observe again if nothing changes before (zero: only when something changes).
+func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err error) {
 	log := klog.FromContext(ctx)
 	if err := c.markIgnored(ctx); err != nil {
-		return false, err
+		return time.Time{}, err
 	}
 	tar, ok := c.current()
 	if !ok {
-		return c.createRotation(ctx)
+		return time.Time{}, c.createRotation(ctx)
 	}
 	now := time.Now()
 	cp := workflow.Checkpoint{}
@@ -332,16 +338,16 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	}
 	inFlight, err := steps.ParseInFlight(tar.Status.InFlightAnchors)
 	if err != nil {
-		return false, err
+		return time.Time{}, err
 	}
 	s := c.snapshot(now, cp.Step, steps.RetiringTo(tar.Status.Checkpoint), inFlight)
 	c.auto.fill(ctx, s, tar, cp.Step, c.index)
 	if done, err := c.repair(ctx, tar, s, now); done || err != nil {
-		return done, err
+		return time.Time{}, err // a repair's write comes back as a change
 	}
 	drifted, err := c.repairBundle(ctx, tar, s, &cp)
 	if err != nil {
-		return false, err
+		return time.Time{}, err
 	}
 
 	base := tar
@@ -371,7 +377,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 			c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonActFailed, "%v", advErr)
 		}
 		// Publish nothing else: a failed act leaves the status as the checkpoint left it.
-		return false, advErr
+		return time.Time{}, advErr
 	}
 
 	status := steps.Project(base.Status, tar.Spec, tar.Generation, s, res, now)
@@ -381,9 +387,9 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 		obj.Status = status
 		if _, err := c.write(ctx, obj); err != nil {
 			if apierrors.IsConflict(err) {
-				return false, nil // the cache will catch up and poke us
+				return s.Recheck(), nil // the cache will catch up and poke us
 			}
-			return res.Acted, err
+			return time.Time{}, err
 		}
 		c.lastStatusWrite = time.Now()
 	}
@@ -396,7 +402,7 @@ func (c *Controller) reconcile(ctx context.Context) (acted bool, err error) {
 	if res.Completed && base.Status.Checkpoint != nil && base.Status.Checkpoint.Rotation != "" {
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonRotationComplete, "rotation to trust anchor %s complete", base.Status.Checkpoint.Rotation)
 	}
-	return res.Acted, nil
+	return s.Recheck(), nil
 }
 
 func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
@@ -475,14 +481,14 @@ func (c *Controller) markIgnored(ctx context.Context) error {
 
 // createRotation creates the TrustAnchorRotation when it does not exist (the chart creates it;
 // this covers installs without it).
-func (c *Controller) createRotation(ctx context.Context) (bool, error) {
+func (c *Controller) createRotation(ctx context.Context) error {
 	tar := &v1alpha1.TrustAnchorRotation{ObjectMeta: metav1.ObjectMeta{Name: c.opts.RotationName}}
 	_, err := c.tars.Create(ctx, tar, apply.FieldManager)
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return false, fmt.Errorf("creating TrustAnchorRotation %s: %w", c.opts.RotationName, err)
+		return fmt.Errorf("creating TrustAnchorRotation %s: %w", c.opts.RotationName, err)
 	}
 	klog.FromContext(ctx).Info("Created TrustAnchorRotation", "name", c.opts.RotationName)
-	return false, nil
+	return nil
 }
 
 // certificateOnly drops every Secret key but tls.crt before the object is cached.

@@ -294,7 +294,7 @@ func TestUnusableAnchor(t *testing.T) {
 	_ = secrets.Delete(e.Ctx, "test-anchor", metav1.DeleteOptions{})
 	before := bundleOf(t, e)
 	op := e2e.StartOperatorWithEnv(t, []string{"POD_NAMESPACE=linkerd"}, e.Cluster.Kubeconfig(),
-		"--leader-elect=false", "--max-poll-interval", "300ms", "--trust-anchor-secret", "test-anchor")
+		"--leader-elect=false", "--trust-anchor-secret", "test-anchor")
 	defer func() { op.Kill(); scanLogs(t, e, []*e2e.Operator{op}) }()
 	set := func(data []byte) {
 		_ = secrets.Delete(e.Ctx, "test-anchor", metav1.DeleteOptions{})

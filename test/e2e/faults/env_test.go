@@ -82,7 +82,7 @@ type supervisor struct {
 
 // newSupervisor starts nothing yet; args are added to the chart's arguments.
 func newSupervisor(t *testing.T, e *e2e.Env, args ...string) *supervisor {
-	base := []string{"--max-poll-interval", "300ms", "--leader-elect=false"}
+	base := []string{"--leader-elect=false"}
 	return &supervisor{t: t, e: e, args: append(base, args...)}
 }
 
