@@ -237,7 +237,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	go c.certs.Run(ctx)
 
 	failures := newFailureBackoff()
+	cause := CauseStart
 	for {
+		c.metrics.reconciles.WithLabelValues(cause).Inc()
 		recheck, err := c.reconcile(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -250,6 +252,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			if !wait(ctx, delay) {
 				return nil
 			}
+			cause = CauseRetry
 			continue
 		}
 		failures = newFailureBackoff()
@@ -257,9 +260,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		// own writes, and every change of what the steps read, come back through the
 		// informers (and the probes' results through the tracker) as pokes.
 		var timeout <-chan time.Time
-		delay := c.opts.MaxPollInterval
+		delay, onTimeout := c.opts.MaxPollInterval, CausePoll
 		if !recheck.IsZero() && (delay <= 0 || time.Until(recheck) < delay) {
-			delay = max(time.Until(recheck), 0)
+			delay, onTimeout = max(time.Until(recheck), 0), CauseRecheck
 		}
 		var timer *time.Timer
 		if delay > 0 || !recheck.IsZero() {
@@ -269,7 +272,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case <-c.trigger:
+			cause = CauseChange
 		case <-timeout:
+			cause = onTimeout
 		}
 		if timer != nil {
 			timer.Stop()

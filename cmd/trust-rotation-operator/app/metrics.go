@@ -24,7 +24,17 @@ type Metrics struct {
 	refreshIntervalSeconds prometheus.Gauge
 	acts                   *prometheus.CounterVec
 	certExpiry             *prometheus.GaugeVec
+	reconciles             *prometheus.CounterVec
 }
+
+// Causes of trust_rotation_reconciles_total: what made the operator observe the cluster.
+const (
+	CauseStart   = "start"   // the first observation once the caches synced
+	CauseChange  = "change"  // a watched object or a probe result changed
+	CauseRecheck = "recheck" // a moment a decision depends on came (steps.State.RecheckAt)
+	CausePoll    = "poll"    // --max-poll-interval passed with nothing else
+	CauseRetry   = "retry"   // the previous observation failed
+)
 
 // Certificate roles of trust_rotation_certificate_expiration_timestamp_seconds.
 const (
@@ -70,12 +80,19 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_certificate_expiration_timestamp_seconds",
 			Help: "NotAfter (Unix seconds) of each certificate the rotation relies on: the current trust anchor, every anchor of the trust bundle, the identity issuer and the previous anchor, by role and fingerprint.",
 		}, []string{"role", "fingerprint"}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trust_rotation_reconciles_total",
+			Help: "Observations of the cluster by the leader, by what caused them: start, change (a watched object or a probe result), recheck (a moment a decision depends on), poll (--max-poll-interval), retry (after a failure). Nothing changing, it stays still.",
+		}, []string{"cause"}),
 	}
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
-		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry,
+		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.reconciles,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range v1alpha1.Phases {
 		m.phase.WithLabelValues(string(p)).Set(0)
+	}
+	for _, c := range []string{CauseStart, CauseChange, CauseRecheck, CausePoll, CauseRetry} {
+		m.reconciles.WithLabelValues(c)
 	}
 	return m
 }
