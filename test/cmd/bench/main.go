@@ -68,6 +68,7 @@ type result struct {
 	rssSynced, rssPeak            int64
 	cpuSteady, cpuRotation, cpu   time.Duration
 	steady, rotation              requests
+	steadyReconciles              requests // per minute, by cause
 	steadyWindow                  time.Duration
 	inspect                       map[int]time.Duration
 	inspectErr                    map[int]string
@@ -245,6 +246,10 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	if err != nil {
 		return nil, err
 	}
+	reconcilesBefore, err := op.reconciles(ctx)
+	if err != nil {
+		return nil, err
+	}
 	cpu0 := procCPU(op.PID())
 	window := time.Now()
 	timer := time.NewTimer(o.steady)
@@ -257,9 +262,15 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	if err != nil {
 		return nil, err
 	}
-	r.steadyWindow = time.Since(window)
-	r.steady = after.minus(before).scaled(float64(time.Minute) / float64(r.steadyWindow))
 	r.cpuSteady = procCPU(op.PID()) - cpu0
+	reconcilesAfter, err := op.reconciles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.steadyWindow = time.Since(window)
+	perMinute := float64(time.Minute) / float64(r.steadyWindow)
+	r.steady = after.minus(before).scaled(perMinute)
+	r.steadyReconciles = reconcilesAfter.minus(reconcilesBefore).scaled(perMinute)
 
 	cpu1 := procCPU(op.PID())
 	if o.rotate {
@@ -501,6 +512,8 @@ func printResult(r *result) {
 	fmt.Printf("  operator RSS after sync %s, peak (VmHWM) %s; CPU %.1fs total, %.2fs per steady minute, %.1fs during the rotation\n",
 		mib(r.rssSynced), mib(r.rssPeak), r.cpu.Seconds(), r.cpuSteady.Seconds()*float64(time.Minute)/float64(r.steadyWindow), r.cpuRotation.Seconds())
 	fmt.Printf("  apiserver requests per minute, steady state (%s window): %s\n", r.steadyWindow.Round(time.Second), r.steady)
+	fmt.Printf("  operator in steady state: %.2f ms of CPU per second, reconciles per minute %s\n",
+		float64(r.cpuSteady.Microseconds())/1000/r.steadyWindow.Seconds(), r.steadyReconciles)
 	fmt.Printf("  apiserver requests during the rotation: %s\n", r.rotation)
 	for _, n := range sortedKeys(r.inspect) {
 		fmt.Printf("  linkerd trust inspect --concurrency %-4d %s%s\n", n, r.inspect[n].Round(10*time.Millisecond), errNote(r.inspectErr[n]))
@@ -563,6 +576,10 @@ func printTable(rs []*result) {
 	row("operator CPU: steady per minute / rotation / total", "", func(r *result) string {
 		return fmt.Sprintf("%.2fs / %.1fs / %.1fs", r.cpuSteady.Seconds()*float64(time.Minute)/float64(r.steadyWindow), r.cpuRotation.Seconds(), r.cpu.Seconds())
 	})
+	row("operator CPU per second, steady state", "≤ 5 ms", func(r *result) string {
+		return fmt.Sprintf("%.2f ms", float64(r.cpuSteady.Microseconds())/1000/r.steadyWindow.Seconds())
+	})
+	row("reconciles per minute, steady state", "0 without a change", func(r *result) string { return r.steadyReconciles.String() })
 	row("LIST per minute, steady state", "0", func(r *result) string { return trimFloat(r.steady.verb("list")) })
 	row("requests per minute, steady state", "", func(r *result) string { return r.steady.String() })
 	row("requests during the rotation", "", func(r *result) string { return r.rotation.String() })

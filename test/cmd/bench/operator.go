@@ -44,8 +44,19 @@ func (o *operator) get(ctx context.Context, path string) ([]byte, error) {
 // requests are the operator's apiserver requests by "verb resource".
 type requests map[string]float64
 
-// apiRequests scrapes trust_rotation_apiserver_requests_total from /metrics.
+// apiRequests scrapes trust_rotation_apiserver_requests_total from /metrics, by "verb resource".
 func (o *operator) apiRequests(ctx context.Context) (requests, error) {
+	return o.counter(ctx, "trust_rotation_apiserver_requests_total", "verb", "resource")
+}
+
+// reconciles scrapes trust_rotation_reconciles_total from /metrics, by cause.
+func (o *operator) reconciles(ctx context.Context) (requests, error) {
+	return o.counter(ctx, "trust_rotation_reconciles_total", "cause")
+}
+
+// counter scrapes the series of a counter family from /metrics, keyed by the values of the
+// given labels joined by spaces.
+func (o *operator) counter(ctx context.Context, family string, keys ...string) (requests, error) {
 	body, err := o.get(ctx, "/metrics")
 	if err != nil {
 		return nil, err
@@ -53,8 +64,7 @@ func (o *operator) apiRequests(ctx context.Context) (requests, error) {
 	out := requests{}
 	sc := bufio.NewScanner(strings.NewReader(string(body)))
 	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, "trust_rotation_apiserver_requests_total{")
+		rest, ok := strings.CutPrefix(sc.Text(), family+"{")
 		if !ok {
 			continue
 		}
@@ -62,19 +72,17 @@ func (o *operator) apiRequests(ctx context.Context) (requests, error) {
 		if !ok {
 			continue
 		}
-		var verb, resource string
+		values := map[string]string{}
 		for _, kv := range strings.Split(labels, ",") {
 			k, v, _ := strings.Cut(kv, "=")
-			v = strings.Trim(v, `"`)
-			switch k {
-			case "verb":
-				verb = v
-			case "resource":
-				resource = v
-			}
+			values[k] = strings.Trim(v, `"`)
+		}
+		key := make([]string, len(keys))
+		for i, k := range keys {
+			key[i] = values[k]
 		}
 		n, _ := strconv.ParseFloat(value, 64)
-		out[verb+" "+resource] = n
+		out[strings.Join(key, " ")] = n
 	}
 	return out, sc.Err()
 }
