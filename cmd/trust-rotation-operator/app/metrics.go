@@ -24,7 +24,15 @@ type Metrics struct {
 	refreshIntervalSeconds prometheus.Gauge
 	acts                   *prometheus.CounterVec
 	certExpiry             *prometheus.GaugeVec
+	remoteConverged        *prometheus.GaugeVec
+	remoteLastObserved     *prometheus.GaugeVec
 }
+
+// Groups of trust_rotation_remote_cluster_converged.
+const (
+	GroupTrustBundle          = "trust-bundle"
+	GroupWorkloadCertificates = "workload-certificates"
+)
 
 // Certificate roles of trust_rotation_certificate_expiration_timestamp_seconds.
 const (
@@ -70,9 +78,17 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_certificate_expiration_timestamp_seconds",
 			Help: "NotAfter (Unix seconds) of each certificate the rotation relies on: the current trust anchor, every anchor of the trust bundle, the identity issuer and the previous anchor, by role and fingerprint.",
 		}, []string{"role", "fingerprint"}),
+		remoteConverged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trust_rotation_remote_cluster_converged",
+			Help: "1 when a linked cluster reports the group (trust-bundle, workload-certificates) converged, 0 otherwise, as last read from its TrustAnchorRotation.",
+		}, []string{"cluster", "group"}),
+		remoteLastObserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trust_rotation_remote_cluster_last_observed_timestamp_seconds",
+			Help: "When (Unix seconds) a linked cluster's TrustAnchorRotation was last read, as published in status.remoteClusters.",
+		}, []string{"cluster"}),
 	}
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
-		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry,
+		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.remoteConverged, m.remoteLastObserved,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range v1alpha1.Phases {
 		m.phase.WithLabelValues(string(p)).Set(0)
@@ -133,5 +149,24 @@ func setInfo(g *prometheus.GaugeVec, fingerprint string) {
 	g.Reset()
 	if fingerprint != "" {
 		g.WithLabelValues(fingerprint).Set(1)
+	}
+}
+
+// ObserveRemotes sets the linked clusters' gauges from status.remoteClusters: one series per
+// cluster (and group), none for a cluster no longer linked.
+func (m *Metrics) ObserveRemotes(rs []v1alpha1.RemoteClusterStatus) {
+	m.remoteConverged.Reset()
+	m.remoteLastObserved.Reset()
+	for _, r := range rs {
+		for group, c := range map[string]*v1alpha1.ConvergenceStatus{GroupTrustBundle: r.TrustBundle, GroupWorkloadCertificates: r.WorkloadCertificates} {
+			v := 0.0
+			if c != nil && c.Status == v1alpha1.Converged {
+				v = 1
+			}
+			m.remoteConverged.WithLabelValues(r.Name, group).Set(v)
+		}
+		if r.LastObserved != nil {
+			m.remoteLastObserved.WithLabelValues(r.Name).Set(float64(r.LastObserved.Unix()))
+		}
 	}
 }
