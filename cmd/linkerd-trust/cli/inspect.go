@@ -106,7 +106,7 @@ type inspection struct {
 	// RemoteClusters are the linked clusters as the operator last read them.
 	RemoteClusters []v1alpha1.RemoteClusterStatus `json:"remoteClusters,omitempty"`
 	Live           liveView                       `json:"live"`
-	Pods                      []podView                   `json:"pods"`
+	Pods           []podView                      `json:"pods"`
 }
 
 // liveView is what this command observed itself.
