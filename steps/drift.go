@@ -22,9 +22,9 @@ import (
 
 // bundleSteps are the steps, after the bundle is written, that rely on it.
 var bundleSteps = map[string]bool{
-	StepRefreshControlPlane: true, StepPropagateTrustRoots: true, StepRestartIdentity: true,
+	StepRefreshControlPlane: true, StepPropagateTrustRoots: true, StepWaitForRemoteTrustRoots: true, StepRestartIdentity: true,
 	StepWaitForIdentityIssuer: true, StepRestartIdentityOnNewIssuer: true, StepRefreshControlPlaneCerts: true,
-	StepRenewWorkloadCertificates: true, StepRetirePreviousAnchor: true,
+	StepRenewWorkloadCertificates: true, StepWaitForRemoteCertificates: true, StepRetirePreviousAnchor: true,
 	StepRefreshControlPlaneReduced: true, StepRemoveOldTrustRoots: true,
 }
 
@@ -38,8 +38,8 @@ var reloadSteps = map[string]bool{
 // expandedSteps are the steps after propagate-trust-roots at which every meshed pod must still
 // run with the expanded bundle: identity is restarted onto it, then the issuer switches.
 var expandedSteps = map[string]bool{
-	StepRestartIdentity: true, StepWaitForIdentityIssuer: true, StepRestartIdentityOnNewIssuer: true,
-	StepRefreshControlPlaneCerts: true, StepRenewWorkloadCertificates: true, StepRetirePreviousAnchor: true,
+	StepWaitForRemoteTrustRoots: true, StepRestartIdentity: true, StepWaitForIdentityIssuer: true, StepRestartIdentityOnNewIssuer: true,
+	StepRefreshControlPlaneCerts: true, StepRenewWorkloadCertificates: true, StepWaitForRemoteCertificates: true, StepRetirePreviousAnchor: true,
 }
 
 // BundleDrift is a trust bundle that does not hold what the rotation expects at a step.

@@ -78,6 +78,16 @@ func TestDecisionsSayWhenTheTimeChangesThem(t *testing.T) {
 		}
 	})
 
+	t.Run("a linked cluster's report: when it turns stale", func(t *testing.T) {
+		s := rotatingState(p)
+		read := s.Now.Add(-time.Minute)
+		s.Remotes = []Remote{{Name: "east", Source: "Link east", LastObserved: read}}
+		observeRemotes(GateTrustRoots)(s, "")
+		if want := read.Add(DefaultRemoteStaleAfter + time.Second); !s.Recheck().Equal(want) {
+			t.Errorf("recheck at %v, want %v", s.Recheck(), want)
+		}
+	})
+
 	t.Run("converged and Synced: nothing but a change matters", func(t *testing.T) {
 		s := rotatingState(p, bundlePods(2, 2))
 		if d := observeBundleRestarts(propagate, "expanded")(s, ""); d.Outcome != workflow.Done {

@@ -49,11 +49,13 @@ const (
 	StepExpandTrustBundle          = "expand-trust-bundle"
 	StepRefreshControlPlane        = "refresh-control-plane"
 	StepPropagateTrustRoots        = "propagate-trust-roots"
+	StepWaitForRemoteTrustRoots    = "wait-for-remote-trust-roots"
 	StepRestartIdentity            = "restart-identity"
 	StepWaitForIdentityIssuer      = "wait-for-identity-issuer"
 	StepRestartIdentityOnNewIssuer = "restart-identity-on-new-issuer"
 	StepRefreshControlPlaneCerts   = "refresh-control-plane-certificates"
 	StepRenewWorkloadCertificates  = "renew-workload-certificates"
+	StepWaitForRemoteCertificates  = "wait-for-remote-certificates"
 	StepRetirePreviousAnchor       = "retire-previous-anchor"
 	StepReduceTrustBundle          = "reduce-trust-bundle"
 	StepRefreshControlPlaneReduced = "refresh-control-plane-reduced"
@@ -114,6 +116,12 @@ func rotation(w Writer) []workflow.Step[*State] {
 			Observe: observeBundleRestarts(propagate, "expanded"), Act: actRestarts(w, propagate), Describe: describeRestarts(propagate),
 		},
 		{
+			// Passes at once without linked clusters: a single-cluster rotation never shows it.
+			Name: StepWaitForRemoteTrustRoots, Phase: p(v1alpha1.PhaseWaitingForRemoteClusters),
+			Doc:     "Wait until every linked cluster's data plane runs with a trust bundle holding the new anchor; passes at once without linked clusters.",
+			Observe: observeRemotes(GateTrustRoots), Describe: describeRemotes(GateTrustRoots),
+		},
+		{
 			Name: StepRestartIdentity, Phase: p(v1alpha1.PhasePropagatingTrustRoots),
 			Doc:     "Restart linkerd-identity now that every pod trusts the new anchor: it loads the expanded roots, so it will accept the renewed issuer.",
 			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestart(identityOnly), Token: identityToken,
@@ -140,6 +148,11 @@ func rotation(w Writer) []workflow.Step[*State] {
 			Name: StepRenewWorkloadCertificates, Phase: p(v1alpha1.PhaseRenewingWorkloadCerts),
 			Doc:     "Wait until every meshed pod presents a certificate that chains to the new anchor, from the new issuer or a later renewal of it (restart workloads, or let proxies refresh).",
 			Observe: observeCertificateRestarts, Act: actRestarts(w, renew), Describe: describeRestarts(renew),
+		},
+		{
+			Name: StepWaitForRemoteCertificates, Phase: p(v1alpha1.PhaseWaitingForRemoteClusters),
+			Doc:     "Wait until every linked cluster's meshed pods present certificates on the new anchor's path; passes at once without linked clusters.",
+			Observe: observeRemotes(GateCertificates), Describe: describeRemotes(GateCertificates),
 		},
 		{
 			Name: StepRetirePreviousAnchor, Phase: p(v1alpha1.PhaseRefreshingControlPlane),

@@ -59,6 +59,11 @@ type State struct {
 	WorkloadsProblem string
 	// IssuerCertificate is the identity issuer's cert-manager Certificate, for automatic renewal.
 	IssuerCertificate IssuerCertificate
+
+	// Remotes are the linked clusters (see remote.go), in name order; none for a single cluster.
+	Remotes []Remote
+	// RemoteStaleAfter is how old a remote's last read may be (DefaultRemoteStaleAfter when 0).
+	RemoteStaleAfter time.Duration
 }
 
 // Source is a certificate read from a Secret.

@@ -25,7 +25,7 @@ func RefreshInterval(spec v1alpha1.TrustAnchorRotationSpec) time.Duration {
 var syncedSteps = map[string]bool{StepBootstrap: true, StepDetectAnchorRotation: true}
 
 // beforeIssuerSwitch are the steps during which a renewed issuer is ahead of the trust bundle.
-var beforeIssuerSwitch = map[string]bool{StepExpandTrustBundle: true, StepRefreshControlPlane: true, StepPropagateTrustRoots: true, StepRestartIdentity: true}
+var beforeIssuerSwitch = map[string]bool{StepExpandTrustBundle: true, StepRefreshControlPlane: true, StepPropagateTrustRoots: true, StepWaitForRemoteTrustRoots: true, StepRestartIdentity: true}
 
 // Project computes the status to publish from the previous status, the snapshot the workflow
 // advanced over, and where it stopped. It is pure, so the operator writes status only when the
@@ -52,8 +52,14 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	if phase == v1alpha1.PhaseRenewingWorkloadCerts || s.RefreshOverrides() > 0 {
 		st.WorkloadCertificateRefreshInterval = &metav1.Duration{Duration: RefreshInterval(spec)}
 	}
-	st.TrustBundle = convergenceStatus(s.TrustBundle)
-	st.WorkloadCertificates = convergenceStatus(s.Certificates)
+	// With the anchors each count is against: what a linked cluster reads (see remote.go).
+	st.TrustBundle = convergenceStatus(s.TrustBundle, BundleFingerprints(s.DesiredBundle()))
+	var root []string
+	if c := s.CertificateRoot(); c != nil {
+		root = []string{Fingerprint(c)}
+	}
+	st.WorkloadCertificates = convergenceStatus(s.Certificates, root)
+	st.RemoteClusters = remoteStatuses(prev.RemoteClusters, s, res.Checkpoint.Step)
 
 	st.SourceFingerprints = nil
 	for _, src := range []Source{s.Anchor, s.Previous} {
@@ -107,12 +113,26 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	return st
 }
 
-func convergenceStatus(c Convergence) *v1alpha1.ConvergenceStatus {
+func convergenceStatus(c Convergence, anchors []string) *v1alpha1.ConvergenceStatus {
 	state := v1alpha1.Converging
 	if c.Done() {
 		state = v1alpha1.Converged
 	}
-	return &v1alpha1.ConvergenceStatus{Status: state, ConvergedPods: int32(c.Converged), TargetPods: int32(c.Target)}
+	return &v1alpha1.ConvergenceStatus{Status: state, ConvergedPods: int32(c.Converged), TargetPods: int32(c.Target), Anchors: anchors}
+}
+
+// BundleFingerprints are the fingerprints of a PEM bundle's certificates, in order; nil when it
+// is empty or does not parse.
+func BundleFingerprints(bundle string) []string {
+	certs, err := ParseCertificates([]byte(bundle))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, c := range certs {
+		out = append(out, Fingerprint(c))
+	}
+	return out
 }
 
 // stepIndex is each step's position in the rotation.

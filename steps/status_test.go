@@ -27,7 +27,10 @@ func TestProject(t *testing.T) {
 	if st.Phase != v1alpha1.PhasePropagatingTrustRoots || st.LastPhaseTransitionTime.Time != now || st.BlockingMessage != "Waiting for 2 pod(s)" {
 		t.Fatalf("phase/transition/message: %+v", st)
 	}
-	if *st.TrustBundle != (v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging, ConvergedPods: 10, TargetPods: 12}) {
+	// The counts name the anchors they are against: the expanded bundle's, the new one first.
+	wantBundle := v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging, ConvergedPods: 10, TargetPods: 12,
+		Anchors: []string{Fingerprint(p.newAnchor.cert), Fingerprint(p.oldAnchor.cert)}}
+	if !equality.Semantic.DeepEqual(*st.TrustBundle, wantBundle) {
 		t.Errorf("trustBundle = %+v", st.TrustBundle)
 	}
 	if st.PreviousAnchorFingerprint != Fingerprint(p.oldAnchor.cert) || st.ActiveIssuerFingerprint != Fingerprint(p.newIssuer.cert) {

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -79,6 +80,9 @@ func main() {
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst limit towards the apiserver")
 	fs.StringSliceVar(&o.app.RestartNamespaces, "restart-namespaces", nil, "automatic restarts (spec.dataPlaneRestart.policy Automatic) watch and restart the workloads of these namespaces only, for RBAC that allows them there alone (the chart's dataPlaneRestart.rbacScope Namespaces); the others a rotation needs restarted are named for you to restart. Empty: every namespace, watched cluster-wide")
+	fs.StringVar(&o.app.MulticlusterNamespace, "multicluster-namespace", app.DefaultMulticlusterNamespace, "namespace of Linkerd multicluster's Links and their credentials Secrets, and of spec.remoteClusters' kubeconfig Secrets: the operator holds a rotation until every linked cluster is ready for its next step (empty: no linked clusters)")
+	fs.DurationVar(&o.app.RemoteStaleAfter, "remote-stale-after", steps.DefaultRemoteStaleAfter, "how old the last read of a linked cluster's TrustAnchorRotation may be before the rotation stops trusting it")
+	fs.DurationVar(&o.app.RemoteWatchTimeout, "remote-watch-timeout", time.Minute, "how long one watch of a linked cluster's TrustAnchorRotation lasts before it is renewed (each renewal reads it again)")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiles at /debug/pprof/ on the admin endpoint")
 	fs.BoolVar(&o.countAPIRequests, "count-api-requests", false, "count apiserver requests by verb and resource in /metrics (for benchmarks)")
 	_ = fs.MarkHidden("count-api-requests")
@@ -144,6 +148,13 @@ func run(ctx context.Context, o options) error {
 	// The cert-manager client renews the identity issuer (spec.identityIssuerRenewal).
 	if o.app.CertManager, err = cmclient.NewForConfig(cfg); err != nil {
 		return err
+	}
+	if o.app.MulticlusterNamespace != "" {
+		// Links are found through their API's discovery and read as unstructured objects.
+		if o.app.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+			return err
+		}
+		o.app.Discovery = kube.Discovery()
 	}
 	ctrl, err := app.New(kube, tars, metrics, o.app)
 	if err != nil {

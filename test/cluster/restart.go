@@ -15,6 +15,15 @@ import (
 // and kube-scheduler give up when they cannot renew their leader lease, as a kubelet would
 // restart them) are started again with their own flags. For fault-injection tests.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	if err := c.StopAPIServer(); err != nil {
+		return err
+	}
+	return c.StartAPIServer(ctx)
+}
+
+// StopAPIServer stops the kube-apiserver (SIGTERM, then SIGKILL after a grace period) and leaves
+// it stopped: the cluster is unreachable until StartAPIServer. For fault-injection tests.
+func (c *Cluster) StopAPIServer() error {
 	c.mu.Lock()
 	var old *process
 	for _, p := range c.procs {
@@ -24,11 +33,15 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	if old == nil {
-		return fmt.Errorf("no kube-apiserver process to restart")
+		return fmt.Errorf("no kube-apiserver process to stop")
 	}
-	if err := old.stop(10 * time.Second); err != nil {
-		return err
-	}
+	return old.stop(10 * time.Second)
+}
+
+// StartAPIServer starts every component that has exited (the kube-apiserver StopAPIServer
+// stopped, and the controllers that gave up meanwhile) with its own flags, and returns once the
+// apiserver answers /readyz.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	return poll.Until(ctx, 2*time.Minute, "kube-apiserver to answer /readyz again", func(ctx context.Context) (bool, error) {
 		if err := c.restartExited(); err != nil {
 			return false, err

@@ -48,6 +48,15 @@ type EnvOptions struct {
 	StatefulSets int
 	// ChartSet are --set values of the operator chart (the TrustAnchorRotation's spec, say).
 	ChartSet []string
+
+	// For linked clusters: PKI configures the PKI (CopiedAnchor for a cluster whose anchor is a
+	// copy of another's); ClusterName and Oracle join the mesh to an oracle shared by the linked
+	// clusters' meshes (see meshsim.Config); Gateway adds Linkerd multicluster's gateway, a
+	// meshed workload of its own (the last of Apps).
+	PKI         pki.Options
+	ClusterName string
+	Oracle      *meshsim.Oracle
+	Gateway     bool
 }
 
 // proxyContainerPrefix names the namespaces of EnvOptions.ProxyContainerDeployments.
@@ -63,7 +72,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 	kube := c.Kube()
 	e := &Env{T: t, Ctx: ctx, Cluster: c}
 	var err error
-	if e.PKI, err = pki.Install(ctx, kube, c.CertManager(), pki.Options{}); err != nil {
+	if e.PKI, err = pki.Install(ctx, kube, c.CertManager(), opts.PKI); err != nil {
 		t.Fatal(err)
 	}
 	if e.Release, err = charts.Install(ctx, c, charts.InstallOptions{Set: opts.ChartSet}); err != nil {
@@ -85,6 +94,8 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 		VolumeRefreshDelay: meshsim.Never, // the injector sees a new bundle only when restarted
 		OracleTick:         200 * time.Millisecond,
 		Registerer:         prometheus.NewRegistry(),
+		ClusterName:        opts.ClusterName,
+		Oracle:             opts.Oracle,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +123,13 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 			t.Fatal(err)
 		}
 		e.Apps = append(e.Apps, legacy...)
+	}
+	if opts.Gateway {
+		gw, err := meshsim.InstallGateway(ctx, kube)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Apps = append(e.Apps, gw)
 	}
 	if err := meshsim.WaitForRollouts(ctx, kube, e.Apps); err != nil {
 		t.Fatal(err)

@@ -80,6 +80,14 @@ type Config struct {
 
 	// Registerer receives the oracle's metrics (optional).
 	Registerer prometheus.Registerer
+
+	// ClusterName names the cluster when meshes of linked clusters share one oracle (Oracle):
+	// it prefixes the pods' names, and pods of different clusters are judged as they talk across
+	// a link (see PodRole). "" for a single cluster.
+	ClusterName string
+	// Oracle, when set, is an oracle shared with the meshes of the linked clusters, which the
+	// caller runs (Oracle.Run); by default the mesh makes and runs its own.
+	Oracle *Oracle
 	// Clock drives every simulated timer (default: the real clock).
 	Clock clock.WithTicker
 }
@@ -193,7 +201,10 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		pending: map[types.UID]string{}, proxyStarts: map[string]int{}, restarts: map[string]int{},
 		rollouts: newRollouts(),
 	}
-	m.oracle = NewOracle(cfg.Clock, cfg.OracleTick, cfg.Registerer)
+	m.oracle = cfg.Oracle
+	if m.oracle == nil {
+		m.oracle = NewOracle(cfg.Clock, cfg.OracleTick, cfg.Registerer)
+	}
 	m.admin = newAdminServer(mctx)
 
 	m.broadcaster = record.NewBroadcaster(record.WithContext(mctx))
@@ -259,11 +270,13 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		m.Stop()
 		return nil, err
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.oracle.Run(mctx)
-	}()
+	if cfg.Oracle == nil {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.oracle.Run(mctx)
+		}()
+	}
 	klog.InfoS("Mesh simulator started", "linkerdNamespace", cfg.LinkerdNamespace, "webhook", wh.url)
 	return m, nil
 }
@@ -450,10 +463,16 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 	if hasProxy && !pending {
 		return
 	}
-	ref := PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	ref := PodRef{Cluster: m.cfg.ClusterName, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	component := ""
 	if pod.Namespace == m.cfg.LinkerdNamespace {
 		component = pod.Labels[LabelControlPlaneComponent]
+	}
+	switch {
+	case component != "":
+		ref.Role = RoleControlPlane
+	case IsGateway(pod):
+		ref.Role = RoleGateway
 	}
 	// The control-plane container starts before (or with) its proxy: identity's own proxy
 	// certifies against it over localhost.

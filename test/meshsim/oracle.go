@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,12 +18,67 @@ import (
 
 // PodRef names a meshed pod.
 type PodRef struct {
+	// Cluster is the name of the pod's cluster when the oracle judges linked clusters (see
+	// Config.ClusterName); "" for a single cluster.
+	Cluster   string
 	Namespace string
 	Name      string
 	UID       types.UID
+	// Role is the part the pod plays in traffic across linked clusters.
+	Role PodRole
 }
 
-func (p PodRef) String() string { return p.Namespace + "/" + p.Name }
+func (p PodRef) String() string {
+	if p.Cluster != "" {
+		return p.Cluster + ":" + p.Namespace + "/" + p.Name
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+// PodRole is the part a meshed pod plays in traffic across linked clusters.
+type PodRole string
+
+const (
+	// RoleWorkload: an application pod. Across clusters it talks to the other cluster's
+	// gateway, or on a flat network to the other cluster's workload pods and gateway.
+	RoleWorkload PodRole = ""
+	// RoleGateway: the linkerd-gateway of Linkerd multicluster (linkerd-multicluster namespace,
+	// labels app=linkerd-gateway and linkerd.io/extension=multicluster), which terminates mTLS
+	// from every workload of the linked clusters.
+	RoleGateway PodRole = "gateway"
+	// RoleControlPlane: Linkerd's control plane (identity, destination, proxy-injector), which
+	// serves its own cluster alone.
+	RoleControlPlane PodRole = "control-plane"
+)
+
+// scope is the part of the mesh a pod's pairs are judged in: "" for a single cluster (every pod
+// with every other), else its cluster and role.
+func (p PodRef) scope() string {
+	if p.Cluster == "" {
+		return ""
+	}
+	return p.Cluster + "/" + string(p.Role)
+}
+
+// linked reports whether pods of two scopes talk to each other, and so must accept each other's
+// chains: in one cluster every pair; across linked clusters, never a control plane, and in
+// gateway mode only pairs with a gateway, on a flat network also workload with workload.
+func linked(a, b string, flat bool) bool {
+	if a == "" || b == "" {
+		return true
+	}
+	ca, ra, _ := strings.Cut(a, "/")
+	cb, rb, _ := strings.Cut(b, "/")
+	switch {
+	case ca == cb:
+		return true
+	case ra == string(RoleControlPlane) || rb == string(RoleControlPlane):
+		return false
+	case flat:
+		return true
+	}
+	return ra == string(RoleGateway) || rb == string(RoleGateway)
+}
 
 // Violation kinds.
 const (
@@ -83,6 +139,8 @@ type OracleStatus struct {
 type Oracle struct {
 	clock clock.WithTicker
 	tick  time.Duration
+	// flat: linked clusters share a flat network (see SetFlatNetwork).
+	flat bool
 
 	mu       sync.Mutex
 	members  map[types.UID]*member
@@ -100,18 +158,23 @@ type Oracle struct {
 type member struct {
 	pod      PodRef
 	roots    *rootSet
+	rootKey  string // its root class's key
 	chain    []*x509.Certificate
-	chainKey string
+	chainKey string // its chain class's key
 	leafErr  string // a defect of the leaf itself found at install (bad signature)
 }
 
 type rootClass struct {
 	rs      *rootSet
+	scope   string
 	members map[types.UID]*member
 }
 
 type chainClass struct {
-	key string
+	key   string
+	scope string
+	// certs is the key of the certificates verified, shared by the classes of every scope.
+	certs string
 	// target is the part of the chain verified per root class: the issuer chain (chain[1:]) when
 	// the leaf is signed by chain[1], else the whole chain.
 	target  []*x509.Certificate
@@ -166,6 +229,17 @@ func NewOracle(clk clock.WithTicker, tick time.Duration, reg prometheus.Register
 	}
 }
 
+// SetFlatNetwork says whether linked clusters share a flat network (Linkerd multicluster's
+// flat-network mode: a workload reaches the other cluster's pods directly) or talk through each
+// other's gateways (gateway mode, the default). It matters only for pods of different clusters.
+func (o *Oracle) SetFlatNetwork(flat bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.flat = flat
+	o.cache = map[string]pairResult{}
+	o.requestCheck()
+}
+
 // Run checks on every tick and after every change until ctx ends.
 func (o *Oracle) Run(ctx context.Context) {
 	t := o.clock.NewTicker(o.tick)
@@ -198,10 +272,11 @@ func (o *Oracle) setRoots(pod PodRef, rs *rootSet) {
 		o.leaveRoots(m)
 	}
 	m.roots = rs
-	rc := o.rootCls[rs.key]
+	m.rootKey = pod.scope() + "|" + rs.key
+	rc := o.rootCls[m.rootKey]
 	if rc == nil {
-		rc = &rootClass{rs: rs, members: map[types.UID]*member{}}
-		o.rootCls[rs.key] = rc
+		rc = &rootClass{rs: rs, scope: pod.scope(), members: map[types.UID]*member{}}
+		o.rootCls[m.rootKey] = rc
 	}
 	rc.members[pod.UID] = m
 	now := o.clock.Now()
@@ -229,10 +304,11 @@ func (o *Oracle) setChain(pod PodRef, chain []*x509.Certificate) {
 			m.leafErr = "leaf is not signed by the issuer it presents: " + err.Error()
 		}
 	}
-	m.chainKey = chainKey(target)
+	certs := chainKey(target)
+	m.chainKey = pod.scope() + "|" + certs
 	cc := o.chainCls[m.chainKey]
 	if cc == nil {
-		cc = &chainClass{key: m.chainKey, target: target, members: map[types.UID]*member{}}
+		cc = &chainClass{key: m.chainKey, scope: pod.scope(), certs: certs, target: target, members: map[types.UID]*member{}}
 		o.chainCls[m.chainKey] = cc
 	}
 	cc.members[pod.UID] = m
@@ -272,10 +348,10 @@ func (o *Oracle) member(pod PodRef) *member {
 }
 
 func (o *Oracle) leaveRoots(m *member) {
-	if rc := o.rootCls[m.roots.key]; rc != nil {
+	if rc := o.rootCls[m.rootKey]; rc != nil {
 		delete(rc.members, m.pod.UID)
 		if len(rc.members) == 0 {
-			delete(o.rootCls, m.roots.key)
+			delete(o.rootCls, m.rootKey)
 		}
 	}
 }
@@ -349,7 +425,7 @@ func (o *Oracle) Check() OracleStatus {
 // set (an incremental check after one proxy changed), only the pairs involving that proxy are
 // counted, which keeps a change O(classes) rather than O(pods); the next full check recounts.
 func (o *Oracle) checkPair(rc *rootClass, cc *chainClass, now time.Time, seen map[string]bool, changed *member) int {
-	if len(rc.members) == 0 || len(cc.members) == 0 {
+	if len(rc.members) == 0 || len(cc.members) == 0 || !linked(rc.scope, cc.scope, o.flat) {
 		return 0
 	}
 	if len(rc.members) == 1 && len(cc.members) == 1 {
@@ -359,7 +435,7 @@ func (o *Oracle) checkPair(rc *rootClass, cc *chainClass, now time.Time, seen ma
 			}
 		}
 	}
-	key := rc.rs.key + "|" + cc.key
+	key := rc.rs.key + "|" + cc.certs
 	res, ok := o.cache[key]
 	if !ok || now.Before(res.validFrom) || !now.Before(res.validUntil) {
 		res = pairResult{}
@@ -382,7 +458,7 @@ func (o *Oracle) checkPair(rc *rootClass, cc *chainClass, now time.Time, seen ma
 	if pairs == 0 {
 		return 0
 	}
-	o.record("chain|"+key, ViolationUntrustedChain, server, client, pairs, res.err, now, seen)
+	o.record("chain|"+rc.scope+"|"+cc.key+"|"+key, ViolationUntrustedChain, server, client, pairs, res.err, now, seen)
 	return pairs
 }
 
@@ -438,7 +514,7 @@ func (o *Oracle) checkLeaf(m *member, now time.Time, seen map[string]bool) int {
 	var client PodRef
 	peers := 0
 	for _, p := range o.members {
-		if p.roots != nil && p.pod.UID != m.pod.UID {
+		if p.roots != nil && p.pod.UID != m.pod.UID && linked(p.pod.scope(), m.pod.scope(), o.flat) {
 			if peers == 0 {
 				client = p.pod
 			}

@@ -58,6 +58,11 @@ type Options struct {
 
 	// Timeout bounds each wait for an object to become ready (default 2 minutes).
 	Timeout time.Duration
+
+	// CopiedAnchor installs no root Issuer and no anchor Certificate: the anchor Secret is a
+	// copy of another cluster's (CopyAnchor), the way linked clusters share one trust anchor.
+	// Install expects it to be there already.
+	CopiedAnchor bool
 }
 
 func (o Options) withDefaults() Options {
@@ -171,11 +176,17 @@ func Install(ctx context.Context, kube kubernetes.Interface, cm cmclient.Interfa
 		}
 	}
 
-	if err := p.applyIssuer(ctx, objs.RootIssuer); err != nil {
-		return nil, err
-	}
-	if err := p.applyCertificate(ctx, objs.TrustAnchor); err != nil {
-		return nil, err
+	if p.CopiedAnchor {
+		if _, err := kube.CoreV1().Secrets(p.CertManagerNamespace).Get(ctx, p.TrustAnchor, metav1.GetOptions{}); err != nil {
+			return nil, fmt.Errorf("the copied trust anchor Secret %s/%s: %w", p.CertManagerNamespace, p.TrustAnchor, err)
+		}
+	} else {
+		if err := p.applyIssuer(ctx, objs.RootIssuer); err != nil {
+			return nil, err
+		}
+		if err := p.applyCertificate(ctx, objs.TrustAnchor); err != nil {
+			return nil, err
+		}
 	}
 	if err := p.applyClusterIssuer(ctx, objs.IdentityClusterIssuer); err != nil {
 		return nil, err
@@ -259,4 +270,36 @@ func (p *PKI) applyCertificate(ctx context.Context, want *cmapi.Certificate) err
 	}
 	_, err = WaitReady(ctx, p.kube, p.cm, want.Namespace, want.Name, p.Timeout)
 	return err
+}
+
+// CopyAnchor copies the trust anchor Secret (certificate, key and ca.crt) from one cluster to
+// another, as a user distributes one anchor to linked clusters by hand or with a secret store;
+// the copy in the target is created or overwritten. It returns the anchor's fingerprint source,
+// the copied tls.crt.
+func CopyAnchor(ctx context.Context, from, to kubernetes.Interface, opts Options) ([]byte, error) {
+	o := opts.withDefaults()
+	src, err := from.CoreV1().Secrets(o.CertManagerNamespace).Get(ctx, o.TrustAnchor, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the trust anchor Secret to copy: %w", err)
+	}
+	for _, ns := range []string{o.CertManagerNamespace, o.LinkerdNamespace} {
+		_, err := to.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	dst := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: o.TrustAnchor, Namespace: o.CertManagerNamespace}, Type: src.Type, Data: src.Data}
+	secrets := to.CoreV1().Secrets(o.CertManagerNamespace)
+	cur, err := secrets.Get(ctx, o.TrustAnchor, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = secrets.Create(ctx, dst, metav1.CreateOptions{})
+	case err == nil:
+		cur.Data, cur.Type = src.Data, src.Type
+		_, err = secrets.Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing the copied trust anchor Secret: %w", err)
+	}
+	return src.Data[corev1.TLSCertKey], nil
 }

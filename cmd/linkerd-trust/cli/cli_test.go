@@ -37,6 +37,7 @@ func TestGolden(t *testing.T) {
 		"inspect-table":         {setup: (*fixture).midRotation, args: []string{"inspect"}},
 		"inspect-json":          {setup: (*fixture).midRotation, args: []string{"inspect", "-o", "json"}},
 		"inspect-synced-table":  {args: []string{"inspect"}},
+		"inspect-linked-table":  {setup: linkedMidRotation, args: []string{"inspect"}},
 		"plan-text":             {setup: (*fixture).midRotation, args: []string{"plan"}},
 		"plan-json":             {setup: (*fixture).midRotation, args: []string{"plan", "-o", "json"}},
 		"plan-yaml":             {setup: (*fixture).midRotation, args: []string{"plan", "-o", "yaml"}},

@@ -377,3 +377,27 @@ func (f *fixture) midRotation() {
 	tar.Status.TrustBundle = &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging, ConvergedPods: 2, TargetPods: 3}
 	tar.Status.Checkpoint = &v1alpha1.Checkpoint{Step: steps.StepPropagateTrustRoots, Rotation: steps.Fingerprint(cert(t, "anchor-new")), StartTime: &since}
 }
+
+// linkedMidRotation is midRotation in a cluster linked to two others, parked at the first remote
+// gate: east has converged, north's pods are behind.
+func linkedMidRotation(f *fixture) {
+	t := f.t
+	f.midRotation()
+	nw, old := steps.Fingerprint(cert(t, "anchor-new")), steps.Fingerprint(cert(t, "anchor-old"))
+	read := metav1.NewTime(testNow.Add(-12 * time.Second))
+	tar := f.rotations["cluster"]
+	tar.Status.Phase = v1alpha1.PhaseWaitingForRemoteClusters
+	tar.Status.Checkpoint.Step = steps.StepWaitForRemoteTrustRoots
+	tar.Status.BlockingMessage = "Waiting for linked clusters: cluster north: 3 of 5 meshed pod(s) run with a trust bundle holding the new anchor " + nw[:12] + " (phase PropagatingTrustRoots)"
+	tar.Status.RemoteClusters = []v1alpha1.RemoteClusterStatus{
+		{Name: "east", Source: "Link linkerd-multicluster/east", Phase: v1alpha1.PhaseWaitingForRemoteClusters, Rotation: nw, Anchors: []string{nw, old},
+			TrustBundle:          &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 5, TargetPods: 5, Anchors: []string{nw, old}},
+			WorkloadCertificates: &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 8, TargetPods: 8, Anchors: []string{old}},
+			LastObserved:         &read},
+		{Name: "north", Source: "spec.remoteClusters", Phase: v1alpha1.PhasePropagatingTrustRoots, Rotation: nw, Anchors: []string{nw, old},
+			TrustBundle:          &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging, ConvergedPods: 3, TargetPods: 5, Anchors: []string{nw, old}},
+			WorkloadCertificates: &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 8, TargetPods: 8, Anchors: []string{old}},
+			LastObserved:         &read, BlockingReason: steps.ReasonRemoteTrustBundlePending,
+			BlockingMessage: "cluster north: 3 of 5 meshed pod(s) run with a trust bundle holding the new anchor " + nw[:12] + " (phase PropagatingTrustRoots)"},
+	}
+}

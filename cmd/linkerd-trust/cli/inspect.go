@@ -103,8 +103,10 @@ type inspection struct {
 	ActiveIssuerFingerprint   string                      `json:"activeIssuerFingerprint,omitempty"`
 	PreviousAnchorFingerprint string                      `json:"previousAnchorFingerprint,omitempty"`
 	Conditions                []metav1.Condition          `json:"conditions,omitempty"`
-	Live                      liveView                    `json:"live"`
-	Pods                      []podView                   `json:"pods"`
+	// RemoteClusters are the linked clusters as the operator last read them.
+	RemoteClusters []v1alpha1.RemoteClusterStatus `json:"remoteClusters,omitempty"`
+	Live           liveView                       `json:"live"`
+	Pods           []podView                      `json:"pods"`
 }
 
 // liveView is what this command observed itself.
@@ -161,6 +163,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		in.TrustBundle, in.WorkloadCertificates = st.TrustBundle, st.WorkloadCertificates
 		in.ActiveIssuerFingerprint, in.PreviousAnchorFingerprint = st.ActiveIssuerFingerprint, st.PreviousAnchorFingerprint
 		in.Conditions = st.Conditions
+		in.RemoteClusters = st.RemoteClusters
 	case apierrors.IsNotFound(err):
 	default:
 		return nil, fmt.Errorf("reading TrustAnchorRotation %s: %w", kf.RotationName, err)
@@ -295,6 +298,11 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 			}
 		}
 	}
+	if len(in.RemoteClusters) > 0 {
+		if err := renderRemotes(w, in.RemoteClusters, now); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(tw, "\nObserved now\n")
 	layouts := in.Live.MeshedPods
 	fmt.Fprintf(tw, "  Meshed pods:\t%d (proxy as native sidecar: %d, as container: %d)\n",
@@ -313,6 +321,37 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 	}
 	fmt.Fprintf(w, "\nPods that have not converged (%d):\n", len(in.Pods))
 	return renderPods(w, in.Pods, 0)
+}
+
+// renderRemotes prints the linked clusters as the operator last read them (status.remoteClusters).
+func renderRemotes(w io.Writer, rs []v1alpha1.RemoteClusterStatus, now time.Time) error {
+	fmt.Fprintf(w, "\nLinked clusters (as the operator last read them):\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CLUSTER\tSOURCE\tPHASE\tANCHORS\tTRUST BUNDLE\tCERTIFICATES\tLAST READ\tBLOCKING")
+	for _, r := range rs {
+		var anchors []string
+		for _, a := range r.Anchors {
+			anchors = append(anchors, short(a))
+		}
+		read := "never"
+		if r.LastObserved != nil {
+			read = age(now.Sub(r.LastObserved.Time)) + " ago"
+		}
+		blocking := "none"
+		if r.BlockingReason != "" {
+			blocking = r.BlockingReason + ": " + r.BlockingMessage
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Source, orNone(string(r.Phase)), orNone(strings.Join(anchors, ",")),
+			remoteCount(r.TrustBundle), remoteCount(r.WorkloadCertificates), read, blocking)
+	}
+	return tw.Flush()
+}
+
+func remoteCount(c *v1alpha1.ConvergenceStatus) string {
+	if c == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%d/%d %s", c.ConvergedPods, c.TargetPods, c.Status)
 }
 
 // renderPods prints the pods as a table; limit > 0 prints that many at most.

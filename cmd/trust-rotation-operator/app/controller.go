@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -49,6 +51,8 @@ const (
 	// The automations' acts.
 	ReasonWorkloadsRestarted     = "WorkloadsRestarted"
 	ReasonIssuerRenewalTriggered = "IdentityIssuerRenewalTriggered"
+	// A remote gate passed with linked clusters (not when there is none).
+	ReasonRemoteClustersConverged = "RemoteClustersConverged"
 )
 
 // actReason is the Event reason of an act: the automations' own, StepActed for the others.
@@ -81,6 +85,16 @@ type Options struct {
 	// workloads of these namespaces, watched there alone, for an operator whose RBAC grants
 	// restarts in those namespaces only; empty means every namespace (watched cluster-wide).
 	RestartNamespaces []string
+	// MulticlusterNamespace is where Linkerd multicluster keeps its Links and their credentials
+	// Secrets, and where spec.remoteClusters' kubeconfig Secrets live. Links are discovered there
+	// when Dynamic and Discovery are set.
+	MulticlusterNamespace string
+	Dynamic               dynamic.Interface
+	Discovery             discovery.DiscoveryInterface
+	// RemoteStaleAfter is how old a remote cluster's last read may be before its report is
+	// stale; RemoteWatchTimeout bounds one watch of a remote (its renewal is a read).
+	RemoteStaleAfter   time.Duration
+	RemoteWatchTimeout time.Duration
 }
 
 // Controller runs the rotation.
@@ -99,6 +113,8 @@ type Controller struct {
 	certs                                                         *observe.CertTracker
 	// auto watches what the opt-in automations need, once the spec enables them.
 	auto *automation
+	// remotes watches the linked clusters' TrustAnchorRotations.
+	remotes *remotes
 
 	// latest is the TrustAnchorRotation as we last wrote it, and replaced the resourceVersion
 	// it replaced: until the informer catches up, the cache still shows that one.
@@ -172,6 +188,7 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 		tars.ListWatch(fields.Everything()),
 		&v1alpha1.TrustAnchorRotation{}, 0, cache.Indexers{})
 
+	c.remotes = newRemotes(kube, opts.Dynamic, opts.Discovery, opts.MulticlusterNamespace, opts.RemoteWatchTimeout, c.poke)
 	c.index = observe.NewPodIndex(c.podChanged)
 	c.certs = observe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, c.poke)
 
@@ -232,6 +249,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return errors.New("informer caches did not sync")
+	}
+	if err := c.remotes.start(ctx); err != nil {
+		return err
 	}
 	log.Info("Caches synced; reconciling", "rotation", c.opts.RotationName, "meshedPods", c.index.MeshedPods())
 	go c.certs.Run(ctx)
@@ -346,6 +366,8 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		return time.Time{}, err
 	}
 	s := c.snapshot(now, cp.Step, steps.RetiringTo(tar.Status.Checkpoint), inFlight)
+	c.remotes.sync(tar.Spec.RemoteClusters)
+	s.Remotes, s.RemoteStaleAfter = c.remotes.snapshot(), c.opts.RemoteStaleAfter
 	c.auto.fill(ctx, s, tar, cp.Step, c.index)
 	if done, err := c.repair(ctx, tar, s, now); done || err != nil {
 		return time.Time{}, err // a repair's write comes back as a change
@@ -370,6 +392,12 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 
 	for _, name := range res.Passed {
 		log.V(2).Info("Step done", "step", name)
+		if _, gate := steps.RemoteGateAt(name); gate && len(s.Remotes) > 0 {
+			st, _ := c.wf.Step(name)
+			d := st.Observe(s, "")
+			c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonRemoteClustersConverged, "step %s: %s", name, d.Message)
+			log.Info("Remote gate passed", "step", name, "message", d.Message)
+		}
 	}
 	if res.Acted {
 		crashPoint("acted", res.Checkpoint.Step)
@@ -400,6 +428,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	}
 	c.metrics.Observe(&status)
 	c.metrics.ObserveCertificates(s)
+	c.metrics.ObserveRemotes(status.RemoteClusters)
 	if status.Phase != base.Status.Phase {
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "%s -> %s", orSynced(base.Status.Phase), status.Phase)
 		log.Info("Phase changed", "from", orSynced(base.Status.Phase), "to", status.Phase, "message", status.BlockingMessage)

@@ -25,6 +25,8 @@ type Metrics struct {
 	acts                   *prometheus.CounterVec
 	certExpiry             *prometheus.GaugeVec
 	reconciles             *prometheus.CounterVec
+	remoteConverged        *prometheus.GaugeVec
+	remoteLastObserved     *prometheus.GaugeVec
 }
 
 // Causes of trust_rotation_reconciles_total: what made the operator observe the cluster.
@@ -34,6 +36,12 @@ const (
 	CauseRecheck = "recheck" // a moment a decision depends on came (steps.State.RecheckAt)
 	CausePoll    = "poll"    // --max-poll-interval passed with nothing else
 	CauseRetry   = "retry"   // the previous observation failed
+)
+
+// Groups of trust_rotation_remote_cluster_converged.
+const (
+	GroupTrustBundle          = "trust-bundle"
+	GroupWorkloadCertificates = "workload-certificates"
 )
 
 // Certificate roles of trust_rotation_certificate_expiration_timestamp_seconds.
@@ -84,9 +92,18 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_reconciles_total",
 			Help: "Observations of the cluster by the leader, by what caused them: start, change (a watched object or a probe result), recheck (a moment a decision depends on), poll (--max-poll-interval), retry (after a failure). Nothing changing, it stays still.",
 		}, []string{"cause"}),
+		remoteConverged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trust_rotation_remote_cluster_converged",
+			Help: "1 when a linked cluster reports the group (trust-bundle, workload-certificates) converged, 0 otherwise, as last read from its TrustAnchorRotation.",
+		}, []string{"cluster", "group"}),
+		remoteLastObserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trust_rotation_remote_cluster_last_observed_timestamp_seconds",
+			Help: "When (Unix seconds) a linked cluster's TrustAnchorRotation was last read, as published in status.remoteClusters.",
+		}, []string{"cluster"}),
 	}
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
 		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.reconciles,
+		m.remoteConverged, m.remoteLastObserved,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range v1alpha1.Phases {
 		m.phase.WithLabelValues(string(p)).Set(0)
@@ -150,5 +167,24 @@ func setInfo(g *prometheus.GaugeVec, fingerprint string) {
 	g.Reset()
 	if fingerprint != "" {
 		g.WithLabelValues(fingerprint).Set(1)
+	}
+}
+
+// ObserveRemotes sets the linked clusters' gauges from status.remoteClusters: one series per
+// cluster (and group), none for a cluster no longer linked.
+func (m *Metrics) ObserveRemotes(rs []v1alpha1.RemoteClusterStatus) {
+	m.remoteConverged.Reset()
+	m.remoteLastObserved.Reset()
+	for _, r := range rs {
+		for group, c := range map[string]*v1alpha1.ConvergenceStatus{GroupTrustBundle: r.TrustBundle, GroupWorkloadCertificates: r.WorkloadCertificates} {
+			v := 0.0
+			if c != nil && c.Status == v1alpha1.Converged {
+				v = 1
+			}
+			m.remoteConverged.WithLabelValues(r.Name, group).Set(v)
+		}
+		if r.LastObserved != nil {
+			m.remoteLastObserved.WithLabelValues(r.Name).Set(float64(r.LastObserved.Unix()))
+		}
 	}
 }

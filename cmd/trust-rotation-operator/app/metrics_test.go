@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 func selfSigned(t *testing.T, cn string, notAfter time.Time) *x509.Certificate {
@@ -78,5 +81,56 @@ func TestObserveCertificates(t *testing.T) {
 	m.ObserveCertificates(s)
 	if got := expirySeries(t, m); len(got) != 4 || strings.Contains(strings.Join(got, ","), steps.Fingerprint(oldA)) {
 		t.Fatalf("series after the bundle was reduced %v, want 4 without the old anchor", got)
+	}
+}
+
+// series gathers a gauge as "label=value,... value" lines, sorted.
+func series(t *testing.T, m *Metrics, name string) []string {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			var ls []string
+			for _, lp := range mt.GetLabel() {
+				ls = append(ls, lp.GetName()+"="+lp.GetValue())
+			}
+			out = append(out, strings.Join(ls, ",")+" "+strconv.FormatFloat(mt.GetGauge().GetValue(), 'f', 0, 64))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The linked clusters' gauges follow status.remoteClusters: converged per group, the last read
+// time, and no series for a cluster no longer linked.
+func TestObserveRemotes(t *testing.T) {
+	m := NewMetrics()
+	read := metav1.NewTime(time.Unix(1700000000, 0))
+	m.ObserveRemotes([]v1alpha1.RemoteClusterStatus{
+		{Name: "east", LastObserved: &read,
+			TrustBundle:          &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged},
+			WorkloadCertificates: &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging}},
+		{Name: "north"}, // never read
+	})
+	want := []string{
+		"cluster=east,group=trust-bundle 1", "cluster=east,group=workload-certificates 0",
+		"cluster=north,group=trust-bundle 0", "cluster=north,group=workload-certificates 0",
+	}
+	if got := series(t, m, "trust_rotation_remote_cluster_converged"); !slices.Equal(got, want) {
+		t.Errorf("converged = %v, want %v", got, want)
+	}
+	if got := series(t, m, "trust_rotation_remote_cluster_last_observed_timestamp_seconds"); !slices.Equal(got, []string{"cluster=east 1700000000"}) {
+		t.Errorf("last observed = %v", got)
+	}
+	m.ObserveRemotes(nil)
+	if got := series(t, m, "trust_rotation_remote_cluster_converged"); len(got) != 0 {
+		t.Errorf("series left for unlinked clusters: %v", got)
 	}
 }

@@ -154,6 +154,50 @@ type TrustAnchorRotationSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	StalledAfter StalledAfter `json:"stalledAfter,omitempty"`
+
+	// RemoteClusters are clusters linked to this mesh by other means than a Linkerd
+	// multicluster Link, which share its trust anchor. The operator also discovers every Link
+	// (links.multicluster.linkerd.io) in its multicluster namespace (--multicluster-namespace,
+	// default linkerd-multicluster). A multicluster rotation waits in WaitingForRemoteClusters
+	// until every linked cluster reports its data plane ready for the next step: see
+	// status.remoteClusters.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	RemoteClusters []RemoteCluster `json:"remoteClusters,omitempty"`
+}
+
+// RemoteCluster is a linked cluster named in the spec: how to read its TrustAnchorRotation.
+type RemoteCluster struct {
+	// Name of the cluster, as status.remoteClusters, messages, metrics and events name it. A
+	// Link of the same name (its spec.targetClusterName) is the same cluster: the spec wins.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// KubeconfigSecret is the Secret, in the operator's multicluster namespace, holding a
+	// kubeconfig for the remote cluster (as Linkerd multicluster's cluster-credentials-<link>
+	// does), allowed to get and watch the remote TrustAnchorRotation.
+	KubeconfigSecret SecretKeyRef `json:"kubeconfigSecret"`
+
+	// RotationName is the name of the remote cluster's TrustAnchorRotation. Default cluster.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	RotationName string `json:"rotationName,omitempty"`
+}
+
+// SecretKeyRef names a key of a Secret in the operator's multicluster namespace.
+type SecretKeyRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key of the Secret's data holding the kubeconfig. Default kubeconfig.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // StalledAfter holds the thresholds of the Stalled condition: how long the rotation may wait in
@@ -332,6 +376,14 @@ type TrustAnchorRotationStatus struct {
 	// +optional
 	InFlightAnchors []string `json:"inFlightAnchors,omitempty"`
 
+	// RemoteClusters report the linked clusters a multicluster rotation waits for, as this
+	// operator last observed their TrustAnchorRotation: discovered from Links and listed in
+	// spec.remoteClusters. Empty for a single cluster.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	RemoteClusters []RemoteClusterStatus `json:"remoteClusters,omitempty"`
+
 	// Conditions describe the rotation the way kstatus does (Ready, Reconciling, Stalled) and
 	// notable rotation states, such as OutOfOrderIssuerRotation.
 	// +listType=map
@@ -360,6 +412,49 @@ type ConvergenceStatus struct {
 	// TargetPods is the number of pods in the group.
 	// +kubebuilder:validation:Minimum=0
 	TargetPods int32 `json:"targetPods"`
+	// Anchors are the fingerprints of the trust anchors the group converges on: for the trust
+	// bundle, the anchors of the desired bundle (the one in force once written); for workload
+	// certificates, the anchor their chains must verify to. Linked clusters read them to know
+	// what a converged count means.
+	// +listType=atomic
+	// +optional
+	Anchors []string `json:"anchors,omitempty"`
+}
+
+// RemoteClusterStatus is what the operator last observed of a linked cluster.
+type RemoteClusterStatus struct {
+	// Name of the cluster.
+	Name string `json:"name"`
+	// Source says where the cluster was found: Link <namespace>/<name> or spec.remoteClusters.
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Phase of the remote cluster's rotation.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Rotation is the remote rotation's id: the fingerprint of the anchor it rotates to.
+	// +optional
+	Rotation string `json:"rotation,omitempty"`
+	// Anchors are the fingerprints of the anchors the remote data plane trusts (its desired
+	// trust bundle's).
+	// +listType=atomic
+	// +optional
+	Anchors []string `json:"anchors,omitempty"`
+	// TrustBundle is the remote cluster's trust-bundle convergence.
+	// +optional
+	TrustBundle *ConvergenceStatus `json:"trustBundle,omitempty"`
+	// WorkloadCertificates is the remote cluster's workload-certificate convergence.
+	// +optional
+	WorkloadCertificates *ConvergenceStatus `json:"workloadCertificates,omitempty"`
+	// LastObserved is when the operator last read the remote TrustAnchorRotation.
+	// +optional
+	LastObserved *metav1.Time `json:"lastObserved,omitempty"`
+	// BlockingReason is why the cluster holds the rotation at a remote gate, when it does: a
+	// CamelCase reason (RemoteUnreachable, RemoteTrustBundleConverging, ...).
+	// +optional
+	BlockingReason string `json:"blockingReason,omitempty"`
+	// BlockingMessage says it for people, naming the cluster.
+	// +optional
+	BlockingMessage string `json:"blockingMessage,omitempty"`
 }
 
 // SourceFingerprint is the fingerprint observed for one configured trust-anchor source.

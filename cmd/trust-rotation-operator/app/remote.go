@@ -1,0 +1,376 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sethvargo/go-retry"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/linkerd/trust-rotation/workflow/client"
+)
+
+// Linkerd multicluster's contract (linkerd2 multicluster/, controller/gen/apis/link): `linkerd
+// multicluster link` creates, in the multicluster namespace of the source cluster, a Link
+// (links.multicluster.linkerd.io) whose spec names the target cluster (targetClusterName) and the
+// Secret holding a kubeconfig for it (clusterCredentialsSecret, cluster-credentials-<link>), under
+// the data key "kubeconfig".
+const (
+	DefaultMulticlusterNamespace = "linkerd-multicluster"
+	LinkGroup                    = "multicluster.linkerd.io"
+	LinkResource                 = "links"
+	LinkCredentialsKey           = "kubeconfig"
+	linkCredentialsPrefix        = "cluster-credentials-"
+	// SourceSpec is the source of a remote named in spec.remoteClusters.
+	SourceSpec = "spec.remoteClusters"
+)
+
+// remotes finds the linked clusters — the Links of the multicluster namespace and the spec's
+// remoteClusters — and keeps a watch on each one's TrustAnchorRotation with the cluster's
+// credentials. It only reads remote clusters: a GET of the one object, then a WATCH of it
+// (field selector metadata.name), renewed when the apiserver ends it; never a write, never a
+// list. Each change pokes the controller.
+type remotes struct {
+	kube      kubernetes.Interface
+	namespace string
+	poke      func()
+	// watchTimeout bounds one remote watch; its renewal is a read that keeps the report fresh.
+	watchTimeout time.Duration
+	dyn          dynamic.Interface
+	disco        discovery.DiscoveryInterface
+	// links watches the Links; nil when Link discovery is off.
+	links cache.SharedIndexInformer
+
+	mu       sync.Mutex
+	ctx      context.Context
+	clusters map[string]*remoteWatch
+}
+
+// remoteTarget is how to read one remote cluster.
+type remoteTarget struct {
+	name, source, secret, key, rotation string
+}
+
+// remoteWatch is the watch on one remote cluster's TrustAnchorRotation and what it last saw.
+type remoteWatch struct {
+	target remoteTarget
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu           sync.Mutex
+	problem      string
+	found        bool
+	obj          *v1alpha1.TrustAnchorRotation
+	lastObserved time.Time
+}
+
+// newRemotes sets up the remote watches. dyn and disco find and watch the Links of namespace;
+// either nil, or namespace empty, turns Link discovery off (spec.remoteClusters still work, but
+// for an empty namespace have no Secret to read).
+func newRemotes(kube kubernetes.Interface, dyn dynamic.Interface, disco discovery.DiscoveryInterface, namespace string,
+	watchTimeout time.Duration, poke func()) *remotes {
+	r := &remotes{kube: kube, dyn: dyn, disco: disco, namespace: namespace, poke: poke, watchTimeout: watchTimeout, clusters: map[string]*remoteWatch{}}
+	if r.watchTimeout <= 0 {
+		r.watchTimeout = time.Minute
+	}
+	return r
+}
+
+// linkVersion is the served version of the Link API the apiserver prefers, "" when Linkerd
+// multicluster is not installed.
+func linkVersion(disco discovery.DiscoveryInterface) (string, error) {
+	groups, err := disco.ServerGroups()
+	if err != nil {
+		return "", fmt.Errorf("discovering the %s API: %w", LinkGroup, err)
+	}
+	for _, g := range groups.Groups {
+		if g.Name == LinkGroup {
+			return g.PreferredVersion.Version, nil
+		}
+	}
+	return "", nil
+}
+
+// start finds the Link API and runs the Link informer (when discovery is on), and waits for
+// it; remote watches start at the first sync. Call it once elected.
+func (r *remotes) start(ctx context.Context) error {
+	r.mu.Lock()
+	r.ctx = ctx
+	r.mu.Unlock()
+	log := klog.FromContext(ctx)
+	if r.dyn == nil || r.disco == nil || r.namespace == "" {
+		log.Info("Link discovery off: remote clusters come from spec.remoteClusters alone")
+		return nil
+	}
+	version, err := linkVersion(r.disco)
+	if err != nil {
+		return err
+	}
+	if version == "" {
+		log.Info("Link discovery off: the apiserver serves no " + LinkResource + "." + LinkGroup + " (Linkerd multicluster is not installed)")
+		return nil
+	}
+	gvr := schema.GroupVersionResource{Group: LinkGroup, Version: version, Resource: LinkResource}
+	links := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.dyn, 0, r.namespace, nil).ForResource(gvr).Informer()
+	if _, err := links.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { r.poke() }, UpdateFunc: func(any, any) { r.poke() }, DeleteFunc: func(any) { r.poke() },
+	}); err != nil {
+		return err
+	}
+	go links.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), links.HasSynced) {
+		return errors.New("the Link informer did not sync")
+	}
+	r.mu.Lock()
+	r.links = links
+	r.mu.Unlock()
+	log.Info("Discovering linked clusters from Links", "namespace", r.namespace, "version", gvr.Version)
+	return nil
+}
+
+// targets are the remote clusters to watch: every Link, then spec.remoteClusters, which win
+// over a Link to a cluster of the same name.
+func (r *remotes) targets(spec []v1alpha1.RemoteCluster) map[string]remoteTarget {
+	out := map[string]remoteTarget{}
+	if r.links != nil {
+		for _, obj := range r.links.GetStore().List() {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			name, _, _ := unstructured.NestedString(u.Object, "spec", "targetClusterName")
+			secret, _, _ := unstructured.NestedString(u.Object, "spec", "clusterCredentialsSecret")
+			if name == "" {
+				name = u.GetName()
+			}
+			if secret == "" {
+				secret = linkCredentialsPrefix + u.GetName()
+			}
+			out[name] = remoteTarget{name: name, source: fmt.Sprintf("Link %s/%s", u.GetNamespace(), u.GetName()),
+				secret: secret, key: LinkCredentialsKey, rotation: steps.DefaultRotationName}
+		}
+	}
+	for _, rc := range spec {
+		t := remoteTarget{name: rc.Name, source: SourceSpec, secret: rc.KubeconfigSecret.Name, key: rc.KubeconfigSecret.Key, rotation: rc.RotationName}
+		if t.key == "" {
+			t.key = LinkCredentialsKey
+		}
+		if t.rotation == "" {
+			t.rotation = steps.DefaultRotationName
+		}
+		out[rc.Name] = t
+	}
+	return out
+}
+
+// sync starts a watch for each remote cluster that has none (or whose target changed) and stops
+// the watches of clusters no longer linked: their gates are dropped.
+func (r *remotes) sync(spec []v1alpha1.RemoteCluster) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want := r.targets(spec)
+	if r.ctx == nil {
+		return
+	}
+	for name, w := range r.clusters {
+		if t, ok := want[name]; !ok || t != w.target {
+			w.cancel()
+			delete(r.clusters, name)
+			klog.FromContext(r.ctx).Info("Stopped watching a remote cluster", "cluster", name, "source", w.target.source)
+		}
+	}
+	for name, t := range want {
+		if _, ok := r.clusters[name]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(r.ctx)
+		w := &remoteWatch{target: t, cancel: cancel, done: make(chan struct{})}
+		r.clusters[name] = w
+		klog.FromContext(r.ctx).Info("Watching a remote cluster's TrustAnchorRotation", "cluster", name, "source", t.source,
+			"credentials", r.namespace+"/"+t.secret, "rotation", t.rotation)
+		go w.run(ctx, r)
+	}
+}
+
+// snapshot is what every remote watch saw, in cluster-name order.
+func (r *remotes) snapshot() []steps.Remote {
+	r.mu.Lock()
+	ws := make([]*remoteWatch, 0, len(r.clusters))
+	for _, w := range r.clusters {
+		ws = append(ws, w)
+	}
+	r.mu.Unlock()
+	out := make([]steps.Remote, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.remote())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (w *remoteWatch) remote() steps.Remote {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rm := steps.Remote{Name: w.target.name, Source: w.target.source, RotationName: w.target.rotation,
+		Problem: w.problem, Found: w.found, LastObserved: w.lastObserved}
+	if w.obj != nil {
+		rm.Generation, rm.Status = w.obj.Generation, *w.obj.Status.DeepCopy()
+	}
+	return rm
+}
+
+func (w *remoteWatch) setProblem(problem string, poke func()) {
+	w.mu.Lock()
+	changed := w.problem != problem
+	w.problem = problem
+	w.mu.Unlock()
+	if changed {
+		poke()
+	}
+}
+
+// observed records a read: the object (nil when the remote has none) at time now.
+func (w *remoteWatch) observed(obj *v1alpha1.TrustAnchorRotation, now time.Time, poke func()) {
+	w.mu.Lock()
+	w.problem, w.found, w.obj, w.lastObserved = "", obj != nil, obj, now
+	w.mu.Unlock()
+	poke()
+}
+
+// run reads the remote TrustAnchorRotation and watches it until ctx ends: credentials from the
+// local Secret at each (re)connection, so that renewed credentials are picked up; a failure is
+// the remote's problem (which holds the gates) and is retried with a backoff.
+func (w *remoteWatch) run(ctx context.Context, r *remotes) {
+	defer close(w.done)
+	log := klog.FromContext(ctx).WithValues("cluster", w.target.name)
+	newBackoff := func() retry.Backoff {
+		return retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
+	}
+	backoff := newBackoff()
+	for ctx.Err() == nil {
+		err := w.watchOnce(ctx, r)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			backoff = newBackoff() // the apiserver ended the watch: renew it at once
+			continue
+		}
+		w.setProblem(err.Error(), r.poke)
+		delay, _ := backoff.Next()
+		log.V(2).Info("Cannot read the remote cluster's TrustAnchorRotation; retrying", "err", err, "after", delay)
+		if !wait(ctx, delay) {
+			return
+		}
+	}
+}
+
+// watchOnce connects with the current credentials, reads the object, and follows its watch
+// until the apiserver ends it (nil) or it fails.
+func (w *remoteWatch) watchOnce(ctx context.Context, r *remotes) error {
+	tars, err := w.client(ctx, r)
+	if err != nil {
+		return err
+	}
+	getCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	obj, err := tars.Get(getCtx, w.target.rotation)
+	cancel()
+	switch {
+	case apierrors.IsNotFound(err):
+		w.observed(nil, time.Now(), r.poke)
+		obj = nil
+	case err != nil:
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", w.target.rotation, err)
+	default:
+		w.observed(obj, time.Now(), r.poke)
+	}
+	timeout := int64(r.watchTimeout / time.Second)
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", w.target.rotation).String(), TimeoutSeconds: &timeout}
+	if obj != nil {
+		opts.ResourceVersion = obj.ResourceVersion
+	}
+	watcher, err := tars.Watch(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("watching TrustAnchorRotation %s: %w", w.target.rotation, err)
+	}
+	defer watcher.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-watcher.ResultChan():
+			if !ok {
+				return nil
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				if tar, ok := ev.Object.(*v1alpha1.TrustAnchorRotation); ok {
+					w.observed(tar, time.Now(), r.poke)
+				}
+			case watch.Deleted:
+				w.observed(nil, time.Now(), r.poke)
+			case watch.Error:
+				if st, ok := ev.Object.(*metav1.Status); ok && st.Code == 410 {
+					return nil // expired resource version: read again
+				}
+				return fmt.Errorf("watching TrustAnchorRotation %s: %v", w.target.rotation, apierrors.FromObject(ev.Object))
+			}
+		}
+	}
+}
+
+// client builds a client for the remote cluster from the kubeconfig in the credentials Secret.
+func (w *remoteWatch) client(ctx context.Context, r *remotes) (*client.Client, error) {
+	if r.namespace == "" {
+		return nil, fmt.Errorf("the operator has no multicluster namespace (--multicluster-namespace) to read credentials Secret %s from", w.target.secret)
+	}
+	ref := r.namespace + "/" + w.target.secret
+	sec, err := r.kube.CoreV1().Secrets(r.namespace).Get(ctx, w.target.secret, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("credentials Secret %s not found", ref)
+	case err != nil:
+		return nil, fmt.Errorf("reading credentials Secret %s: %w", ref, err)
+	}
+	data, ok := sec.Data[w.target.key]
+	if !ok || len(data) == 0 {
+		return nil, fmt.Errorf("credentials Secret %s has no key %q (keys: %s)", ref, w.target.key, strings.Join(secretKeys(sec), ", "))
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("credentials Secret %s, key %q: not a usable kubeconfig: %w", ref, w.target.key, err)
+	}
+	cfg.UserAgent = "trust-rotation-operator (remote read)"
+	cfg.QPS, cfg.Burst = 5, 10
+	return client.NewForConfig(cfg)
+}
+
+func secretKeys(sec *corev1.Secret) []string {
+	var keys []string
+	for k := range sec.Data {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
