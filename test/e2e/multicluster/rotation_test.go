@@ -146,7 +146,7 @@ func TestMulticlusterRotation(t *testing.T) {
 			o.PKI = pki.Options{CopiedAnchor: true}
 		}
 		l.env = e2e.NewEnv(t, ctx, l.c, o, func(rel *charts.Release) *e2e.Operator {
-			return e2e.StartChartOperator(t, rel, "--max-poll-interval", "500ms")
+			return e2e.StartChartOperator(t, rel)
 		})
 	}
 	link(t, ctx, west, east)
