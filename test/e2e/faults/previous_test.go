@@ -101,7 +101,7 @@ func TestPreviousAnchorOverwrittenMidRotation(t *testing.T) {
 				}
 				// Hold the user (the driver restarts the workloads at this step) until the
 				// operator parks: the old-issuer certificates are what it must keep.
-				tar = waitParked(t, &e, step)
+				tar = waitParked(t, &e, r, step)
 				checkParked(t, &e, tar, old)
 				parked = true
 				setPrevious(t, &e, map[string][]byte{steps.CertificateKey: steps.EncodePEM(old)})
@@ -131,11 +131,13 @@ func TestPreviousAnchorOverwrittenMidRotation(t *testing.T) {
 	checkOracle(t, e, start)
 }
 
-// waitParked waits until the rotation, at step, refuses to write a bundle that drops an anchor.
-func waitParked(t *testing.T, e *e2e.Env, step string) *v1alpha1.TrustAnchorRotation {
+// waitParked waits until the rotation, at step, refuses to write a bundle that drops an anchor,
+// restarting dead operators through r meanwhile.
+func waitParked(t *testing.T, e *e2e.Env, r restarter, step string) *v1alpha1.TrustAnchorRotation {
 	t.Helper()
 	tar, err := e2e.WaitRotation(e.Ctx, e.TARs, rotationName, time.Minute, "the rotation to park at "+step,
 		func(tar *v1alpha1.TrustAnchorRotation) bool {
+			r.ensure()
 			return stepOf(tar) == step && strings.Contains(tar.Status.BlockingMessage, "refusing to write")
 		})
 	if err != nil {
