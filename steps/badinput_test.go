@@ -110,7 +110,7 @@ func TestObserveBadInput(t *testing.T) {
 			wantOutcome: workflow.Done,
 		},
 		"reduction drops the in-flight anchors once the previous anchor is retired": {
-			step: StepReduceTrustBundle, state: rotatingState(p, anchor(third), previous(third), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor)),
+			step: StepReduceTrustBundle, state: rotatingState(p, anchor(third), previous(third), issuer(thirdIssuer), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor)),
 			wantOutcome: workflow.Act, wantReason: "TrustBundleOutdated",
 		},
 	}

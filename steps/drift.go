@@ -85,6 +85,11 @@ func CheckBundle(s *State, step string) (drift BundleDrift, ok bool) {
 		what = fmt.Sprintf("%s was changed by %s: it holds %s instead of the %s bundle %s",
 			cm, describeWriters(s.Bundle), fingerprints(s.Bundle.Certs), which, describeAnchors(s))
 	}
+	if d := KeptAnchorProblem(s, want); d != nil && (previousOverwritten(s) || droppedSigner(s) == nil) {
+		// The rotation's bundle is wrong, not (only) the ConfigMap: nothing to rewrite, and the
+		// pods restarted meanwhile loaded a bundle that keeps what must be kept.
+		return BundleDrift{Reason: d.Reason, Message: d.Message}, true
+	}
 	drift = BundleDrift{StartOver: reloadSteps[step]}
 	if lost := droppedSigner(s); lost != nil {
 		drift.Reason = "TrustBundleDriftKept"

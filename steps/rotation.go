@@ -363,6 +363,9 @@ func observeDetect(s *State, _ string) workflow.Decision {
 				"ConfigMap %s/%s was edited by hand and trusts anchor %s, which signs the identity issuer in Secret %s; restoring the rendered bundle would drop it: renew the issuer from %s, or restore the ConfigMap",
 				s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, short(Fingerprint(lost)), s.Issuer.Ref(), s.Anchor.Ref()))
 		}
+		if d := KeptAnchorProblem(s, s.DesiredBundle()); d != nil {
+			return *d
+		}
 		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle (changed by %s)",
 			s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeWriters(s.Bundle)))
 	}
@@ -417,6 +420,9 @@ func observeBundleWritten(s *State, _ string) workflow.Decision {
 		return *d
 	}
 	if s.Bundle.Data != s.DesiredBundle() {
+		if d := KeptAnchorProblem(s, s.DesiredBundle()); d != nil {
+			return *d
+		}
 		return workflow.ActNeeded("TrustBundleOutdated", fmt.Sprintf("ConfigMap %s/%s does not hold the desired bundle yet", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
 	}
 	return workflow.Completed("TrustBundleWritten", fmt.Sprintf("ConfigMap %s/%s holds %s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeAnchors(s)))
@@ -427,6 +433,9 @@ func actWriteDesiredBundle(w Writer) func(context.Context, *State, string) error
 		bundle := s.DesiredBundle()
 		if bundle == "" {
 			return fmt.Errorf("refusing to write an empty trust bundle to ConfigMap %s/%s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap)
+		}
+		if d := KeptAnchorProblem(s, bundle); d != nil {
+			return fmt.Errorf("%s", d.Message)
 		}
 		return w.WriteTrustRoots(ctx, bundle)
 	}

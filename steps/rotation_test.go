@@ -231,7 +231,7 @@ func TestObserve(t *testing.T) {
 			step: StepRetirePreviousAnchor, state: rotatingState(p, previous(p.newAnchor)), wantOutcome: workflow.Done,
 		},
 		"reduction writes the bundle with the new anchor alone": {
-			step: StepReduceTrustBundle, state: rotatingState(p, previous(p.newAnchor)),
+			step: StepReduceTrustBundle, state: rotatingState(p, previous(p.newAnchor), issuer(p.newIssuer)),
 			wantOutcome: workflow.Act, wantReason: "TrustBundleOutdated",
 		},
 		"removal waits for the final data-plane restart": {

@@ -43,6 +43,11 @@ type State struct {
 	// Certificates counts meshed pods whose live certificate chain verifies to CertificateRoot:
 	// the trust anchor of the active issuer, whichever issuer under it signed the certificate.
 	Certificates Convergence
+	// LiveChains are the distinct issuer chains the probed meshed pods present (the chain above
+	// the leaf, the leaf's issuer first), each with how many pods present it: a bundle the
+	// rotation writes must keep an anchor each of them chains to (see KeptAnchorProblem). Empty
+	// when nothing was probed.
+	LiveChains []LiveChain
 
 	// Spec is the TrustAnchorRotation's spec: the refresh interval and the automations.
 	Spec v1alpha1.TrustAnchorRotationSpec
@@ -64,6 +69,16 @@ type State struct {
 	Remotes []Remote
 	// RemoteStaleAfter is how old a remote's last read may be (DefaultRemoteStaleAfter when 0).
 	RemoteStaleAfter time.Duration
+}
+
+// LiveChain is an issuer chain meshed pods present, as a probe of their admin port read it.
+type LiveChain struct {
+	// Certs are the certificates above the leaf, the leaf's issuer first.
+	Certs []*x509.Certificate
+	// Pods is how many probed pods present it, and Example one of them ("namespace/name", the
+	// first in name order, so that messages naming it stay stable).
+	Pods    int
+	Example string
 }
 
 // Source is a certificate read from a Secret.

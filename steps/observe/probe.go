@@ -309,6 +309,21 @@ func (t *CertTracker) Certificates() steps.Convergence {
 	return c
 }
 
+// LiveChains are the distinct issuer chains the alive meshed pods presented at their last
+// successful probe (steps.State.LiveChains), whatever the root: the chains a bundle the rotation
+// writes must keep an anchor for.
+func (t *CertTracker) LiveChains() []steps.LiveChain {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var lc liveChains
+	t.index.Each(func(p *Pod) {
+		if r := t.results[p.UID]; r != nil && r.chain != nil {
+			lc.add(r.chain.key, r.chain.certs, p.Key())
+		}
+	})
+	return lc.list()
+}
+
 // Run probes until ctx ends, with concurrency workers. A quarter of them probe only the pods the
 // rotation may be waiting on (see probeQueue), so those never wait behind slow re-probes.
 func (t *CertTracker) Run(ctx context.Context) {

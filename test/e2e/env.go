@@ -62,6 +62,14 @@ type EnvOptions struct {
 // proxyContainerPrefix names the namespaces of EnvOptions.ProxyContainerDeployments.
 const proxyContainerPrefix = "proxy-container"
 
+// CertificateBound is how long a meshed pod may run without a certificate before the oracle
+// fails the test (meshsim.Config.CertificateBound): a proxy asks identity at once when it starts
+// and, while it has none, again every minimum refresh interval (meshsim.DefaultMinRefresh, 10s).
+// A pod started while identity restarts misses the first attempt or two; six intervals cover
+// that on a loaded machine. A pod whose proxy rejects every certificate identity signs (its
+// roots lack the issuer's anchor) never gets one, and crosses it.
+const CertificateBound = 6 * meshsim.DefaultMinRefresh
+
 // NewEnv installs the PKI, then both charts with helm (the CRD, the operator's ServiceAccount
 // and RBAC, the TrustAnchorRotation `cluster`), then runs bootstrap through the given operator
 // start function, which gets the chart's release (the operator creates
@@ -93,6 +101,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 		RESTConfig:         c.RESTConfig(),
 		VolumeRefreshDelay: meshsim.Never, // the injector sees a new bundle only when restarted
 		OracleTick:         200 * time.Millisecond,
+		CertificateBound:   CertificateBound,
 		Registerer:         prometheus.NewRegistry(),
 		ClusterName:        opts.ClusterName,
 		Oracle:             opts.Oracle,

@@ -251,6 +251,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		return nil, err
 	}
 	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(snap.Pods, results)
+	s.LiveChains = observe.LiveChains(snap.Pods, results)
 
 	p.TrustAnchor = viewCert(s.Anchor)
 	p.TrustAnchor.Synthetic = assumeRenewed

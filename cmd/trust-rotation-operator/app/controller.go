@@ -475,6 +475,7 @@ func (c *Controller) snapshot(now time.Time, step, retiring string, inFlight []*
 	s.TrustBundle = c.index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
 	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(step))
 	s.Certificates = c.certs.Certificates()
+	s.LiveChains = c.certs.LiveChains()
 	return s
 }
 
