@@ -27,7 +27,11 @@ const (
 //     and the rotation restarts (steps.Supersede), before any step writes a bundle without it.
 func (c *Controller) repair(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State, now time.Time) (bool, error) {
 	log := klog.FromContext(ctx)
-	if prev, ok := steps.RecreatePrevious(s); ok {
+	step := ""
+	if tar.Status.Checkpoint != nil {
+		step = tar.Status.Checkpoint.Step
+	}
+	if prev, ok := steps.RecreatePrevious(s, step); ok {
 		if err := c.writer.WritePreviousAnchor(ctx, prev); err != nil {
 			return false, err
 		}
