@@ -517,7 +517,8 @@ func operatorImage(t *testing.T, ctx context.Context) (img podrun.Image, version
 		return m
 	}
 	const base = "gcr.io/distroless/static:nonroot"
-	if from := line(`^FROM (\S+)`)[1]; from != base && !strings.HasPrefix(from, base+"@sha256:") {
+	froms := dockerfileBases(t, df)
+	if from := froms[len(froms)-1]; from != base && !strings.HasPrefix(from, base+"@sha256:") {
 		t.Fatalf("the Dockerfile's final stage is FROM %s; this test stands in for %s", from, base)
 	}
 	copyArgs := strings.Fields(line(`^COPY --from=build (.+)$`)[1])
@@ -583,4 +584,49 @@ func operatorImage(t *testing.T, ctx context.Context) (img podrun.Image, version
 		WorkingDir: "/home/nonroot",
 		UID:        uint32(uid), GID: uint32(gid),
 	}, meta.AppVersion
+}
+
+// dockerfileBases returns the image of each FROM of a Dockerfile, its ${ARG} replaced by the
+// ARG's default.
+func dockerfileBases(t *testing.T, dockerfile string) []string {
+	t.Helper()
+	args := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^ARG (\w+)=(\S+)$`).FindAllStringSubmatch(dockerfile, -1) {
+		args[m[1]] = m[2]
+	}
+	var out []string
+	for _, m := range regexp.MustCompile(`(?m)^FROM (?:--platform=\S+ )?(\S+)`).FindAllStringSubmatch(dockerfile, -1) {
+		image := regexp.MustCompile(`\$\{(\w+)\}`).ReplaceAllStringFunc(m[1], func(ref string) string {
+			name := ref[2 : len(ref)-1]
+			v, ok := args[name]
+			if !ok {
+				t.Fatalf("the Dockerfile's FROM %s uses ARG %s, which has no default", m[1], name)
+			}
+			return v
+		})
+		out = append(out, image)
+	}
+	if len(out) == 0 {
+		t.Fatal("the Dockerfile has no FROM")
+	}
+	return out
+}
+
+// Every base image of the Dockerfile is pinned by digest: a rebuild of a release gets the same
+// toolchain and base.
+func TestDockerfilePinsBaseImages(t *testing.T) {
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := regexp.MustCompile(`^[^@\s]+:[^@\s]+@sha256:[0-9a-f]{64}$`)
+	for _, image := range dockerfileBases(t, string(dockerfile)) {
+		if !pinned.MatchString(image) {
+			t.Errorf("FROM %s is not pinned: want name:tag@sha256:<digest>", image)
+		}
+	}
 }
