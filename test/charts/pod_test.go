@@ -216,14 +216,13 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	}
 }
 
-// podRunner runs pods' operator containers, each with the next pod IP.
+// podRunner runs pods' operator containers, each with a pod IP of its own.
 type podRunner struct {
 	t         *testing.T
 	ctx       context.Context
 	kubelet   *podrun.Kubelet
 	img       podrun.Image
 	clusterIP net.IP
-	n         int
 }
 
 // runningPod is a pod's operator container, running.
@@ -239,19 +238,18 @@ type runningPod struct {
 func (r *podRunner) run(pod *corev1.Pod) *runningPod {
 	t := r.t
 	t.Helper()
-	// Pod IPs on /30s of 169.254.99.0/24, one per sandbox.
-	n := podrun.Net{
-		Gateway:   net.IPv4(169, 254, 99, byte(4*r.n+1)),
-		PodIP:     net.IPv4(169, 254, 99, byte(4*r.n+2)),
-		HostAddrs: []net.IP{r.clusterIP},
+	n, err := podrun.ReserveNet(r.clusterIP)
+	if err != nil {
+		t.Fatal(err)
 	}
-	r.n++
 	spec, err := r.kubelet.Spec(r.ctx, pod, "operator", r.img, n.PodIP)
 	if err != nil {
+		n.Release()
 		t.Fatal(err)
 	}
 	ctr, err := podrun.Container(pod, "operator")
 	if err != nil {
+		n.Release()
 		t.Fatal(err)
 	}
 	s, err := podrun.Start(spec, n, filepath.Join(t.TempDir(), pod.Name+".log"))
@@ -261,6 +259,7 @@ func (r *podRunner) run(pod *corev1.Pod) *runningPod {
 	p := &runningPod{Sandbox: s, t: t, ctx: r.ctx, pod: pod, ctr: ctr}
 	t.Cleanup(func() {
 		s.Stop(15 * time.Second)
+		<-s.Released()
 		if t.Failed() {
 			t.Logf("%s (pid %d) log:\n%s", p.identity(), s.PID(), s.LogTail(40))
 		}

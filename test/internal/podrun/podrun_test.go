@@ -40,8 +40,11 @@ func TestSandbox(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	// Something outside the sandbox to reach, on an address of the host end.
-	outside := net.IPv4(169, 254, 98, 9)
+	n, err := ReserveNet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Something outside the sandbox to reach, through a proxy on the host end of its veth.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -57,16 +60,15 @@ func TestSandbox(t *testing.T) {
 			c.Close()
 		}
 	}()
-	proxy, err := NewServiceProxy(ctx, outside.String(), 443, ln.Addr().String())
+	proxy, err := NewServiceProxy(ctx, n.Gateway.String(), 0, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
 
-	n := Net{PodIP: net.IPv4(169, 254, 98, 2), Gateway: net.IPv4(169, 254, 98, 1), HostAddrs: []net.IP{outside}}
 	spec := Spec{
 		Root: root, ReadOnlyRoot: true, Hostname: "pod-a", Argv: []string{"container"},
-		Env: []string{"PATH=/bin", "OUTSIDE=" + outside.String() + ":443"}, UID: 65532, GID: 65532, Groups: []uint32{65532},
+		Env: []string{"PATH=/bin", "OUTSIDE=" + proxy.Addr()}, UID: 65532, GID: 65532, Groups: []uint32{65532},
 		NoNewPrivs: true, DropAllCapabilities: true,
 		Mounts: []Mount{
 			{Target: "/config", ReadOnly: true, Files: map[string]File{"file": {Data: []byte("content"), Mode: 0o644}}},
@@ -112,11 +114,8 @@ func TestSandbox(t *testing.T) {
 	if proxy.Connections(n.PodIP) != 1 {
 		t.Errorf("%d connections from the pod IP, want 1", proxy.Connections(n.PodIP))
 	}
-	err = poll.Until(ctx, 10*time.Second, "the sandbox's veth to go", func(ctx context.Context) (bool, error) {
-		_, err := net.InterfaceByName(s.HostInterface)
-		return err != nil, nil
-	})
-	if err != nil {
-		t.Error(err)
+	<-s.Released()
+	if _, err := net.InterfaceByName(s.HostInterface); err == nil {
+		t.Errorf("the sandbox's veth %s is still there", s.HostInterface)
 	}
 }

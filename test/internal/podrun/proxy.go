@@ -90,6 +90,9 @@ func (p *ServiceProxy) forward(in net.Conn) {
 	p.mu.Unlock()
 }
 
+// Addr is the address the proxy listens on.
+func (p *ServiceProxy) Addr() string { return p.ln.Addr().String() }
+
 // Connections returns how many connections came from source IP ip.
 func (p *ServiceProxy) Connections(ip net.IP) int {
 	p.mu.Lock()

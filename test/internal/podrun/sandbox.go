@@ -13,6 +13,7 @@
 package podrun
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +26,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/internal/proc"
 )
 
@@ -74,11 +77,44 @@ type File struct {
 }
 
 // Net is a sandbox's network: a veth whose sandbox end (eth0) has PodIP and routes everything
-// through the host end, Gateway, on one /30. HostAddrs are added to the host end as /32s, so that
-// this machine answers on them for as long as the sandbox lives: a Service's ClusterIP, say.
+// through the host end, Gateway, on one /30 of 169.254.64.0/18. HostAddrs are added to the host
+// end as /32s, so that this machine answers on them for as long as the sandbox lives: a
+// Service's ClusterIP, say. ReserveNet makes one.
 type Net struct {
 	PodIP, Gateway net.IP
 	HostAddrs      []net.IP
+	// lock is the exclusive flock that reserves the /30 among every process of this machine.
+	lock *os.File
+}
+
+// Sandbox networks are /30s of 169.254.64.0/18, link-local addresses no network routes.
+const netBlocks = 1 << 12
+
+// ReserveNet reserves a /30 for one sandbox by an exclusive flock on a file of its own, which
+// the kernel drops should this process die: concurrent tests never share one. Start takes the
+// reservation over and releases it once the sandbox and its veth are gone.
+func ReserveNet(hostAddrs ...net.IP) (Net, error) {
+	dir := filepath.Join(os.TempDir(), "linkerd-trust-rotation-podrun-nets")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Net{}, err
+	}
+	for i := range netBlocks {
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(i)+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return Net{}, err
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				continue
+			}
+			return Net{}, fmt.Errorf("reserving sandbox network %d: %w", i, err)
+		}
+		base := 4 * i
+		ip := func(n int) net.IP { return net.IPv4(169, 254, byte(64+(base+n)>>8), byte(base+n)) }
+		return Net{Gateway: ip(1), PodIP: ip(2), HostAddrs: hostAddrs, lock: f}, nil
+	}
+	return Net{}, errors.New("every sandbox network of 169.254.64.0/18 is reserved")
 }
 
 // Sandbox is a running sandbox: its process is the container's process (PID 1 inside).
@@ -88,14 +124,46 @@ type Sandbox struct {
 	Net  Net
 	// HostInterface is the host end of the sandbox's veth; it goes away with the sandbox.
 	HostInterface string
+	released      chan struct{}
+}
+
+// Released is closed once the sandbox has exited, its veth is gone, and its network is free
+// for another sandbox.
+func (s *Sandbox) Released() <-chan struct{} { return s.released }
+
+// release frees the sandbox's network once its process has exited and the kernel has deleted
+// its veth (with its network namespace, shortly after).
+func (s *Sandbox) release() {
+	<-s.Done()
+	defer close(s.released)
+	defer s.Net.lock.Close()
+	err := poll.Until(context.Background(), time.Minute, "veth "+s.HostInterface+" to go", func(context.Context) (bool, error) {
+		_, err := net.InterfaceByName(s.HostInterface)
+		return err != nil, nil
+	})
+	if err != nil {
+		// Still there: delete it, so that the next sandbox of this network finds it free.
+		_ = exec.Command("ip", "link", "delete", s.HostInterface).Run()
+	}
 }
 
 // initEnv tells the re-executed binary that it is a sandbox's init.
 const initEnv = "TRUST_ROTATION_PODRUN_INIT"
 
-// Start starts a sandbox running spec with network n, its output in logPath.
+// Release gives up a reservation that no sandbox took over.
+func (n Net) Release() {
+	if n.lock != nil {
+		n.lock.Close()
+	}
+}
+
+// Start starts a sandbox running spec with network n (from ReserveNet), its output in logPath.
 func Start(spec Spec, n Net, logPath string) (*Sandbox, error) {
+	if n.lock == nil {
+		return nil, errors.New("the sandbox network was not reserved (ReserveNet)")
+	}
 	if os.Geteuid() != 0 {
+		n.lock.Close()
 		return nil, errors.New("podrun needs root: namespaces, mounts and a veth")
 	}
 	self, err := os.Executable()
@@ -118,9 +186,11 @@ func Start(spec Spec, n Net, logPath string) (*Sandbox, error) {
 	p, err := spawn(cmd, logPath)
 	r.Close()
 	if err != nil {
+		n.lock.Close()
 		return nil, err
 	}
-	s := &Sandbox{Process: p, Spec: spec, Net: n, HostInterface: "trp" + strconv.Itoa(p.PID())}
+	s := &Sandbox{Process: p, Spec: spec, Net: n, HostInterface: "trp" + strconv.Itoa(p.PID()), released: make(chan struct{})}
+	go s.release()
 	if err := s.setupNet(); err != nil {
 		p.Kill()
 		return nil, err
