@@ -230,6 +230,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		synced = append(synced, inf.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		if ctx.Err() != nil {
+			return nil // asked to stop (SIGTERM, or the lease lost) before the caches synced
+		}
 		return errors.New("informer caches did not sync")
 	}
 	log.Info("Caches synced; reconciling", "rotation", c.opts.RotationName, "meshedPods", c.index.MeshedPods())
