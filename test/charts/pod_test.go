@@ -23,11 +23,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/podrun"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/internal/proc"
 	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/workflow/client"
 )
 
 // The chart's operator pod, run as a pod runs. kwok runs no containers, so every other test runs
@@ -53,6 +55,29 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	kube := c.Kube()
 
 	if _, err := pki.Install(ctx, kube, c.CertManager(), pki.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh install, whatever ran before on the shared cluster: no TrustAnchorRotation (the
+	// chart creates it), no previous-anchor Secret nor trust roots (the leader bootstraps them,
+	// by server-side apply with its token).
+	tars, err := client.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tars.Delete(ctx, steps.DefaultRotationName); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := kube.CoreV1().Secrets("linkerd").Delete(ctx, "linkerd-previous-anchor", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := kube.CoreV1().ConfigMaps("linkerd").Delete(ctx, "linkerd-identity-trust-roots", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	err = poll.Until(ctx, time.Minute, "the TrustAnchorRotation to be deleted", func(ctx context.Context) (bool, error) {
+		_, err := tars.Get(ctx, steps.DefaultRotationName)
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	rel, err := Install(ctx, c, InstallOptions{})
@@ -99,14 +124,6 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The leader bootstraps: it creates these two, by server-side apply with its token.
-	if err := kube.CoreV1().Secrets("linkerd").Delete(ctx, "linkerd-previous-anchor", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	if err := kube.CoreV1().ConfigMaps("linkerd").Delete(ctx, "linkerd-identity-trust-roots", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-
 	r := &podRunner{t: t, ctx: ctx, kubelet: &podrun.Kubelet{Kube: kube}, img: img, clusterIP: net.ParseIP(svc.Spec.ClusterIP)}
 	a, b := r.run(pods[0]), r.run(pods[1])
 
@@ -138,16 +155,12 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	if synced, err := follower.reportsSynced(ctx); err != nil || synced {
 		t.Errorf("the follower %s reports a phase (%v): only the leader reconciles", follower.identity(), err)
 	}
-	for _, name := range []string{"linkerd-previous-anchor", "linkerd-identity-trust-roots"} {
-		var err error
-		if name == "linkerd-previous-anchor" {
-			_, err = kube.CoreV1().Secrets("linkerd").Get(ctx, name, metav1.GetOptions{})
-		} else {
-			_, err = kube.CoreV1().ConfigMaps("linkerd").Get(ctx, name, metav1.GetOptions{})
-		}
-		if err != nil {
-			t.Errorf("the leader did not bootstrap %s: %v", name, err)
-		}
+	// Synced from a fresh TrustAnchorRotation: the leader bootstrapped.
+	if _, err := kube.CoreV1().Secrets("linkerd").Get(ctx, "linkerd-previous-anchor", metav1.GetOptions{}); err != nil {
+		t.Errorf("the leader did not bootstrap the previous anchor: %v", err)
+	}
+	if _, err := kube.CoreV1().ConfigMaps("linkerd").Get(ctx, "linkerd-identity-trust-roots", metav1.GetOptions{}); err != nil {
+		t.Errorf("the leader did not bootstrap the trust roots: %v", err)
 	}
 	// Both reached the apiserver through the Service, from their pod IPs: nothing else routes.
 	for _, p := range []*runningPod{a, b} {
