@@ -145,6 +145,7 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	if leader == b {
 		follower = a
 	}
+	follower.waitFollowing()
 	t.Logf("%s leads, %s follows", leader.identity(), follower.identity())
 	err = poll.Until(ctx, 2*time.Minute, "the leader to report the rotation Synced", func(ctx context.Context) (bool, error) {
 		return leader.reportsSynced(ctx)
@@ -209,15 +210,7 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	// token, follows. Then the leader is stopped as a pod is deleted (SIGTERM): it releases the
 	// Lease, and the restarted replica takes over without waiting for the lease to expire.
 	restarted := r.run(leader.pod)
-	err = poll.Until(ctx, time.Minute, "the restarted replica to follow", func(ctx context.Context) (bool, error) {
-		if restarted.Exited() {
-			return false, fmt.Errorf("it exited:\n%s", restarted.LogTail(30))
-		}
-		return strings.Contains(restarted.log(), "Following leader"), nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	restarted.waitFollowing()
 	restarted.assertProbes()
 	stopped := time.Now()
 	if follower.Stop(time.Duration(*pods[0].Spec.TerminationGracePeriodSeconds) * time.Second) {
@@ -288,6 +281,20 @@ func (p *runningPod) log() string {
 	return string(b)
 }
 
+// waitFollowing waits until the pod's operator follows another's lead: it has read the Lease.
+func (p *runningPod) waitFollowing() {
+	p.t.Helper()
+	err := poll.Until(p.ctx, time.Minute, p.identity()+" to follow the leader", func(ctx context.Context) (bool, error) {
+		if p.Exited() {
+			return false, fmt.Errorf("it exited:\n%s", p.LogTail(30))
+		}
+		return strings.Contains(p.log(), `"Following leader"`), nil
+	})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+}
+
 // reportsSynced reports whether the pod's /metrics, on the container's admin port, says the
 // rotation is Synced: only the leader sets the phase.
 func (p *runningPod) reportsSynced(ctx context.Context) (bool, error) {
@@ -351,7 +358,9 @@ func (r *podRunner) waitLeader(l leaseConfig, previous string, pods ...*runningP
 			holder = *lease.Spec.HolderIdentity
 		}
 		for _, p := range pods {
-			if holder == p.identity() && holder != previous {
+			// The process says so too: a Lease left by an earlier process of the same pod
+			// (same hostname, PID 1) names the same identity.
+			if holder == p.identity() && holder != previous && strings.Contains(p.log(), `"Became leader"`) {
 				leader = p
 				return true, nil
 			}
