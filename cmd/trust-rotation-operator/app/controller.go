@@ -248,6 +248,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		synced = append(synced, inf.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		if ctx.Err() != nil {
+			return nil // asked to stop (SIGTERM, or the lease lost) before the caches synced
+		}
 		return errors.New("informer caches did not sync")
 	}
 	if err := c.remotes.start(ctx); err != nil {
