@@ -24,6 +24,7 @@ type Metrics struct {
 	refreshIntervalSeconds prometheus.Gauge
 	acts                   *prometheus.CounterVec
 	certExpiry             *prometheus.GaugeVec
+	identityRestartedEarly prometheus.Gauge
 }
 
 // Certificate roles of trust_rotation_certificate_expiration_timestamp_seconds.
@@ -70,9 +71,13 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_certificate_expiration_timestamp_seconds",
 			Help: "NotAfter (Unix seconds) of each certificate the rotation relies on: the current trust anchor, every anchor of the trust bundle, the identity issuer and the previous anchor, by role and fingerprint.",
 		}, []string{"role", "fingerprint"}),
+		identityRestartedEarly: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trust_rotation_identity_restarted_early_pods",
+			Help: "linkerd-identity pods that started after the trust bundle was expanded while the data plane has not converged on it and the identity issuer is on the new trust anchor (condition IdentityRestartedEarly); 0 otherwise.",
+		}),
 	}
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
-		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry,
+		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.identityRestartedEarly,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range v1alpha1.Phases {
 		m.phase.WithLabelValues(string(p)).Set(0)
