@@ -25,7 +25,10 @@ const rotationName = steps.DefaultRotationName
 // right after the anchor. The mesh has both proxy layouts, as a cluster part-way through an
 // upgrade to edge-26.5.2 has: the control plane and four Deployments run the proxy as a native
 // sidecar, one Deployment's namespace opted out and runs it as a container. (The Deployments
-// are those TestHandsOffRotation left on the shared cluster, plus one.)
+// are those TestHandsOffRotation left on the shared cluster, plus one.) The control plane runs
+// three replicas of each Deployment, as a production install does (controllerReplicas=3):
+// identity is rolled, or replaced all at once when the issuer was renewed early, three pods at
+// a time.
 func TestRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	cluster.DumpLogsOnFailure(t, c)
@@ -34,9 +37,12 @@ func TestRotation(t *testing.T) {
 
 	// The operator runs under the chart's ServiceAccount: the rotation completing is the proof
 	// that the chart's RBAC is sufficient.
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1}, func(rel *charts.Release) *Operator {
-		return StartChartOperator(t, rel, "--max-poll-interval", "500ms")
-	})
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1, ControlPlaneReplicas: 3},
+		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel, "--max-poll-interval", "500ms") })
+	e.RestoreControlPlaneOnCleanup()
+	if n := e.ControlPlanePods(); n != 9 {
+		t.Fatalf("the control plane runs %d meshed pods, want 3 replicas of each of its 3 Deployments", n)
+	}
 	start := time.Now()
 
 	t.Run("InOrder", func(t *testing.T) {
@@ -120,7 +126,8 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 		}
 	}()
 	pods := e.MeshedPods()
-	apps := pods - 3 // the control plane runs one replica of each of its three Deployments
+	controlPlane := e.ControlPlanePods()
+	apps := pods - controlPlane
 
 	oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
 	newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
@@ -222,13 +229,13 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 	tar, err = WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "the control plane on the new issuer",
 		func(tar *v1alpha1.TrustAnchorRotation) bool {
 			return stepOf(tar) == steps.StepRenewWorkloadCertificates && tar.Status.WorkloadCertificates != nil &&
-				tar.Status.WorkloadCertificates.ConvergedPods == 3
+				tar.Status.WorkloadCertificates.ConvergedPods == int32(controlPlane)
 		})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if wc := tar.Status.WorkloadCertificates; wc.TargetPods != int32(pods) || wc.Status != v1alpha1.Converging {
-		t.Errorf("workloadCertificates = %+v, want 3 of %d converging", wc, pods)
+		t.Errorf("workloadCertificates = %+v, want %d of %d converging", wc, controlPlane, pods)
 	}
 	e.checkMetric("trust_rotation_workload_certificate_refresh_interval_seconds 300")
 	atPhase(v1alpha1.PhaseRenewingWorkloadCerts)

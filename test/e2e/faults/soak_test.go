@@ -11,13 +11,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 // soakFaults are the faults a soak rotation draws from.
 // "anchor-at-reduction" renews the anchor while the operator is down between
 // retire-previous-anchor and reduce-trust-bundle (see reductionPoints).
-var soakFaults = []string{"none", "crash", "kill", "leader", "early-issuer", "api-faults", "previous-deleted", "third-anchor", "anchor-at-reduction"}
+// "identity-restarted-early" restarts linkerd-identity by hand (kubectl rollout restart) once the
+// rotation waits for the data plane on the expanded bundle, the issuer still on the old anchor;
+// with the issuer already on the new anchor such a restart breaks mTLS by nature, which no
+// operator can prevent (the e2e TestIdentityRestartedEarly shows the operator reporting it).
+// "three-replicas" runs the rotation on a control plane of three replicas per Deployment.
+var soakFaults = []string{"none", "crash", "kill", "leader", "early-issuer", "api-faults", "previous-deleted", "third-anchor", "anchor-at-reduction",
+	"identity-restarted-early", "three-replicas"}
 
 // TestSoak runs rotations back to back, each with a fault drawn at random (seeded; the seed is
 // logged and TRUST_ROTATION_SEED repeats the run) from soakFaults, the oracle watching
@@ -104,6 +111,12 @@ func TestSoak(t *testing.T) {
 				})
 			case "third-anchor":
 				o.onPoll = once(step, func() { e.Renew("cert-manager", "linkerd-trust-anchor") })
+			case "identity-restarted-early":
+				identity := []meshsim.Workload{{Namespace: "linkerd", Name: meshsim.IdentityDeployment}}
+				o.onPoll = once(steps.StepPropagateTrustRoots, func() { e.Restart(identity) })
+			case "three-replicas":
+				e.ScaleControlPlane(3)
+				stop = func() { sup.stop(); e.ScaleControlPlane(1) }
 			}
 		}
 		what := fault
