@@ -46,9 +46,7 @@ func TestIdentityRestartedEarly(t *testing.T) {
 		since := time.Now()
 		e.Mesh.ResetRolloutStats()
 		newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
-		if _, err := WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhasePropagatingTrustRoots, 2*time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		e.waitPastExpansion()
 		e.Restart(identity)
 		tar, err := e.TARs.Get(ctx, rotationName)
 		if err != nil {
@@ -83,9 +81,7 @@ func TestIdentityRestartedEarly(t *testing.T) {
 		since := time.Now()
 		newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
 		e.Renew("linkerd", "linkerd-identity-issuer")
-		if _, err := WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhasePropagatingTrustRoots, 2*time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		e.waitPastExpansion()
 		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
 			t.Fatalf("mTLS violations before identity was restarted: %v", err)
 		}
@@ -149,6 +145,29 @@ func TestIdentityRestartedEarly(t *testing.T) {
 			t.Errorf("mTLS violations after the data plane converged: %v", err)
 		}
 	})
+}
+
+// waitPastExpansion waits until the rotation waits for the data plane on the expanded bundle, and
+// the clock is past the second in which it expanded the bundle: the API records when the rotation
+// started (status.checkpoint.startTime) and when a pod started in whole seconds, and the operator
+// counts a pod started within the expansion's second as started before it (it loaded the old
+// roots, or may have).
+func (e *Env) waitPastExpansion() {
+	e.T.Helper()
+	tar, err := WaitPhase(e.Ctx, e.TARs, rotationName, v1alpha1.PhasePropagatingTrustRoots, 2*time.Minute)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	cp := tar.Status.Checkpoint
+	if cp == nil || cp.StartTime == nil {
+		e.T.Fatalf("the rotation in phase %s records no start time: checkpoint %+v", tar.Status.Phase, cp)
+	}
+	expanded := cp.StartTime.Time
+	if err := poll.Until(e.Ctx, 5*time.Second, "the clock past the second of the expansion", func(context.Context) (bool, error) {
+		return time.Now().Truncate(time.Second).After(expanded), nil
+	}); err != nil {
+		e.T.Fatal(err)
+	}
 }
 
 // identityPods names the alive linkerd-identity pods, "linkerd/<name>".
