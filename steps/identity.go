@@ -162,9 +162,13 @@ func actRestartIdentity(w Writer) func(context.Context, *State, string) error {
 }
 
 func describeRestartIdentity(s *State) []string {
-	if old, _ := s.identityOnOldRoots(""); len(old) > 0 && s.IssuerOnCurrentAnchor() {
+	old, _ := s.identityOnOldRoots("")
+	switch {
+	case len(old) > 0 && s.IssuerOnCurrentAnchor():
 		return []string{fmt.Sprintf("delete the pods of Deployment %s/%s at once (the identity issuer is already on the new trust anchor): %s",
 			s.Config.LinkerdNamespace, s.Config.IdentityDeployment, strings.Join(old, ", "))}
+	case len(old) == 0 && len(s.ControlPlane[s.Config.IdentityDeployment].Members) > 0:
+		return nil // every identity pod started after the expansion
 	}
 	return describeRestart(identityOnly)(s)
 }
