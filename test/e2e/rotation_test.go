@@ -26,9 +26,7 @@ const rotationName = steps.DefaultRotationName
 // upgrade to edge-26.5.2 has: the control plane and four Deployments run the proxy as a native
 // sidecar, one Deployment's namespace opted out and runs it as a container. (The Deployments
 // are those TestHandsOffRotation left on the shared cluster, plus one.) The control plane runs
-// three replicas of each Deployment, as a production install does (controllerReplicas=3):
-// identity is rolled, or replaced all at once when the issuer was renewed early, three pods at
-// a time.
+// one replica of each Deployment (TestIdentityRestartedEarly rotates on three).
 func TestRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	cluster.DumpLogsOnFailure(t, c)
@@ -37,12 +35,8 @@ func TestRotation(t *testing.T) {
 
 	// The operator runs under the chart's ServiceAccount: the rotation completing is the proof
 	// that the chart's RBAC is sufficient.
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1, ControlPlaneReplicas: 3},
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1},
 		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel, "--max-poll-interval", "500ms") })
-	e.RestoreControlPlaneOnCleanup()
-	if n := e.ControlPlanePods(); n != 9 {
-		t.Fatalf("the control plane runs %d meshed pods, want 3 replicas of each of its 3 Deployments", n)
-	}
 	start := time.Now()
 
 	t.Run("InOrder", func(t *testing.T) {
