@@ -104,7 +104,9 @@ func (s *State) identityOnOldRoots(token string) (live, terminating []string) {
 // identity pod loads it at start-up and its own proxy presents a new-anchor certificate at once,
 // which the identity pods started before the expansion do not trust: those are then all deleted
 // at once instead of rolled. The issuer renewed while a rolling restart is under way switches
-// the restart to that at the next act, so old and new identity pods never run side by side.
+// the restart to that at the next act, so old and new identity pods do not stay side by side.
+// (With several replicas, the Deployment starts the first replacements while the last old pods
+// are still being deleted: deletions are not atomic, and for that moment they overlap.)
 // Identity pods that already started after the expansion (someone restarted identity) loaded
 // the expanded roots: nothing to restart.
 func observeRestartIdentity(s *State, token string) workflow.Decision {
