@@ -124,7 +124,7 @@ func rotation(w Writer) []workflow.Step[*State] {
 		{
 			Name: StepRestartIdentity, Phase: p(v1alpha1.PhasePropagatingTrustRoots),
 			Doc:     "Restart linkerd-identity now that every pod trusts the new anchor: it loads the expanded roots, so it will accept the renewed issuer.",
-			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestart(identityOnly), Token: identityToken,
+			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestartIdentity,
 		},
 		{
 			Name: StepWaitForIdentityIssuer, Phase: p(v1alpha1.PhaseWaitingForIdentityRotation),
@@ -566,85 +566,6 @@ func actRetire(w Writer) func(context.Context, *State, string) error {
 
 func describeRetire(s *State) []string {
 	return []string{fmt.Sprintf("write Secret %s: certificate %s -> %s (no key)", s.Previous.Ref(), short(s.Previous.Fingerprint()), short(s.Anchor.Fingerprint()))}
-}
-
-// --- identity ---------------------------------------------------------------------------------
-
-// replaceSep separates the stamp from the pods to replace in restart-identity's token.
-const replaceSep = " replace "
-
-// identityToken decides how restart-identity restarts identity, once, when it first acts. While
-// the issuer is still signed by the old anchor, a rolling restart is safe: the new pods sign
-// with the old issuer and trust both anchors. Once the issuer is already on the new anchor (it
-// was renewed early), a new identity pod loads it at start-up and its own proxy presents a
-// new-anchor certificate at once — which the old identity pods, started before the bundle
-// expanded, do not trust. Then the old pods are all deleted at once instead of rolled, and the
-// token remembers exactly which ones, so that an act repeated after a crash never deletes
-// their replacements.
-func identityToken(s *State, stamp string) string {
-	if !s.IssuerOnCurrentAnchor() {
-		return stamp
-	}
-	return stamp + replaceSep + strings.Join(s.ControlPlane[s.Config.IdentityDeployment].Pods, ",")
-}
-
-// podsToReplace parses a replace token; ok is false for a plain restart token.
-func podsToReplace(token string) (pods []string, ok bool) {
-	_, list, ok := strings.Cut(token, replaceSep)
-	if !ok {
-		return nil, false
-	}
-	if list == "" {
-		return nil, true
-	}
-	return strings.Split(list, ","), true
-}
-
-// remaining returns the pods of the list that are still alive.
-func remaining(list, alive []string) []string {
-	set := map[string]bool{}
-	for _, p := range alive {
-		set[p] = true
-	}
-	var out []string
-	for _, p := range list {
-		if set[p] {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func observeRestartIdentity(s *State, token string) workflow.Decision {
-	replace, ok := podsToReplace(token)
-	if !ok {
-		return observeRestart(identityOnly)(s, token)
-	}
-	d, found := s.ControlPlane[s.Config.IdentityDeployment]
-	if !found || !d.Found {
-		return workflow.Waiting("ControlPlaneMissing", fmt.Sprintf("Deployment %s/%s not found", s.Config.LinkerdNamespace, s.Config.IdentityDeployment))
-	}
-	if left := remaining(replace, d.Pods); len(left) > 0 {
-		return workflow.ActNeeded("ReplacingIdentityPods", fmt.Sprintf(
-			"the identity issuer was renewed before the data plane trusted the new anchor: replace the identity pods at once (%s)", strings.Join(left, ", ")))
-	}
-	if !d.RolledOut || d.RunningPods < int(d.Replicas) {
-		return workflow.Waiting("ControlPlaneRollingOut", fmt.Sprintf("Waiting for Deployment %s/%s to replace its pods: %d of %d running",
-			d.Namespace, d.Name, d.RunningPods, d.Replicas))
-	}
-	return workflow.Completed("ControlPlaneRestarted", "replaced the identity pods: "+strings.Join(replace, ", "))
-}
-
-func actRestartIdentity(w Writer) func(context.Context, *State, string) error {
-	plain := actRestart(w, identityOnly)
-	return func(ctx context.Context, s *State, token string) error {
-		replace, ok := podsToReplace(token)
-		if !ok {
-			return plain(ctx, s, token)
-		}
-		left := remaining(replace, s.ControlPlane[s.Config.IdentityDeployment].Pods)
-		return w.DeletePods(ctx, s.Config.LinkerdNamespace, left)
-	}
 }
 
 // --- control-plane restarts --------------------------------------------------------------------

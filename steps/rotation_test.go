@@ -56,10 +56,29 @@ func deploy(name, restartedAt string, rolledOut bool) stateOpt {
 		s.ControlPlane[name] = Deployment{Namespace: "linkerd", Name: name, Found: true, RestartedAt: restartedAt, RolledOut: rolledOut, Progress: "1 of 1 updated replicas are available"}
 	}
 }
+
+// identityPods gives linkerd-identity alive pods started long before the rotation (rotatingState
+// started it an hour ago), running of them running.
 func identityPods(running int, names ...string) stateOpt {
 	return func(s *State) {
 		d := s.ControlPlane["linkerd-identity"]
-		d.Pods, d.RunningPods, d.Replicas = names, running, 1
+		d.Pods, d.RunningPods, d.Replicas, d.Members = names, running, 1, nil
+		for _, n := range names {
+			d.Members = append(d.Members, ControlPlanePod{Name: n, Started: s.Now.Add(-2 * time.Hour)})
+		}
+		s.ControlPlane["linkerd-identity"] = d
+	}
+}
+
+// identityPod adds an alive, running linkerd-identity pod that started at the given offset from
+// now, from the template restart restartedAt ("" for none).
+func identityPod(name string, started time.Duration, restartedAt string) stateOpt {
+	return func(s *State) {
+		d := s.ControlPlane["linkerd-identity"]
+		d.Pods = append(d.Pods, name)
+		d.RunningPods++
+		d.Replicas = int32(len(d.Pods))
+		d.Members = append(d.Members, ControlPlanePod{Name: name, Started: s.Now.Add(started), RestartedAt: restartedAt})
 		s.ControlPlane["linkerd-identity"] = d
 	}
 }
@@ -75,7 +94,8 @@ func certPods(converged, target int) stateOpt {
 
 // mid-rotation defaults: new anchor, old previous, old issuer, expanded bundle, everything rolled out.
 func rotatingState(p pki, opts ...stateOpt) *State {
-	s := &State{Config: DefaultConfig(), Now: time.Now(), ControlPlane: map[string]Deployment{}}
+	now := time.Now()
+	s := &State{Config: DefaultConfig(), Now: now, ControlPlane: map[string]Deployment{}, RotationStart: now.Add(-time.Hour)}
 	for _, o := range []stateOpt{anchor(p.newAnchor), previous(p.oldAnchor), issuer(p.oldIssuer), bundleOf(p.newAnchor, p.oldAnchor),
 		deploy("linkerd-identity", "", true), deploy("linkerd-destination", "", true), deploy("linkerd-proxy-injector", "", true)} {
 		o(s)
@@ -99,6 +119,7 @@ func stepNamed(t *testing.T, name string) workflow.Step[*State] {
 
 func TestObserve(t *testing.T) {
 	p := newPKI(t)
+	t1 := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
 	expired := newCert(t, "expired", nil, true, time.Now().Add(-time.Minute))
 	notCA := newCert(t, "leaf", nil, false, time.Now().Add(time.Hour))
 	cases := map[string]struct {
@@ -172,7 +193,7 @@ func TestObserve(t *testing.T) {
 			wantOutcome: workflow.Done,
 		},
 		"an older restart does not count for this pass": {
-			step: StepRestartIdentity, token: "t2", state: rotatingState(p, issuer(p.newIssuer), deploy("linkerd-identity", "t1", true)),
+			step: StepRestartIdentityOnNewIssuer, token: "t2", state: rotatingState(p, issuer(p.newIssuer), deploy("linkerd-identity", "t1", true)),
 			wantOutcome: workflow.Act, wantReason: "RestartNeeded",
 		},
 		"a missing control-plane Deployment is named": {
@@ -180,7 +201,34 @@ func TestObserve(t *testing.T) {
 			wantOutcome: workflow.Wait, wantReason: "ControlPlaneMissing", wantInMsg: "linkerd/linkerd-destination not found",
 		},
 		"restart-identity rolls identity while the issuer is still on the old anchor": {
-			step: StepRestartIdentity, state: rotatingState(p), wantOutcome: workflow.Act, wantReason: "RestartNeeded",
+			step: StepRestartIdentity, state: rotatingState(p, identityPods(1, "id-a")), wantOutcome: workflow.Act, wantReason: "RestartNeeded",
+		},
+		"restart-identity replaces the identity pods at once when the issuer is already on the new anchor": {
+			step: StepRestartIdentity, state: rotatingState(p, issuer(p.newIssuer), identityPods(2, "id-a", "id-b")),
+			wantOutcome: workflow.Act, wantReason: "ReplacingIdentityPods", wantInMsg: "(id-a, id-b)",
+		},
+		"restart-identity waits for its rolling restart while the issuer is on the old anchor": {
+			step: StepRestartIdentity, token: t1, state: rotatingState(p, deploy("linkerd-identity", t1, false),
+				identityPod("id-old", -2*time.Hour, ""), identityPod("id-new", 0, t1)),
+			wantOutcome: workflow.Wait, wantReason: "ControlPlaneRollingOut",
+		},
+		"restart-identity replaces the rest at once when the issuer is renewed during its rolling restart": {
+			step: StepRestartIdentity, token: t1, state: rotatingState(p, issuer(p.newIssuer), deploy("linkerd-identity", t1, false),
+				identityPod("id-old", -2*time.Hour, ""), identityPod("id-new", 0, t1)),
+			wantOutcome: workflow.Act, wantReason: "ReplacingIdentityPods", wantInMsg: "(id-old)",
+		},
+		"restart-identity waits for the replaced pods to terminate": {
+			step: StepRestartIdentity, token: t1, state: rotatingState(p, issuer(p.newIssuer), identityPod("id-new", 0, ""),
+				func(s *State) {
+					d := s.ControlPlane["linkerd-identity"]
+					d.Members = append(d.Members, ControlPlanePod{Name: "id-old", Started: s.Now.Add(-2 * time.Hour), Terminating: true})
+					s.ControlPlane["linkerd-identity"] = d
+				}),
+			wantOutcome: workflow.Wait, wantReason: "ControlPlaneRollingOut", wantInMsg: "id-old",
+		},
+		"restart-identity has nothing to restart when every identity pod started after the expansion": {
+			step: StepRestartIdentity, state: rotatingState(p, identityPod("id-a", -30*time.Minute, "")),
+			wantOutcome: workflow.Done, wantReason: "IdentityOnExpandedRoots",
 		},
 		"restart-identity deletes the identity pods named in its token that are still there": {
 			step: StepRestartIdentity, token: "t1 replace id-a,id-b", state: rotatingState(p, issuer(p.newIssuer), identityPods(1, "id-b", "id-c")),
@@ -249,14 +297,46 @@ func TestObserve(t *testing.T) {
 	}
 }
 
-func TestIdentityTokenRemembersThePodsToReplace(t *testing.T) {
+// TestRestartIdentityDecidesAtEachAct: whether restart-identity rolls identity or replaces its
+// pods at once follows the issuer at each act, not at the first: an issuer renewed during the
+// rolling restart turns the rest of it into a replacement at once, of the old pods only.
+func TestRestartIdentityDecidesAtEachAct(t *testing.T) {
 	p := newPKI(t)
-	if got := identityToken(rotatingState(p, identityPods(2, "a", "b")), "t1"); got != "t1" {
-		t.Errorf("issuer on the old anchor: token %q, want a plain restart", got)
+	s := rotatingState(p, identityPods(2, "id-a", "id-b"))
+	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	st := stepNamed(t, StepRestartIdentity)
+	token := s.Now.UTC().Format(time.RFC3339Nano)
+	act := func() {
+		t.Helper()
+		if d := st.Observe(s, token); d.Outcome != workflow.Act {
+			t.Fatalf("restart-identity: %v %s %q, want an act", d.Outcome, d.Reason, d.Message)
+		}
+		if err := actRestartIdentity(w)(context.Background(), s, token); err != nil {
+			t.Fatal(err)
+		}
 	}
-	got := identityToken(rotatingState(p, issuer(p.newIssuer), identityPods(2, "a", "b")), "t1")
-	if pods, ok := podsToReplace(got); !ok || strings.Join(pods, ",") != "a,b" {
-		t.Errorf("issuer already renewed: token %q, want the pods a and b to replace", got)
+
+	// The issuer is on the old anchor: a rolling restart.
+	act()
+	if w.restarts["linkerd-identity"] != 1 || len(w.deleted) != 0 {
+		t.Fatalf("issuer on the old anchor: restarts %v, deleted %v; want a rolling restart", w.restarts, w.deleted)
+	}
+	// One pod rolled, one old pod left; the issuer is renewed onto the new anchor meanwhile.
+	d := s.ControlPlane["linkerd-identity"]
+	d.RolledOut, d.Progress = false, "1 old replicas are pending termination"
+	d.Pods = []string{"id-a", "id-c"}
+	d.Members = []ControlPlanePod{{Name: "id-a", Started: s.Now.Add(-2 * time.Hour)}, {Name: "id-c", Started: s.Now.Add(time.Second), RestartedAt: token}}
+	s.ControlPlane["linkerd-identity"] = d
+	if dec := st.Observe(s, token); dec.Outcome != workflow.Wait {
+		t.Fatalf("rolling, issuer still old: %v %s, want to wait for the rollout", dec.Outcome, dec.Reason)
+	}
+	s.Issuer = src("linkerd", "linkerd-identity-issuer", p.newIssuer)
+	act()
+	if strings.Join(w.deleted, ",") != "id-a" || w.restarts["linkerd-identity"] != 1 {
+		t.Fatalf("issuer renewed during the rolling restart: deleted %v, restarts %v; want id-a alone deleted at once", w.deleted, w.restarts)
+	}
+	if dec := st.Observe(s, token); dec.Outcome != workflow.Done {
+		t.Fatalf("every old pod replaced: %v %s %q, want done", dec.Outcome, dec.Reason, dec.Message)
 	}
 }
 
@@ -302,7 +382,21 @@ func (w *fakeWriter) WriteTrustRoots(_ context.Context, b string) error {
 func (w *fakeWriter) DeletePods(_ context.Context, _ string, names []string) error {
 	w.checkBundle("delete identity pods")
 	d := w.s.ControlPlane["linkerd-identity"]
-	d.Pods = remaining(d.Pods, nil) // every named pod is gone and replaced at once
+	// Every named pod is gone and replaced at once, by a pod of the same template started now.
+	gone := map[string]bool{}
+	for _, n := range names {
+		gone[n] = true
+	}
+	var pods []string
+	var members []ControlPlanePod
+	for _, m := range d.Members {
+		if gone[m.Name] {
+			m = ControlPlanePod{Name: m.Name + "-r", Started: w.s.Now.Add(time.Second), RestartedAt: m.RestartedAt}
+		}
+		members = append(members, m)
+		pods = append(pods, m.Name)
+	}
+	d.Pods, d.Members, d.RolledOut = pods, members, true
 	w.deleted = append(w.deleted, names...)
 	w.s.ControlPlane["linkerd-identity"] = d
 	return nil
@@ -312,6 +406,10 @@ func (w *fakeWriter) RestartDeployment(_ context.Context, _, name, token string)
 	w.checkBundle("restart " + name)
 	d := w.s.ControlPlane[name]
 	d.RestartedAt, d.RolledOut = token, true // an instant rollout
+	for i, m := range d.Members {
+		d.Members[i] = ControlPlanePod{Name: m.Name + "-r", Started: w.s.Now.Add(time.Second), RestartedAt: token}
+		d.Pods[i] = d.Members[i].Name
+	}
 	w.s.ControlPlane[name] = d
 	w.restarts[name]++
 	w.log = append(w.log, "restart "+name+" on "+fingerprints(w.s.Bundle.Certs))

@@ -178,6 +178,22 @@ type Deployment struct {
 	// them run (from the meshed-pod index: control-plane pods are meshed).
 	Pods        []string
 	RunningPods int
+	// Members are the same pods, sorted by name, with when each started and from which restart
+	// of the template.
+	Members []ControlPlanePod
+}
+
+// ControlPlanePod is an alive pod of a control-plane Deployment.
+type ControlPlanePod struct {
+	Name string
+	// Started is when its containers last started (its creation while none runs): when it last
+	// read the trust roots and the issuer.
+	Started time.Time
+	// RestartedAt is the pod's kubectl.kubernetes.io/restartedAt annotation: the restart of the
+	// Deployment's pod template it was created from ("" when none).
+	RestartedAt string
+	// Terminating is true once the pod is being deleted.
+	Terminating bool
 }
 
 // Convergence counts the pods of a group that reached a target, with the first few that did not.

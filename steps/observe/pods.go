@@ -44,7 +44,15 @@ type Pod struct {
 	Terminating bool
 	// Created is the pod's creationTimestamp.
 	Created time.Time
-	IP      string
+	// Started is, for a control-plane pod, when its containers last started: the latest
+	// state.running.startedAt of its containers (init containers included), or Created while
+	// none runs. A container restarted in place (an OOM kill) reads its configuration again, so
+	// this, not Created, is when it last read the trust roots. Zero for other pods.
+	Started time.Time
+	// RestartedAt is, for a control-plane pod, its kubectl.kubernetes.io/restartedAt
+	// annotation: the restart of the pod template it was created from. "" for other pods.
+	RestartedAt string
+	IP          string
 	// AdminPort is the proxy container's linkerd-admin port.
 	AdminPort int32
 	// Identity is the proxy's identity name, the SNI its admin port answers to.
@@ -83,12 +91,30 @@ func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
 	p.Running = pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
 	p.Terminating = pod.DeletionTimestamp != nil
 	p.Created = pod.CreationTimestamp.Time
+	if p.ControlPlane {
+		p.Started = lastStarted(pod)
+		p.RestartedAt = pod.Annotations[steps.RestartedAtAnnotation]
+	}
 	if c, layout := steps.ProxyContainer(&pod.Spec); c != nil {
 		p.Meshed, p.NativeSidecar = true, layout == steps.NativeSidecar
 		p.AdminPort = steps.ProxyAdminPort(c)
 	}
 	p.Identity = intern(cfg.IdentityName(p.ServiceAccount, p.Namespace))
 	return p
+}
+
+// lastStarted is when the pod's containers last started: the latest state.running.startedAt,
+// or the pod's creation while no container runs.
+func lastStarted(pod *corev1.Pod) time.Time {
+	t := pod.CreationTimestamp.Time
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range statuses {
+			if r := cs.State.Running; r != nil && r.StartedAt.After(t) {
+				t = r.StartedAt.Time
+			}
+		}
+	}
+	return t
 }
 
 // intern returns the canonical copy of s. A pod shares its workload, service account and identity
@@ -142,6 +168,13 @@ func TransformPod(obj any) (any, error) {
 	}
 	slim.Labels = keep(pod.Labels, steps.ControlPlaneNSLabel, steps.ControlPlaneComponentLabel, "pod-template-hash")
 	slim.Annotations = keep(pod.Annotations, steps.TrustRootSHA256Annotation)
+	if _, cp := pod.Labels[steps.ControlPlaneComponentLabel]; cp {
+		// What SlimPod reads of a control-plane pod only: when it started, and from which restart.
+		slim.Annotations = keep(pod.Annotations, steps.TrustRootSHA256Annotation, steps.RestartedAtAnnotation)
+		if t := lastStarted(pod); t.After(pod.CreationTimestamp.Time) {
+			slim.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t)}}}}
+		}
+	}
 	if c, layout := steps.ProxyContainer(&pod.Spec); c != nil {
 		kept := []corev1.Container{{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}}
 		if layout == steps.NativeSidecar {
@@ -301,10 +334,27 @@ func (x *PodIndex) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool
 	}
 }
 
+// ControlPlaneMembers returns a control-plane Deployment's alive pods, sorted by name, with when
+// each started and from which template restart.
+func (x *PodIndex) ControlPlaneMembers(namespace, deployment string) []steps.ControlPlanePod {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []steps.ControlPlanePod
+	for _, p := range x.workloads[namespace+"/Deployment/"+deployment] {
+		if !p.ControlPlane {
+			continue
+		}
+		out = append(out, steps.ControlPlanePod{Name: p.Name, Started: p.Started, RestartedAt: p.RestartedAt, Terminating: p.Terminating})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
 // FillControlPlane adds to the State's control-plane Deployments their pods from the index.
 func (x *PodIndex) FillControlPlane(s *steps.State) {
 	for name, d := range s.ControlPlane {
 		d.Pods, d.RunningPods = x.ControlPlanePods(d.Namespace, name)
+		d.Members = x.ControlPlaneMembers(d.Namespace, name)
 		s.ControlPlane[name] = d
 	}
 }

@@ -25,7 +25,8 @@ const rotationName = steps.DefaultRotationName
 // right after the anchor. The mesh has both proxy layouts, as a cluster part-way through an
 // upgrade to edge-26.5.2 has: the control plane and four Deployments run the proxy as a native
 // sidecar, one Deployment's namespace opted out and runs it as a container. (The Deployments
-// are those TestHandsOffRotation left on the shared cluster, plus one.)
+// are those TestHandsOffRotation left on the shared cluster, plus one.) The control plane runs
+// one replica of each Deployment (TestIdentityRestartedEarly rotates on three).
 func TestRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	cluster.DumpLogsOnFailure(t, c)
@@ -120,7 +121,8 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 		}
 	}()
 	pods := e.MeshedPods()
-	apps := pods - 3 // the control plane runs one replica of each of its three Deployments
+	controlPlane := e.ControlPlanePods()
+	apps := pods - controlPlane
 
 	oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
 	newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
@@ -222,13 +224,13 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 	tar, err = WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "the control plane on the new issuer",
 		func(tar *v1alpha1.TrustAnchorRotation) bool {
 			return stepOf(tar) == steps.StepRenewWorkloadCertificates && tar.Status.WorkloadCertificates != nil &&
-				tar.Status.WorkloadCertificates.ConvergedPods == 3
+				tar.Status.WorkloadCertificates.ConvergedPods == int32(controlPlane)
 		})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if wc := tar.Status.WorkloadCertificates; wc.TargetPods != int32(pods) || wc.Status != v1alpha1.Converging {
-		t.Errorf("workloadCertificates = %+v, want 3 of %d converging", wc, pods)
+		t.Errorf("workloadCertificates = %+v, want %d of %d converging", wc, controlPlane, pods)
 	}
 	e.checkMetric("trust_rotation_workload_certificate_refresh_interval_seconds 300")
 	atPhase(v1alpha1.PhaseRenewingWorkloadCerts)

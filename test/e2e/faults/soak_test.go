@@ -13,6 +13,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/e2e"
+	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -38,6 +39,8 @@ var soakFaults = []soakFault{
 	{"anchor-at-reduction", armAnchorAtReduction},
 	{"configmap-revert", armConfigMapRevert},
 	{"issuer-renewed-again", armIssuerRenewedAgain},
+	{"identity-restarted-early", armIdentityRestartedEarly},
+	{"three-replicas", armThreeReplicas},
 }
 
 // soakRun is one soak rotation: what its fault set up, and whether the fault fired.
@@ -302,4 +305,21 @@ func TestSoak(t *testing.T) {
 		t.Log(l)
 	}
 	fmt.Fprintln(os.Stderr, strings.Join(lines, "\n"))
+}
+
+// armIdentityRestartedEarly: linkerd-identity is restarted by hand (kubectl rollout restart) once
+// the rotation waits for the data plane on the expanded bundle, the issuer still on the old
+// anchor. With the issuer already on the new anchor such a restart breaks mTLS by nature, which
+// no operator can prevent (the e2e TestIdentityRestartedEarly shows the operator reporting it).
+func armIdentityRestartedEarly(run *soakRun) {
+	run.supervise("")
+	identity := []meshsim.Workload{{Namespace: "linkerd", Name: meshsim.IdentityDeployment}}
+	run.at(steps.StepPropagateTrustRoots, func() bool { run.e.Restart(identity); return true })
+}
+
+// armThreeReplicas: the rotation runs on a control plane of three replicas per Deployment.
+func armThreeReplicas(run *soakRun) {
+	sup, _ := run.supervise("")
+	run.e.ScaleControlPlane(3)
+	run.stop = func() { sup.stop(); run.e.ScaleControlPlane(1) }
 }
