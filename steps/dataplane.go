@@ -892,8 +892,11 @@ const revisionSep = " revision "
 
 // issuerRenewalToken remembers the issuer Certificate's revision when the renewal is first
 // triggered: a higher revision means the renewal happened, so it is never triggered twice.
-func issuerRenewalToken(s *State, stamp string) string {
-	return stamp + revisionSep + strconv.Itoa(s.IssuerCertificate.Revision)
+func issuerRenewalToken(s *State, token string) string {
+	if _, ok := tokenRevision(token); ok {
+		return token // a later act: the revision of the first one stands
+	}
+	return token + revisionSep + strconv.Itoa(s.IssuerCertificate.Revision)
 }
 
 func tokenRevision(token string) (int, bool) {

@@ -3,6 +3,7 @@ package steps
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,15 +101,14 @@ func (s *State) identityOnOldRoots(token string) (live, terminating []string) {
 
 // observeRestartIdentity restarts identity onto the expanded roots, deciding at each act how: a
 // rolling restart while the identity issuer is still signed by the old anchor (the new pods sign
-// with the old issuer and trust both anchors), and once the issuer is on the new anchor, a new
+// with the old issuer and trust both anchors). Once the issuer is on the new anchor, a new
 // identity pod loads it at start-up and its own proxy presents a new-anchor certificate at once,
-// which the identity pods started before the expansion do not trust: those are then all deleted
-// at once instead of rolled. The issuer renewed while a rolling restart is under way switches
-// the restart to that at the next act, so old and new identity pods do not stay side by side.
-// (With several replicas, the Deployment starts the first replacements while the last old pods
-// are still being deleted: deletions are not atomic, and for that moment they overlap.)
-// Identity pods that already started after the expansion (someone restarted identity) loaded
-// the expanded roots: nothing to restart.
+// which the identity pods started before the expansion do not trust: identity is then scaled to
+// 0, and back to its replicas once none of its pods is left, terminating ones included, so that
+// no old identity pod ever runs beside a new one (see observeScaleIdentity). The issuer renewed
+// while a rolling restart is under way switches the restart to that at the next act. Identity
+// pods that already started after the expansion (someone restarted identity) loaded the
+// expanded roots: nothing to restart.
 func observeRestartIdentity(s *State, token string) workflow.Decision {
 	if replace, ok := podsToReplace(token); ok {
 		return observeReplaceListed(s, replace)
@@ -117,14 +117,18 @@ func observeRestartIdentity(s *State, token string) workflow.Decision {
 	if !found || !d.Found {
 		return workflow.Waiting("ControlPlaneMissing", fmt.Sprintf("Deployment %s/%s not found", s.Config.LinkerdNamespace, s.Config.IdentityDeployment))
 	}
+	if sc, ok := parseIdentityScale(token); ok {
+		return observeScaleIdentity(s, d, sc)
+	}
 	old, going := s.identityOnOldRoots(token)
 	// With no pod known, the template is restarted: whatever pods it gets start from it.
 	restart := len(old) > 0 || len(d.Members) == 0
 	switch {
-	case len(old) > 0 && s.IssuerOnCurrentAnchor():
-		return workflow.ActNeeded("ReplacingIdentityPods", fmt.Sprintf(
-			"the identity issuer is already signed by the new trust anchor: replace the identity pods started before the trust bundle was expanded at once, not one by one (%s)",
-			strings.Join(old, ", ")))
+	case s.scaleIdentityDown(token):
+		return workflow.ActNeeded("ScalingIdentityDown", fmt.Sprintf(
+			"the identity issuer is already signed by the new trust anchor: scale Deployment %s/%s to 0 and back to %d replica(s) once none of its pods is left, "+
+				"so that no identity pod started before the trust bundle was expanded (%s) runs beside one started after; %s",
+			d.Namespace, d.Name, d.Replicas, strings.Join(old, ", "), identityDownNote))
 	case restart && (token == "" || d.RestartedAt != token):
 		return workflow.ActNeeded("RestartNeeded", "restart Deployment(s) "+s.Config.IdentityDeployment)
 	case !d.RolledOut || d.RunningPods < int(d.Replicas):
@@ -140,6 +144,17 @@ func observeRestartIdentity(s *State, token string) workflow.Decision {
 	return workflow.Completed("ControlPlaneRestarted", "restarted and rolled out: "+s.Config.IdentityDeployment)
 }
 
+// identityDownNote says what scaling identity to 0 costs.
+const identityDownNote = "identity issues no certificate meanwhile, and every certificate it issued stays valid (24h by default)"
+
+// scaleIdentityDown reports whether restart-identity, under a token that is no scale token,
+// must scale identity down: the issuer is on the new anchor and identity pods that read the
+// roots before the expansion are alive.
+func (s *State) scaleIdentityDown(token string) bool {
+	old, _ := s.identityOnOldRoots(token)
+	return len(old) > 0 && s.IssuerOnCurrentAnchor()
+}
+
 func orRolledOut(progress string) string {
 	if progress == "" {
 		return "rolled out"
@@ -149,35 +164,153 @@ func orRolledOut(progress string) string {
 
 func actRestartIdentity(w Writer) func(context.Context, *State, string) error {
 	return func(ctx context.Context, s *State, token string) error {
+		ns, name := s.Config.LinkerdNamespace, s.Config.IdentityDeployment
 		if replace, ok := podsToReplace(token); ok {
-			left := remaining(replace, s.ControlPlane[s.Config.IdentityDeployment].Pods)
-			return w.DeletePods(ctx, s.Config.LinkerdNamespace, left)
+			left := remaining(replace, s.ControlPlane[name].Pods)
+			return w.DeletePods(ctx, ns, left)
 		}
-		if old, _ := s.identityOnOldRoots(token); len(old) > 0 && s.IssuerOnCurrentAnchor() {
-			return w.DeletePods(ctx, s.Config.LinkerdNamespace, old)
+		if sc, ok := parseIdentityScale(token); ok {
+			if sc.up {
+				return w.ScaleDeployment(ctx, ns, name, sc.replicas)
+			}
+			return w.ScaleDeployment(ctx, ns, name, 0)
 		}
-		if s.ControlPlane[s.Config.IdentityDeployment].RestartedAt == token {
+		if s.scaleIdentityDown(token) {
+			// restartIdentityToken records the replicas before such an act.
+			return fmt.Errorf("token %q records no replica count of Deployment %s/%s to scale back to", token, ns, name)
+		}
+		if s.ControlPlane[name].RestartedAt == token {
 			return nil
 		}
-		return w.RestartDeployment(ctx, s.Config.LinkerdNamespace, s.Config.IdentityDeployment, token)
+		return w.RestartDeployment(ctx, ns, name, token)
 	}
 }
 
 func describeRestartIdentity(s *State) []string {
+	d := s.ControlPlane[s.Config.IdentityDeployment]
 	old, _ := s.identityOnOldRoots("")
 	switch {
 	case len(old) > 0 && s.IssuerOnCurrentAnchor():
-		return []string{fmt.Sprintf("delete the pods of Deployment %s/%s at once (the identity issuer is already on the new trust anchor): %s",
-			s.Config.LinkerdNamespace, s.Config.IdentityDeployment, strings.Join(old, ", "))}
-	case len(old) == 0 && len(s.ControlPlane[s.Config.IdentityDeployment].Members) > 0:
+		return []string{fmt.Sprintf("scale Deployment %s/%s to 0 (the identity issuer is already on the new trust anchor), and once none of its pods (%s) is left back to %d replica(s): %s",
+			s.Config.LinkerdNamespace, s.Config.IdentityDeployment, strings.Join(old, ", "), d.Replicas, identityDownNote)}
+	case len(old) == 0 && len(d.Members) > 0:
 		return nil // every identity pod started after the expansion
 	}
 	return describeRestart(identityOnly)(s)
 }
 
+// --- scaling identity to 0 and back ---------------------------------------------------------
+//
+// A restart-identity token "<stamp> scale N" records that identity is scaled to 0 and must be
+// scaled back to N, its replicas before the scale-down; "<stamp> scale N up" that no identity
+// pod was left and identity is scaled back to N. The token is saved before each act, so an
+// operator killed anywhere in between scales back to N — never to 0, never down twice.
+
+const (
+	scaleSep  = " scale "
+	scaleUpTo = " up"
+)
+
+// identityScale is a parsed scale token.
+type identityScale struct {
+	replicas int32
+	// up: no identity pod was left; identity is scaled back to replicas.
+	up bool
+}
+
+// parseIdentityScale parses a scale token; ok is false for any other token.
+func parseIdentityScale(token string) (sc identityScale, ok bool) {
+	_, rest, ok := strings.Cut(token, scaleSep)
+	if !ok {
+		return identityScale{}, false
+	}
+	rest, sc.up = strings.CutSuffix(rest, scaleUpTo)
+	n, err := strconv.ParseInt(rest, 10, 32)
+	if err != nil || n < 0 {
+		return identityScale{}, false
+	}
+	sc.replicas = int32(n)
+	return sc, true
+}
+
+// restartIdentityToken is restart-identity's Token: before the act that scales identity down it
+// records identity's replicas ("<stamp> scale N"), and before the act that scales it back up
+// that no identity pod is left ("<stamp> scale N up"). Any other act keeps the token.
+func restartIdentityToken(s *State, token string) string {
+	if _, ok := podsToReplace(token); ok {
+		return token
+	}
+	d := s.ControlPlane[s.Config.IdentityDeployment]
+	if sc, ok := parseIdentityScale(token); ok {
+		if !sc.up && d.Replicas == 0 && len(d.Members) == 0 {
+			return token + scaleUpTo
+		}
+		return token
+	}
+	if s.scaleIdentityDown(token) {
+		return token + scaleSep + strconv.Itoa(int(d.Replicas))
+	}
+	return token
+}
+
+// IdentityScaleToRestore returns the replicas to scale linkerd-identity back to when the
+// checkpoint is restart-identity's with identity scaled to 0 by it: for a rotation that leaves
+// the step before the scale-up (a newer anchor supersedes it).
+func IdentityScaleToRestore(s *State, step, token string) (int32, bool) {
+	sc, ok := parseIdentityScale(token)
+	if step != StepRestartIdentity || !ok {
+		return 0, false
+	}
+	if d := s.ControlPlane[s.Config.IdentityDeployment]; !d.Found || d.Replicas != 0 || sc.replicas == 0 {
+		return 0, false
+	}
+	return sc.replicas, true
+}
+
+// StartOverToken is the token a step starts over with when the trust bundle was rewritten under
+// it (BundleDrift.StartOver): none, but for restart-identity with identity scaled down, whose
+// replicas to scale back to must not be lost; it scales identity to 0 again, for pods started
+// meanwhile may have loaded the rewritten bundle.
+func StartOverToken(step, token string) string {
+	sc, ok := parseIdentityScale(token)
+	if step != StepRestartIdentity || !ok {
+		return ""
+	}
+	stamp, _, _ := strings.Cut(token, scaleSep)
+	return stamp + scaleSep + strconv.Itoa(int(sc.replicas))
+}
+
+// observeScaleIdentity follows a scale token: identity is scaled to 0, then — once no identity
+// pod is left, terminating ones included — back to the replicas recorded before.
+func observeScaleIdentity(s *State, d Deployment, sc identityScale) workflow.Decision {
+	ref := d.Namespace + "/" + d.Name
+	switch {
+	case !sc.up && d.Replicas > 0:
+		return workflow.ActNeeded("ScalingIdentityDown", fmt.Sprintf(
+			"the identity issuer is already signed by the new trust anchor: scale Deployment %s to 0 and back to %d replica(s) once none of its pods is left, "+
+				"so that no identity pod started before the trust bundle was expanded runs beside one started after; %s", ref, sc.replicas, identityDownNote))
+	case !sc.up && len(d.Members) > 0:
+		var names []string
+		for _, p := range d.Members {
+			names = append(names, p.Name)
+		}
+		return workflow.Waiting("IdentityScalingDown", fmt.Sprintf(
+			"Waiting for the pods of Deployment %s, scaled to 0, to go before scaling it back to %d replica(s): %s; %s",
+			ref, sc.replicas, strings.Join(names, ", "), identityDownNote))
+	case !sc.up || d.Replicas == 0 && sc.replicas > 0:
+		return workflow.ActNeeded("ScalingIdentityUp", fmt.Sprintf(
+			"no pod of Deployment %s is left: scale it back to %d replica(s); every identity pod then starts on the expanded trust roots", ref, sc.replicas))
+	case !d.RolledOut || d.RunningPods < int(d.Replicas):
+		return workflow.Waiting("ControlPlaneRollingOut", fmt.Sprintf("Waiting for Deployment %s, scaled back to %d replica(s): %s (%d of %d pods running)",
+			ref, d.Replicas, orRolledOut(d.Progress), d.RunningPods, d.Replicas))
+	}
+	return workflow.Completed("ControlPlaneRestarted", fmt.Sprintf("scaled Deployment %s to 0 and back to %d replica(s): every identity pod started on the expanded trust roots", ref, d.Replicas))
+}
+
 // replaceSep separates the stamp from the pods to replace in a restart-identity token written by
 // an operator that decided once, at its first act, to replace identity's pods at once
 // ("<stamp> replace a,b"). Such a checkpoint is still honoured: the pods it names are deleted.
+// Identity is now scaled to 0 and back instead (a scale token), which leaves no moment of overlap.
 const replaceSep = " replace "
 
 // podsToReplace parses a replace token; ok is false for a plain restart token.

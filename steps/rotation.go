@@ -25,6 +25,9 @@ type Writer interface {
 	// DeletePods deletes the named pods (a pod already gone is fine), for their controller to
 	// replace them all at once rather than one by one.
 	DeletePods(ctx context.Context, namespace string, names []string) error
+	// ScaleDeployment sets a Deployment's replicas through its scale subresource, as `kubectl
+	// scale` does; a no-op when it already has them.
+	ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error
 	// RestartWorkload restarts a Deployment, StatefulSet or DaemonSet as `kubectl rollout
 	// restart` does (pod-template restartedAt = token) and, in the same patch, sets the given
 	// pod-template annotations (a nil value removes one). A no-op when already so.
@@ -123,8 +126,9 @@ func rotation(w Writer) []workflow.Step[*State] {
 		},
 		{
 			Name: StepRestartIdentity, Phase: p(v1alpha1.PhasePropagatingTrustRoots),
-			Doc:     "Restart linkerd-identity now that every pod trusts the new anchor: it loads the expanded roots, so it will accept the renewed issuer.",
-			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestartIdentity,
+			Doc: "Restart linkerd-identity now that every pod trusts the new anchor: it loads the expanded roots, so it will accept the renewed issuer; " +
+				"with the issuer renewed already, identity is scaled to 0 and back instead, so that no old identity pod runs beside a new one, and issues no certificate meanwhile while those it issued stay valid.",
+			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestartIdentity, Token: restartIdentityToken,
 		},
 		{
 			Name: StepWaitForIdentityIssuer, Phase: p(v1alpha1.PhaseWaitingForIdentityRotation),

@@ -322,6 +322,9 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 				if ps.Name != cp.Step || token == "" {
 					token = placeholderToken
 				}
+				if st.Token != nil {
+					token = st.Token(s, token) // what the operator saves before the act
+				}
 				before := len(recorder.Writes())
 				if err := st.Act(ctx, s, token); err != nil {
 					return nil, fmt.Errorf("recording the writes of step %s: %w", st.Name, err)

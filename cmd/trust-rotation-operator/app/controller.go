@@ -398,7 +398,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		out, err := c.write(ctx, obj)
 		if err == nil {
 			base = out
-			crashPoint("save", next.Step)
+			crashPoint("save", next.Step, next.Acts)
 		}
 		return err
 	}
@@ -414,7 +414,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		}
 	}
 	if res.Acted {
-		crashPoint("acted", res.Checkpoint.Step)
+		crashPoint("acted", res.Checkpoint.Step, res.Checkpoint.Acts)
 		c.metrics.acts.WithLabelValues(res.Checkpoint.Step).Inc()
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, actReason(res.Decision.Reason), "step %s: %s", res.Checkpoint.Step, res.Decision.Message)
 		log.Info("Acted", "step", res.Checkpoint.Step, "reason", res.Decision.Reason, "message", res.Decision.Message, "token", res.Checkpoint.Token)
