@@ -26,7 +26,8 @@ const rotationName = steps.DefaultRotationName
 // upgrade to edge-26.5.2 has: the control plane and four Deployments run the proxy as a native
 // sidecar, one Deployment's namespace opted out and runs it as a container. (The Deployments
 // are those TestHandsOffRotation left on the shared cluster, plus one.) The control plane runs
-// one replica of each Deployment (TestIdentityRestartedEarly rotates on three).
+// three replicas of each Deployment, as a production install does (controllerReplicas=3):
+// identity is rolled, or scaled to 0 and back to three when the issuer was renewed early.
 func TestRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	cluster.DumpLogsOnFailure(t, c)
@@ -35,9 +36,12 @@ func TestRotation(t *testing.T) {
 
 	// The operator runs under the chart's ServiceAccount: the rotation completing is the proof
 	// that the chart's RBAC is sufficient.
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1}, func(rel *charts.Release) *Operator {
-		return StartChartOperator(t, rel)
-	})
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1, ControlPlaneReplicas: 3},
+		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel) })
+	e.RestoreControlPlaneOnCleanup()
+	if n := e.ControlPlanePods(); n != 9 {
+		t.Fatalf("the control plane runs %d meshed pods, want 3 replicas of each of its 3 Deployments", n)
+	}
 	start := time.Now()
 
 	t.Run("InOrder", func(t *testing.T) {
@@ -51,7 +55,9 @@ func TestRotation(t *testing.T) {
 	t.Run("IssuerRenewedRightAfterAnchor", func(t *testing.T) {
 		e := *e
 		e.T = t
+		since := time.Now()
 		rotateInOrder(&e, issuerRightAfterAnchor)
+		e.checkIdentityScaledToZeroAndBack(since, 3)
 	})
 	t.Run("IssuerRenewedWhileNativeSidecarsLag", func(t *testing.T) {
 		e := *e
@@ -398,5 +404,39 @@ func (e *Env) restartProxyContainersThenRenewIssuer() {
 	if step := stepOf(tar); step != steps.StepPropagateTrustRoots {
 		t.Errorf("with native-sidecar pods not restarted, the rotation is at step %s (%q), want %s",
 			step, tar.Status.BlockingMessage, steps.StepPropagateTrustRoots)
+	}
+}
+
+// checkIdentityScaledToZeroAndBack fails unless restart-identity, since the time, scaled
+// linkerd-identity to 0 and back to the given replicas (its Events say so) and identity runs
+// them now.
+func (e *Env) checkIdentityScaledToZeroAndBack(since time.Time, replicas int32) {
+	e.T.Helper()
+	evs, err := e.Cluster.Kube().CoreV1().Events("default").List(e.Ctx, metav1.ListOptions{})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	want := []string{"scale Deployment linkerd/linkerd-identity to 0", fmt.Sprintf("scale it back to %d replica(s)", replicas)}
+	seen := make([]bool, len(want))
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.Kind != "TrustAnchorRotation" || ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) ||
+			!strings.HasPrefix(ev.Message, "step "+steps.StepRestartIdentity+":") {
+			continue
+		}
+		for i, w := range want {
+			seen[i] = seen[i] || strings.Contains(ev.Message, w)
+		}
+	}
+	for i, w := range want {
+		if !seen[i] {
+			e.T.Errorf("no Event of step %s says %q", steps.StepRestartIdentity, w)
+		}
+	}
+	d, err := e.Cluster.Kube().AppsV1().Deployments("linkerd").Get(e.Ctx, "linkerd-identity", metav1.GetOptions{})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != replicas || d.Status.ReadyReplicas != replicas {
+		e.T.Errorf("Deployment linkerd/linkerd-identity: %v replicas wanted, %d ready; want %d", d.Spec.Replicas, d.Status.ReadyReplicas, replicas)
 	}
 }

@@ -159,7 +159,7 @@ func TestLeaderFailover(t *testing.T) {
 	if kills == 0 {
 		t.Fatal("no leader was killed")
 	}
-	l.checkNoRepeats(t)
+	l.checkNoRepeats(t, false)
 	checkOracle(t, e, start)
 	fmt.Fprintf(os.Stderr, "leader failover: %d kills, %s\n", kills, l.summary())
 }
