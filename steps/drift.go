@@ -124,7 +124,7 @@ func describeWriters(b Bundle) string {
 func guardBundle(step string, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
 	return func(s *State, token string) workflow.Decision {
 		if drift, ok := CheckBundle(s, step); ok {
-			return workflow.Waiting(drift.Reason, drift.Message)
+			return workflow.Waiting(drift.Reason, drift.Message+s.identityScaledDownNote(step, token))
 		}
 		// Once the round finishes on a retired anchor (FinishingOn), the desired bundle is the
 		// reduced one: pods on the expanded bundle are where they should be.
@@ -135,7 +135,7 @@ func guardBundle(step string, observe func(*State, string) workflow.Decision) fu
 			if len(c.Behind) > 0 {
 				msg += "; restart: " + c.describeBehind(5)
 			}
-			return workflow.Waiting("TrustBundleRegressed", msg)
+			return workflow.Waiting("TrustBundleRegressed", msg+s.identityScaledDownNote(step, token))
 		}
 		return observe(s, token)
 	}

@@ -267,6 +267,17 @@ func IdentityScaleToRestore(s *State, step, token string) (int32, bool) {
 	return sc.replicas, true
 }
 
+// identityScaledDownNote completes the message of a restart-identity that waits on the trust
+// bundle while it holds identity at 0: "" otherwise.
+func (s *State) identityScaledDownNote(step, token string) string {
+	sc, ok := parseIdentityScale(token)
+	if step != StepRestartIdentity || !ok || s.ControlPlane[s.Config.IdentityDeployment].Replicas != 0 {
+		return ""
+	}
+	return fmt.Sprintf("; Deployment %s/%s stays scaled to 0 until then (back to %d replica(s) after): %s",
+		s.Config.LinkerdNamespace, s.Config.IdentityDeployment, sc.replicas, identityDownNote)
+}
+
 // StartOverToken is the token a step starts over with when the trust bundle was rewritten under
 // it (BundleDrift.StartOver): none, but for restart-identity with identity scaled down, whose
 // replicas to scale back to must not be lost; it scales identity to 0 again, for pods started

@@ -230,6 +230,10 @@ func TestObserve(t *testing.T) {
 				identityPods(0, "id-a", "id-b", "id-c"), scaledIdentity(3)),
 			wantOutcome: workflow.Wait, wantReason: "ControlPlaneRollingOut", wantInMsg: "scaled back to 3 replica(s)",
 		},
+		"restart-identity holding identity at 0 says so while the data plane regressed": {
+			step: StepRestartIdentity, token: "t1 scale 3", state: rotatingState(p, issuer(p.newIssuer), scaledIdentity(0), bundlePods(4, 5)),
+			wantOutcome: workflow.Wait, wantReason: "TrustBundleRegressed", wantInMsg: "linkerd/linkerd-identity stays scaled to 0 until then (back to 3 replica(s) after)",
+		},
 		"restart-identity is done once identity is scaled back and rolled out": {
 			step: StepRestartIdentity, token: "t1 scale 3 up", state: rotatingState(p, issuer(p.newIssuer), identityPods(3, "id-x", "id-y", "id-z"), scaledIdentity(3)),
 			wantOutcome: workflow.Done, wantReason: "ControlPlaneRestarted",
