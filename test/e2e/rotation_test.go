@@ -3,12 +3,16 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
@@ -47,7 +51,9 @@ func TestRotation(t *testing.T) {
 	t.Run("InOrder", func(t *testing.T) {
 		e := *e
 		e.T = t
+		replicas := e.watchIdentityReplicas()
 		rotateInOrder(&e, issuerWhenAsked)
+		e.checkIdentityReplicas(replicas(), []int32{3}) // rolled, never scaled
 	})
 	if t.Failed() {
 		return
@@ -55,9 +61,11 @@ func TestRotation(t *testing.T) {
 	t.Run("IssuerRenewedRightAfterAnchor", func(t *testing.T) {
 		e := *e
 		e.T = t
-		since := time.Now()
+		// restart-identity scales identity to 0 and, once none of its pods is left, back to 3:
+		// the oracle sees no old identity pod beside a new one.
+		replicas := e.watchIdentityReplicas()
 		rotateInOrder(&e, issuerRightAfterAnchor)
-		e.checkIdentityScaledToZeroAndBack(since, 3)
+		e.checkIdentityReplicas(replicas(), []int32{3, 0, 3})
 	})
 	t.Run("IssuerRenewedWhileNativeSidecarsLag", func(t *testing.T) {
 		e := *e
@@ -407,36 +415,55 @@ func (e *Env) restartProxyContainersThenRenewIssuer() {
 	}
 }
 
-// checkIdentityScaledToZeroAndBack fails unless restart-identity, since the time, scaled
-// linkerd-identity to 0 and back to the given replicas (its Events say so) and identity runs
-// them now.
-func (e *Env) checkIdentityScaledToZeroAndBack(since time.Time, replicas int32) {
+// watchIdentityReplicas records linkerd-identity's spec.replicas, from now (its current value
+// first) and each time it changes, until the returned function is called; that returns them.
+func (e *Env) watchIdentityReplicas() func() []int32 {
 	e.T.Helper()
-	evs, err := e.Cluster.Kube().CoreV1().Events("default").List(e.Ctx, metav1.ListOptions{})
+	ctx, cancel := context.WithCancel(e.Ctx)
+	w, err := e.Cluster.Kube().AppsV1().Deployments("linkerd").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=linkerd-identity"})
 	if err != nil {
+		cancel()
 		e.T.Fatal(err)
 	}
-	want := []string{"scale Deployment linkerd/linkerd-identity to 0", fmt.Sprintf("scale it back to %d replica(s)", replicas)}
-	seen := make([]bool, len(want))
-	for _, ev := range evs.Items {
-		if ev.InvolvedObject.Kind != "TrustAnchorRotation" || ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) ||
-			!strings.HasPrefix(ev.Message, "step "+steps.StepRestartIdentity+":") {
-			continue
+	var mu sync.Mutex
+	var seen []int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			d, ok := ev.Object.(*appsv1.Deployment)
+			if !ok || d.Spec.Replicas == nil {
+				continue
+			}
+			mu.Lock()
+			if n := len(seen); n == 0 || seen[n-1] != *d.Spec.Replicas {
+				seen = append(seen, *d.Spec.Replicas)
+			}
+			mu.Unlock()
 		}
-		for i, w := range want {
-			seen[i] = seen[i] || strings.Contains(ev.Message, w)
-		}
+	}()
+	return func() []int32 {
+		w.Stop()
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
 	}
-	for i, w := range want {
-		if !seen[i] {
-			e.T.Errorf("no Event of step %s says %q", steps.StepRestartIdentity, w)
-		}
+}
+
+// checkIdentityReplicas fails unless linkerd-identity's replicas went through want (from the
+// watch of watchIdentityReplicas) and it runs the last of them, ready.
+func (e *Env) checkIdentityReplicas(got, want []int32) {
+	e.T.Helper()
+	if !slices.Equal(got, want) {
+		e.T.Errorf("linkerd-identity's replicas went %v, want %v", got, want)
 	}
 	d, err := e.Cluster.Kube().AppsV1().Deployments("linkerd").Get(e.Ctx, "linkerd-identity", metav1.GetOptions{})
 	if err != nil {
 		e.T.Fatal(err)
 	}
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != replicas || d.Status.ReadyReplicas != replicas {
-		e.T.Errorf("Deployment linkerd/linkerd-identity: %v replicas wanted, %d ready; want %d", d.Spec.Replicas, d.Status.ReadyReplicas, replicas)
+	if last := want[len(want)-1]; d.Spec.Replicas == nil || *d.Spec.Replicas != last || d.Status.ReadyReplicas != last {
+		e.T.Errorf("Deployment linkerd/linkerd-identity: %d replicas wanted, %d ready; want %d", ptr.Deref(d.Spec.Replicas, 1), d.Status.ReadyReplicas, last)
 	}
 }
