@@ -54,7 +54,7 @@ func droppedAnchor(s *State, next []*x509.Certificate) *AnchorDrop {
 			d = &AnchorDrop{Anchor: a, Issuer: true}
 		}
 	}
-	for _, lc := range s.LiveChains {
+	for _, lc := range s.liveChains() {
 		a := lost(lc.Certs)
 		if a == nil {
 			continue

@@ -46,8 +46,12 @@ type State struct {
 	// LiveChains are the distinct issuer chains the probed meshed pods present (the chain above
 	// the leaf, the leaf's issuer first), each with how many pods present it: a bundle the
 	// rotation writes must keep an anchor each of them chains to (see KeptAnchorProblem). Empty
-	// when nothing was probed.
+	// when nothing was probed. Read them with liveChains: the operator loads them on demand.
 	LiveChains []LiveChain
+	// loadLiveChains, when set, fills LiveChains the first time a decision reads them: grouping
+	// every pod's chain is a walk of the mesh, which only a bundle about to be written needs,
+	// not every reconcile.
+	loadLiveChains func() []LiveChain
 
 	// Spec is the TrustAnchorRotation's spec: the refresh interval and the automations.
 	Spec v1alpha1.TrustAnchorRotationSpec
@@ -267,3 +271,14 @@ func (s *State) RecheckAt(t time.Time) {
 // Recheck is the earliest moment recorded by RecheckAt, zero when no decision depends on the
 // time: then only a change of the cluster can change them.
 func (s *State) Recheck() time.Time { return s.recheck }
+
+// LoadLiveChainsOnDemand makes load fill LiveChains the first time a decision reads them.
+func (s *State) LoadLiveChainsOnDemand(load func() []LiveChain) { s.loadLiveChains = load }
+
+// liveChains is LiveChains, loaded on demand (LoadLiveChainsOnDemand).
+func (s *State) liveChains() []LiveChain {
+	if s.loadLiveChains != nil {
+		s.LiveChains, s.loadLiveChains = s.loadLiveChains(), nil
+	}
+	return s.LiveChains
+}

@@ -298,24 +298,6 @@ func (x *PodIndex) MeshedPods() int {
 	return x.meshed
 }
 
-// ControlPlanePods returns the names of a control-plane Deployment's alive pods, sorted, and how
-// many of them run.
-func (x *PodIndex) ControlPlanePods(namespace, deployment string) (names []string, running int) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	for _, p := range x.workloads[namespace+"/Deployment/"+deployment] {
-		if !p.ControlPlane {
-			continue
-		}
-		names = append(names, p.Name)
-		if p.Running {
-			running++
-		}
-	}
-	sort.Strings(names)
-	return names, running
-}
-
 // eachPodOf calls fn for the alive meshed pods of the given workloads, in that order and each
 // workload's pods by name, until fn returns false. Called with x.mu held.
 func (x *PodIndex) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool) {
@@ -334,27 +316,27 @@ func (x *PodIndex) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool
 	}
 }
 
-// ControlPlaneMembers returns a control-plane Deployment's alive pods, sorted by name, with when
-// each started and from which template restart.
-func (x *PodIndex) ControlPlaneMembers(namespace, deployment string) []steps.ControlPlanePod {
+// FillControlPlane adds to the State's control-plane Deployments their alive pods from the
+// index: their names, sorted, how many run, and when each started and from which template
+// restart.
+func (x *PodIndex) FillControlPlane(s *steps.State) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	var out []steps.ControlPlanePod
-	for _, p := range x.workloads[namespace+"/Deployment/"+deployment] {
-		if !p.ControlPlane {
-			continue
-		}
-		out = append(out, steps.ControlPlanePod{Name: p.Name, Started: p.Started, RestartedAt: p.RestartedAt, Terminating: p.Terminating})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-// FillControlPlane adds to the State's control-plane Deployments their pods from the index.
-func (x *PodIndex) FillControlPlane(s *steps.State) {
 	for name, d := range s.ControlPlane {
-		d.Pods, d.RunningPods = x.ControlPlanePods(d.Namespace, name)
-		d.Members = x.ControlPlaneMembers(d.Namespace, name)
+		d.Pods, d.RunningPods, d.Members = nil, 0, nil
+		for _, p := range x.workloads[d.Namespace+"/Deployment/"+name] {
+			if !p.ControlPlane {
+				continue
+			}
+			d.Members = append(d.Members, steps.ControlPlanePod{Name: p.Name, Started: p.Started, RestartedAt: p.RestartedAt, Terminating: p.Terminating})
+			if p.Running {
+				d.RunningPods++
+			}
+		}
+		sort.Slice(d.Members, func(i, j int) bool { return d.Members[i].Name < d.Members[j].Name })
+		for _, m := range d.Members {
+			d.Pods = append(d.Pods, m.Name)
+		}
 		s.ControlPlane[name] = d
 	}
 }

@@ -367,7 +367,7 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 }
 
 // record accounts for a probe of p that returned certs or err, schedules the next probe of a pod
-// that has not converged, and reports whether the pod's convergence changed.
+// that has not converged, and reports whether what the convergence says of the pod changed.
 func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certificate, err error) (changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -378,10 +378,12 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 		return false
 	}
 	r := t.results[p.UID]
-	if r == nil {
+	first := r == nil
+	if first {
 		r = &probeResult{}
 		t.results[p.UID] = r
 	}
+	prevChain, prevErr := r.chain, r.err
 	r.chain, r.err = nil, ""
 	if err == nil {
 		r.chain = t.intern(certs)
@@ -398,10 +400,14 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 	case wasOK && !nowOK:
 		addCount(t.behind, w, +1)
 	}
+	// What a convergence says of the pod changed: whether it converged, or why not (the
+	// reason it names the pod with). The operator observes on changes only, so a probe that
+	// turned "not probed yet" into "probe failed: …" must be one.
+	changed = first || wasOK != nowOK || r.err != prevErr || r.chain != prevChain
 	if nowOK {
 		t.ok[p.UID] = true
 		r.failures = 0
-		return !wasOK
+		return changed
 	}
 	delete(t.ok, p.UID)
 	if err == nil {
@@ -423,7 +429,7 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 		}
 		t.queue.AddAfter(p.Key(), l, min(delay, limit))
 	}
-	return wasOK
+	return changed
 }
 
 func (t *CertTracker) afterProbe(key, uid string) {

@@ -31,7 +31,7 @@ func TestIdentityRestartedEarly(t *testing.T) {
 	cluster.DumpLogsOnFailure(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 3, Replicas: 2, ControlPlaneReplicas: 3},
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1, ControlPlaneReplicas: 3},
 		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel) })
 	e.RestoreControlPlaneOnCleanup()
 	t.Cleanup(func() { e.restoreDefaults(c) })

@@ -500,7 +500,7 @@ func (c *Controller) snapshot(now time.Time, step, retiring string, inFlight []*
 	s.TrustBundle = c.index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
 	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(s, step))
 	s.Certificates = c.certs.Certificates()
-	s.LiveChains = c.certs.LiveChains()
+	s.LoadLiveChainsOnDemand(c.certs.LiveChains)
 	return s
 }
 
