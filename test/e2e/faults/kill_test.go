@@ -54,34 +54,40 @@ func TestKillAtEveryStep(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			e := *e
 			e.T = t
-			runStart := time.Now()
-			sup := newSupervisor(t, &e)
-			defer sup.stop()
-			l := newLedger(t, &e)
-			defer l.stop()
-			kind, step, _ := strings.Cut(point, ":")
-			killed := false
-			var o driveOpts
-			if kind == "enter" {
-				sup.start("")
-				o.onPoll = func(tar *v1alpha1.TrustAnchorRotation) {
-					if !killed && stepOf(tar) == step {
-						killed = true
-						sup.kill()
+			repeatOnReissue(t, func() string {
+				runStart := time.Now()
+				sup := newSupervisor(t, &e)
+				defer sup.stop()
+				l := newLedger(t, &e)
+				defer l.stop()
+				kind, step, _ := strings.Cut(point, ":")
+				killed := false
+				var o driveOpts
+				if kind == "enter" {
+					sup.start("")
+					o.onPoll = func(tar *v1alpha1.TrustAnchorRotation) {
+						if !killed && stepOf(tar) == step {
+							killed = true
+							sup.kill()
+						}
 					}
+				} else {
+					first := sup.start(point)
+					o.onPoll = func(*v1alpha1.TrustAnchorRotation) { killed = killed || first.Exited() }
 				}
-			} else {
-				first := sup.start(point)
-				o.onPoll = func(*v1alpha1.TrustAnchorRotation) { killed = killed || first.Exited() }
-			}
-			drive(t, &e, sup, o)
-			if !killed {
-				t.Fatalf("the operator was never killed at %s", point)
-			}
-			l.checkNoRepeats(t)
-			checkOracle(t, &e, runStart)
-			checkPreviousAnchorHasNoKey(t, &e)
-			t.Logf("%s: rotation complete in %s; %s", point, time.Since(runStart).Round(time.Second), l.summary())
+				drive(t, &e, sup, o)
+				if !killed {
+					t.Fatalf("the operator was never killed at %s", point)
+				}
+				checkOracle(t, &e, runStart)
+				if why := l.reissued(t, &e, 1); why != "" {
+					return why
+				}
+				l.checkNoRepeats(t)
+				checkPreviousAnchorHasNoKey(t, &e)
+				t.Logf("%s: rotation complete in %s; %s", point, time.Since(runStart).Round(time.Second), l.summary())
+				return ""
+			})
 		})
 		if t.Failed() {
 			break
