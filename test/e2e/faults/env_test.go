@@ -192,6 +192,9 @@ type ledger struct {
 	// each once per change, after initReplicas.
 	identityReplicas []int32
 	initReplicas     int32
+	// inFlight is, per rotation (the checkpoint's new anchor), the most anchors
+	// status.inFlightAnchors held at once.
+	inFlight map[string]int
 	// bundleSeq and previousSeq are the trust bundles and previous anchors in the order the
 	// watches saw them, each once per change.
 	bundleSeq, previousSeq []string
@@ -202,7 +205,7 @@ func newLedger(t *testing.T, e *e2e.Env) *ledger {
 	t.Helper()
 	kube := e.Cluster.Kube()
 	l := &ledger{started: time.Now(), restarts: map[string]map[string]bool{}, initial: map[string]string{}, bundles: map[string]bool{},
-		previous: map[string]bool{}, tokens: map[string]map[string]int32{}}
+		previous: map[string]bool{}, tokens: map[string]map[string]int32{}, inFlight: map[string]int{}}
 	for _, d := range controlPlane {
 		dep, err := kube.AppsV1().Deployments("linkerd").Get(e.Ctx, d, metav1.GetOptions{})
 		if err != nil {
@@ -276,6 +279,9 @@ func newLedger(t *testing.T, e *e2e.Env) *ledger {
 				}
 			}
 		case *v1alpha1.TrustAnchorRotation:
+			if cp := o.Status.Checkpoint; cp != nil && cp.Rotation != "" {
+				l.inFlight[cp.Rotation] = max(l.inFlight[cp.Rotation], len(o.Status.InFlightAnchors))
+			}
 			if cp := o.Status.Checkpoint; cp != nil && cp.Token != "" {
 				if l.tokens[cp.Step] == nil {
 					l.tokens[cp.Step] = map[string]int32{}
