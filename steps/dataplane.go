@@ -547,7 +547,7 @@ func (s *State) observeRestarts(p restartPurpose, token, behind string) workflow
 	}
 	plan := s.planRestarts(p, token)
 	if len(plan.failed) == 0 && (len(plan.start) > 0 || len(plan.evict) > 0) {
-		return workflow.ActNeeded("RestartingWorkloads", describeStarts(s, plan, p, token))
+		return workflow.ActNeeded(ReasonRestartingWorkloads, describeStarts(s, plan, p, token))
 	}
 	reason := "WorkloadsRestarting"
 	switch {
@@ -858,7 +858,7 @@ func (s *State) fallbackAfter() time.Duration { return 2 * RefreshInterval(s.Spe
 // set the interval, so the operator restarts at once.
 func observeCertificateRestarts(s *State, token string) workflow.Decision {
 	d := observeCertificatesRenewed(s, token)
-	if d.Outcome == workflow.Done || d.Reason == "IssuerNotOnCurrentAnchor" {
+	if d.Outcome == workflow.Done || d.Reason == ReasonIssuerNotOnCurrentAnchor {
 		return d
 	}
 	c := s.Certificates
@@ -914,7 +914,7 @@ func tokenRevision(token string) (int, bool) {
 // propagate-trust-roots and restart-identity, and checks the convergence again).
 func observeIssuerRenewal(s *State, token string) workflow.Decision {
 	d := observeIssuerOnNewAnchor(s, token)
-	if d.Reason != "WaitingForIssuerRenewal" || s.Spec.IdentityIssuerRenewal != v1alpha1.Automatic {
+	if d.Reason != ReasonWaitingForIssuerRenewal || s.Spec.IdentityIssuerRenewal != v1alpha1.Automatic {
 		return d
 	}
 	ic := s.IssuerCertificate
@@ -933,7 +933,7 @@ func observeIssuerRenewal(s *State, token string) workflow.Decision {
 	if rev, ok := tokenRevision(token); ok && ic.Revision > rev {
 		return workflow.Waiting("IssuerRenewed", fmt.Sprintf("Certificate %s was re-issued (revision %d); waiting for Secret %s", ref, ic.Revision, s.Issuer.Ref()))
 	}
-	return workflow.ActNeeded("RenewingIdentityIssuer", fmt.Sprintf("the expanded trust bundle has converged: triggering the renewal of Certificate %s as cmctl renew does", ref))
+	return workflow.ActNeeded(ReasonRenewingIdentityIssuer, fmt.Sprintf("the expanded trust bundle has converged: triggering the renewal of Certificate %s as cmctl renew does", ref))
 }
 
 func actRenewIssuer(w Writer) func(context.Context, *State, string) error {

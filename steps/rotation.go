@@ -511,7 +511,7 @@ func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
 			"identity issuer in Secret %s is signed by neither the new trust anchor %s nor the previous one %s; renew it from the ClusterIssuer backed by %s",
 			s.Issuer.Ref(), short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()), s.Anchor.Ref()))
 	}
-	return workflow.Waiting("WaitingForIssuerRenewal", fmt.Sprintf(
+	return workflow.Waiting(ReasonWaitingForIssuerRenewal, fmt.Sprintf(
 		"Waiting for the identity issuer to be renewed onto the new trust anchor: cmctl renew -n %s %s",
 		s.Issuer.Namespace, s.Issuer.Name))
 }
@@ -519,7 +519,7 @@ func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
 func observeCertificatesRenewed(s *State, _ string) workflow.Decision {
 	if !s.IssuerOnCurrentAnchor() {
 		// cert-manager renewed the anchor again, or the issuer went back: not safe to go on.
-		return workflow.Waiting("IssuerNotOnCurrentAnchor", fmt.Sprintf("identity issuer in Secret %s is not signed by the current trust anchor %s", s.Issuer.Ref(), short(s.Anchor.Fingerprint())))
+		return workflow.Waiting(ReasonIssuerNotOnCurrentAnchor, fmt.Sprintf("identity issuer in Secret %s is not signed by the current trust anchor %s", s.Issuer.Ref(), short(s.Anchor.Fingerprint())))
 	}
 	c := s.Certificates
 	if c.Done() {

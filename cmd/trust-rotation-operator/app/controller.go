@@ -62,9 +62,9 @@ const (
 // actReason is the Event reason of an act: the automations' own, StepActed for the others.
 func actReason(decision string) string {
 	switch decision {
-	case "RestartingWorkloads":
+	case steps.ReasonRestartingWorkloads:
 		return ReasonWorkloadsRestarted
-	case "RenewingIdentityIssuer":
+	case steps.ReasonRenewingIdentityIssuer:
 		return ReasonIssuerRenewalTriggered
 	}
 	return ReasonStepActed
