@@ -402,7 +402,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		}
 		return err
 	}
-	res, advErr := c.wf.Advance(ctx, cp, s, save, func() string { return now.UTC().Format(time.RFC3339Nano) })
+	res, advErr := c.wf.Advance(ctx, cp, s, save, func() string { return steps.NewActStamp(now) })
 
 	for _, name := range res.Passed {
 		log.V(2).Info("Step done", "step", name)
