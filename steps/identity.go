@@ -68,7 +68,7 @@ func (s *State) IdentityRestartedEarlyMessage(pods []string) string {
 		"identity may sign new-anchor certificates, which the %d meshed pod(s) not yet on the expanded trust bundle do not trust "+
 		"(identity was restarted by someone else: a node drain, an eviction, an OOM kill, kubectl rollout restart); "+
 		"the rotation goes on, probing live certificates urgently",
-		strings.Join(pods, ", "), s.Issuer.Ref(), short(s.Anchor.Fingerprint()), behind)
+		strings.Join(pods, ", "), s.Issuer.Ref(), ShortFingerprint(s.Anchor.Fingerprint()), behind)
 	if s.automaticRestarts() {
 		return msg + ", and restarts the workloads not yet on the expanded bundle first, most pods behind first"
 	}

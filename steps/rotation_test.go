@@ -550,7 +550,7 @@ func (w *fakeWriter) checkBundle(what string) {
 func (w *fakeWriter) WritePreviousAnchor(_ context.Context, c *x509.Certificate) error {
 	before := w.s.DesiredBundle()
 	w.s.Previous.Found, w.s.Previous.Cert = true, c
-	w.log = append(w.log, "previous "+short(Fingerprint(c)))
+	w.log = append(w.log, "previous "+ShortFingerprint(Fingerprint(c)))
 	if w.s.DesiredBundle() != before {
 		// The operator counts the pods against the desired bundle: none is on the new one yet.
 		w.s.TrustBundle.Converged = 0

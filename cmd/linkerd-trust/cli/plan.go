@@ -244,7 +244,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		s.Anchor.Cert = renewed
 		snap.Recount()
 		p.Notes = append(p.Notes, fmt.Sprintf("assuming `cmctl renew -n %s %s` just happened: the renewed trust anchor %s is a stand-in made in memory, written nowhere",
-			cfg.CertManagerNamespace, cfg.AnchorSecret, short(steps.Fingerprint(renewed))))
+			cfg.CertManagerNamespace, cfg.AnchorSecret, steps.ShortFingerprint(steps.Fingerprint(renewed))))
 	}
 	results, err := env.probe(ctx, cl, pf, snap.Pods, nil)
 	if err != nil {
@@ -405,9 +405,9 @@ func renderPlanText(w io.Writer, p *plan) error {
 		case v.Problem != "":
 			fmt.Fprintf(w, "  %-16s %s\n", label, v.Problem)
 		case v.Synthetic:
-			fmt.Fprintf(w, "  %-16s %s  %s (stand-in)  expires %s\n", label, v.Ref, short(v.Fingerprint), v.NotAfter)
+			fmt.Fprintf(w, "  %-16s %s  %s (stand-in)  expires %s\n", label, v.Ref, steps.ShortFingerprint(v.Fingerprint), v.NotAfter)
 		default:
-			fmt.Fprintf(w, "  %-16s %s  %s  expires %s\n", label, v.Ref, short(v.Fingerprint), v.NotAfter)
+			fmt.Fprintf(w, "  %-16s %s  %s  expires %s\n", label, v.Ref, steps.ShortFingerprint(v.Fingerprint), v.NotAfter)
 		}
 	}
 	cert("trust anchor", p.TrustAnchor)
@@ -416,9 +416,9 @@ func renderPlanText(w io.Writer, p *plan) error {
 	if p.TrustBundle.Found {
 		fps := make([]string, len(p.TrustBundle.Anchors))
 		for i, a := range p.TrustBundle.Anchors {
-			fps[i] = short(a)
+			fps[i] = steps.ShortFingerprint(a)
 		}
-		fmt.Fprintf(w, "  %-16s %s  [%s]  sha256 %s\n", "trust bundle", p.TrustBundle.Ref, strings.Join(fps, ", "), short(p.TrustBundle.SHA256))
+		fmt.Fprintf(w, "  %-16s %s  [%s]  sha256 %s\n", "trust bundle", p.TrustBundle.Ref, strings.Join(fps, ", "), steps.ShortFingerprint(p.TrustBundle.SHA256))
 	} else {
 		fmt.Fprintf(w, "  %-16s %s not found\n", "trust bundle", p.TrustBundle.Ref)
 	}
@@ -461,7 +461,7 @@ func renderPlanText(w io.Writer, p *plan) error {
 			restart = "behind" // the operator restarts them
 		}
 		for _, wl := range st.PodsToRestart {
-			fmt.Fprintf(w, "      %s: %s (%d %s)\n", restart, wl.Workload, wl.Pods, plural(wl.Pods, "pod", "pods"))
+			fmt.Fprintf(w, "      %s: %s (%d %s)\n", restart, wl.Workload, wl.Pods, steps.Plural(wl.Pods, "pod", "pods"))
 		}
 		if st.MoreWorkloadsToRestart > 0 {
 			fmt.Fprintf(w, "      %s: and %d more workload(s)\n", restart, st.MoreWorkloadsToRestart)
@@ -475,11 +475,4 @@ func renderPlanText(w io.Writer, p *plan) error {
 	}
 	_, err := fmt.Fprintf(w, "\nNothing was changed: this is a plan.\n")
 	return err
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
