@@ -410,8 +410,7 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 				if _, ok := Supersede(&st, s, now); ok {
 					continue
 				}
-				c := st.Checkpoint
-				res, err := wf.Advance(context.Background(), workflow.Checkpoint{Step: c.Step, Token: c.Token, Acts: c.Acts}, s,
+				res, err := wf.Advance(context.Background(), WorkflowCheckpoint(st.Checkpoint), s,
 					func(context.Context, workflow.Checkpoint) error { return nil },
 					func() string { n++; return time.Unix(int64(n), 0).String() })
 				if err != nil {

@@ -195,9 +195,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	tar, err := cl.Rotations.Get(ctx, kf.RotationName)
 	switch {
 	case err == nil:
-		if c := tar.Status.Checkpoint; c != nil {
-			cp = workflow.Checkpoint{Step: c.Step, Token: c.Token, Acts: c.Acts}
-		}
+		cp = steps.WorkflowCheckpoint(tar.Status.Checkpoint)
 	case apierrors.IsNotFound(err):
 		tar = &v1alpha1.TrustAnchorRotation{} // the operator creates it with the defaults
 		p.Notes = append(p.Notes, fmt.Sprintf("TrustAnchorRotation %s not found (is the operator installed?): planning from the first step", kf.RotationName))

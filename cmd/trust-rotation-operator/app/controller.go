@@ -367,10 +367,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		return time.Time{}, c.createRotation(ctx)
 	}
 	now := time.Now()
-	cp := workflow.Checkpoint{}
-	if tar.Status.Checkpoint != nil {
-		cp = workflow.Checkpoint{Step: tar.Status.Checkpoint.Step, Token: tar.Status.Checkpoint.Token, Acts: tar.Status.Checkpoint.Acts}
-	}
+	cp := steps.WorkflowCheckpoint(tar.Status.Checkpoint)
 	inFlight, err := steps.ParseInFlight(tar.Status.InFlightAnchors)
 	if err != nil {
 		return time.Time{}, err
