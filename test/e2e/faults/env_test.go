@@ -461,7 +461,7 @@ type restarter interface{ ensure() bool }
 func drive(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) {
 	t.Helper()
 	if err := driveErr(t, e, sup, o); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\nrollouts not finished:\n%s", err, e2e.DescribeUnfinishedRollouts(e.Ctx, e.Cluster.Kube(), e.Namespaces()...))
 	}
 }
 

@@ -302,6 +302,7 @@ func TestSoak(t *testing.T) {
 		if err != nil {
 			stuck++
 			t.Errorf("rotation %d (%s) stuck: %v", i+1, what, err)
+			t.Logf("rotation %d: rollouts not finished:\n%s", i+1, e2e.DescribeUnfinishedRollouts(e.Ctx, e.Cluster.Kube(), e.Namespaces()...))
 		}
 		if len(vs) > 0 {
 			t.Errorf("rotation %d (%s): %d mTLS violations: %v", i+1, what, len(vs), vs)
