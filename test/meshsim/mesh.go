@@ -492,6 +492,9 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 		m.stopPodLocked(pod.UID)
 		return
 	}
+	if in := m.injectors[pod.UID]; in != nil && pod.DeletionTimestamp != nil {
+		in.setTerminating()
+	}
 	_, hasProxy := m.proxies[pod.UID]
 	_, pending := m.pending[pod.UID]
 	if hasProxy && !pending {
