@@ -473,7 +473,7 @@ func reportRemoteReads(from, to *side, linked time.Time) error {
 		parts = append(parts, fmt.Sprintf("%d %s", n, v))
 	}
 	sort.Strings(parts)
-	fmt.Printf("%s's operator on %s's apiserver: %d request(s) in the %s since they were linked (%s), all of TrustAnchorRotation %s, while %s's operator wrote it %d time(s)\n",
+	fmt.Printf("%s's operator on %s's apiserver: %d request(s) in the %s since they were linked (%s), all of TrustAnchorRotation %s, while %s's operator wrote it %d time(s) in all, each change reaching the watch\n",
 		from.name, to.name, total, time.Since(linked).Round(time.Second), strings.Join(parts, ", "), steps.DefaultRotationName, to.name, writes)
 	return nil
 }
