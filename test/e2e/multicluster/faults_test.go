@@ -63,6 +63,7 @@ func TestMulticlusterRemoteUnreachableAndOperatorKilled(t *testing.T) {
 	atGate(steps.StepWaitForRemoteTrustRoots, steps.ReasonRemoteAnchorNotReceived)
 
 	p.anchorToEast(t, ctx)
+	east.waitInjectors(t, ctx) // east's simulator may still be catching up after the outage
 	east.env.RestartApps()
 	for _, l := range []*linked{west, east} {
 		l.waitPhase(t, ctx, v1alpha1.PhaseWaitingForIdentityRotation)

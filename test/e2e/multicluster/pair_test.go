@@ -13,6 +13,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/e2e"
+	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -105,6 +106,35 @@ func (p *pair) anchorToEast(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	p.east.waitPhase(t, ctx, v1alpha1.PhasePropagatingTrustRoots)
+}
+
+// waitInjectors waits until every proxy-injector l's mesh simulator runs injects the trust bundle
+// l's ConfigMap holds. After an apiserver outage the simulator's informers may relist late (their
+// back-off reaches 30 s), and until it has seen the injector's rollout it would inject pods as
+// the old injector did; a real injector pod reads its bundle itself. Test-bed synchronisation:
+// the operator's decisions do not depend on it.
+func (l *linked) waitInjectors(t *testing.T, ctx context.Context) {
+	t.Helper()
+	err := poll.Until(ctx, 2*time.Minute, l.name+"'s simulated injectors on the current bundle", func(ctx context.Context) (bool, error) {
+		cm, err := l.c.Kube().CoreV1().ConfigMaps(pki.DefaultLinkerdNamespace).Get(ctx, steps.DefaultTrustRootsConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return false, poll.Pending("%v", err)
+		}
+		want := meshsim.BundleSHA256(cm.Data[steps.TrustRootsKey])
+		ins := l.env.Mesh.Injectors()
+		if len(ins) == 0 {
+			return false, poll.Pending("no injector runs")
+		}
+		for _, in := range ins {
+			if in.BundleSHA256 != want {
+				return false, poll.Pending("injector %s injects bundle %.12s, the ConfigMap holds %.12s", in.Pod.Name, in.BundleSHA256, want)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // issuerInWest renews west's identity issuer and restarts west's workloads onto it.
