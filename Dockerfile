@@ -10,11 +10,16 @@
 # --version`, the operator's User-Agent): use the chart's appVersion. The build refuses to run
 # without it rather than ship binaries that say "dev".
 
-# The Go toolchain of go.mod.
-ARG GO_VERSION=1.26
+# Base images are pinned by digest (the multi-platform index of the tag), so that a rebuild of a
+# release uses the same toolchain and base; bump the tag and its digest together.
+#
+# The Go toolchain of go.mod (go 1.26.x).
+ARG GO_IMAGE=golang:1.26@sha256:3aff6657219a4d9c14e27fb1d8976c49c29fddb70ba835014f477e1c70636647
+# distroless's static image, nonroot variant: user 65532, no shell.
+ARG BASE_IMAGE=gcr.io/distroless/static:nonroot@sha256:f7f8f729987ad0fdf6b05eeeae94b26e6a0f613bdf46feea7fc40f7bd72953e6
 
 # Build on the builder's own platform and cross-compile: CGO is off, so no C toolchain is needed.
-FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION
@@ -32,7 +37,7 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
     go build -trimpath -ldflags="-s -w -X github.com/linkerd/trust-rotation/cmd/internal/version.Version=${VERSION}" \
       -o /out/ ./cmd/trust-rotation-operator ./cmd/linkerd-trust
 
-FROM gcr.io/distroless/static:nonroot
+FROM ${BASE_IMAGE}
 COPY --from=build /out/trust-rotation-operator /out/linkerd-trust /usr/local/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/trust-rotation-operator"]

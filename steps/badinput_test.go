@@ -110,7 +110,7 @@ func TestObserveBadInput(t *testing.T) {
 			wantOutcome: workflow.Done,
 		},
 		"reduction drops the in-flight anchors once the previous anchor is retired": {
-			step: StepReduceTrustBundle, state: rotatingState(p, anchor(third), previous(third), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor)),
+			step: StepReduceTrustBundle, state: rotatingState(p, anchor(third), previous(third), issuer(thirdIssuer), inFlight(p.newAnchor), bundleOf(third, p.newAnchor, p.oldAnchor)),
 			wantOutcome: workflow.Act, wantReason: "TrustBundleOutdated",
 		},
 	}
@@ -285,6 +285,7 @@ func TestRecreatePrevious(t *testing.T) {
 	third := anchorCA(t, "third-anchor")
 	cases := map[string]struct {
 		state *State
+		step  string // of the checkpoint
 		want  *testCA
 	}{
 		"deleted mid-rotation: the other anchor of the bundle": {
@@ -308,10 +309,19 @@ func TestRecreatePrevious(t *testing.T) {
 		"no bundle: bootstrap creates both": {
 			state: rotatingState(p, previous(nil), noBundle()),
 		},
+		"no bundle mid-rotation: nothing says which anchor was the previous one": {
+			state: rotatingState(p, previous(nil), noBundle(), issuer(p.newIssuer)), step: StepRenewWorkloadCertificates,
+		},
+		"no bundle once synced: the current anchor, which signs the issuer": {
+			state: rotatingState(p, previous(nil), noBundle(), issuer(p.newIssuer)), step: StepDetectAnchorRotation, want: p.newAnchor,
+		},
+		"no bundle once synced, but the issuer is on another anchor: nothing": {
+			state: rotatingState(p, previous(nil), noBundle()), step: StepDetectAnchorRotation,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, ok := RecreatePrevious(tc.state)
+			got, ok := RecreatePrevious(tc.state, tc.step)
 			if ok != (tc.want != nil) || ok && Fingerprint(got) != Fingerprint(tc.want.cert) {
 				t.Fatalf("got %v %v, want %v", got != nil, ok, tc.want != nil)
 			}

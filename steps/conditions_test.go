@@ -174,3 +174,33 @@ func TestShortDuration(t *testing.T) {
 		}
 	}
 }
+
+// TestIdentityRestartedEarlyCondition: identity restarted early sets the condition True and adds
+// what it means to the blocking message; the data plane converged, it turns False.
+func TestIdentityRestartedEarlyCondition(t *testing.T) {
+	p := newPKI(t)
+	now := time.Now()
+	const gen = 2
+	wait := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepPropagateTrustRoots}, Phase: string(v1alpha1.PhasePropagatingTrustRoots),
+		Decision: workflow.Waiting("TrustBundleConverging", "Waiting for 2 pod(s) to converge on the expanded trust bundle")}
+	spec := v1alpha1.TrustAnchorRotationSpec{}
+
+	quiet := Project(v1alpha1.TrustAnchorRotationStatus{}, spec, gen, rotatingState(p, issuer(p.newIssuer), bundlePods(3, 5), identityPods(1, "linkerd-identity-old")), wait, now)
+	checkCondition(t, quiet, v1alpha1.ConditionIdentityRestartedEarly, gen, want{metav1.ConditionFalse, v1alpha1.ReasonIdentityNotRestartedEarly, ""})
+
+	s := rotatingState(p, issuer(p.newIssuer), bundlePods(3, 5), identityPod("linkerd-identity-new", -time.Minute, ""))
+	early := Project(quiet, spec, gen, s, wait, now.Add(time.Second))
+	checkCondition(t, early, v1alpha1.ConditionIdentityRestartedEarly, gen, want{metav1.ConditionTrue, v1alpha1.ReasonIdentityRestartedEarly, "linkerd/linkerd-identity-new started after the trust bundle was expanded"})
+	if !strings.HasPrefix(early.BlockingMessage, "Waiting for 2 pod(s) to converge on the expanded trust bundle; identity pod(s) linkerd/linkerd-identity-new") {
+		t.Errorf("blockingMessage %q does not name the early identity pod after what the rotation waits for", early.BlockingMessage)
+	}
+
+	s.TrustBundle = Convergence{Converged: 5, Target: 5}
+	done := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepRestartIdentity}, Phase: string(v1alpha1.PhasePropagatingTrustRoots),
+		Decision: workflow.Waiting("ControlPlaneRollingOut", "Waiting for the rollout")}
+	cleared := Project(early, spec, gen, s, done, now.Add(time.Minute))
+	checkCondition(t, cleared, v1alpha1.ConditionIdentityRestartedEarly, gen, want{metav1.ConditionFalse, v1alpha1.ReasonIdentityNotRestartedEarly, ""})
+	if strings.Contains(cleared.BlockingMessage, "identity pod(s)") {
+		t.Errorf("blockingMessage %q still names the early identity pod", cleared.BlockingMessage)
+	}
+}

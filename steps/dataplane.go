@@ -365,6 +365,11 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 	if len(candidates) == 0 {
 		return plan
 	}
+	if p == propagate && len(s.IdentityRestartedEarly(StepPropagateTrustRoots)) > 0 {
+		// Identity restarted early signs certificates the pods behind do not trust: the
+		// workloads with the most of them go first, so that their number drops fastest.
+		sort.SliceStable(candidates, func(i, j int) bool { return len(candidates[i].BundleBehind) > len(candidates[j].BundleBehind) })
+	}
 	if open, next := s.maintenanceWindowOpen(); !open {
 		plan.closed, plan.waiting = next, len(candidates)
 		return plan
@@ -887,8 +892,11 @@ const revisionSep = " revision "
 
 // issuerRenewalToken remembers the issuer Certificate's revision when the renewal is first
 // triggered: a higher revision means the renewal happened, so it is never triggered twice.
-func issuerRenewalToken(s *State, stamp string) string {
-	return stamp + revisionSep + strconv.Itoa(s.IssuerCertificate.Revision)
+func issuerRenewalToken(s *State, token string) string {
+	if _, ok := tokenRevision(token); ok {
+		return token // a later act: the revision of the first one stands
+	}
+	return token + revisionSep + strconv.Itoa(s.IssuerCertificate.Revision)
 }
 
 func tokenRevision(token string) (int, bool) {

@@ -262,6 +262,16 @@ func TestPropagateTrustRootsAutomatic(t *testing.T) {
 				workload("a/Deployment/x", restartedAt(before, false), behindPods()), workload("a/Deployment/y")},
 			token: t2, outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"a/Deployment/y"},
 		},
+		"in key order while identity has not restarted early": {
+			opts: []stateOpt{automatic(), issuer(p.newIssuer), bundlePods(0, 6), workload("a/Deployment/x"), workload("b/Deployment/y"),
+				workload("c/Deployment/z", behindPods("z-0", "z-1", "z-2", "z-3"))},
+			outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"a/Deployment/x, b/Deployment/y"},
+		},
+		"identity restarted early: the workloads with the most pods behind first": {
+			opts: []stateOpt{automatic(), issuer(p.newIssuer), bundlePods(0, 6), workload("a/Deployment/x"), workload("b/Deployment/y"),
+				workload("c/Deployment/z", behindPods("z-0", "z-1", "z-2", "z-3")), identityPod("linkerd-identity-new", -time.Minute, "")},
+			outcome: workflow.Act, reason: "RestartingWorkloads", contains: []string{"c/Deployment/z, a/Deployment/x"},
+		},
 		"without a view of the workloads, automatic restarts wait": {
 			opts:    []stateOpt{automatic(), bundlePods(0, 1), func(s *State) { s.Workloads, s.WorkloadsProblem = nil, "cannot list deployments: forbidden" }},
 			outcome: workflow.Wait, reason: "WorkloadsUnavailable", contains: []string{"forbidden"},

@@ -85,6 +85,11 @@ func CheckBundle(s *State, step string) (drift BundleDrift, ok bool) {
 		what = fmt.Sprintf("%s was changed by %s: it holds %s instead of the %s bundle %s",
 			cm, describeWriters(s.Bundle), fingerprints(s.Bundle.Certs), which, describeAnchors(s))
 	}
+	if d := KeptAnchorProblem(s, want); d != nil && (previousOverwritten(s) || droppedSigner(s) == nil) {
+		// The rotation's bundle is wrong, not (only) the ConfigMap: nothing to rewrite, and the
+		// pods restarted meanwhile loaded a bundle that keeps what must be kept.
+		return BundleDrift{Reason: d.Reason, Message: d.Message}, true
+	}
 	drift = BundleDrift{StartOver: reloadSteps[step]}
 	if lost := droppedSigner(s); lost != nil {
 		drift.Reason = "TrustBundleDriftKept"
@@ -119,7 +124,7 @@ func describeWriters(b Bundle) string {
 func guardBundle(step string, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
 	return func(s *State, token string) workflow.Decision {
 		if drift, ok := CheckBundle(s, step); ok {
-			return workflow.Waiting(drift.Reason, drift.Message)
+			return workflow.Waiting(drift.Reason, drift.Message+s.identityScaledDownNote(step, token))
 		}
 		// Once the round finishes on a retired anchor (FinishingOn), the desired bundle is the
 		// reduced one: pods on the expanded bundle are where they should be.
@@ -130,7 +135,7 @@ func guardBundle(step string, observe func(*State, string) workflow.Decision) fu
 			if len(c.Behind) > 0 {
 				msg += "; restart: " + c.describeBehind(5)
 			}
-			return workflow.Waiting("TrustBundleRegressed", msg)
+			return workflow.Waiting("TrustBundleRegressed", msg+s.identityScaledDownNote(step, token))
 		}
 		return observe(s, token)
 	}

@@ -98,3 +98,28 @@ func TestDecisionsSayWhenTheTimeChangesThem(t *testing.T) {
 		}
 	})
 }
+
+// TestLiveChainsAreLoadedOnlyForABundleWrite: grouping every pod's live chain walks the mesh, so
+// the operator hands it over as a loader that only a bundle about to be written calls, once.
+func TestLiveChainsAreLoadedOnlyForABundleWrite(t *testing.T) {
+	p := newPKI(t)
+	loads := 0
+	load := func() []LiveChain { loads++; return nil }
+
+	s := rotatingState(p)
+	s.LoadLiveChainsOnDemand(load)
+	if d := observeBundleWritten(s, ""); d.Outcome != workflow.Done {
+		t.Fatalf("bundle written: got %v %s (%s)", d.Outcome, d.Reason, d.Message)
+	}
+	if loads != 0 {
+		t.Errorf("the bundle holds what the rotation wants, yet the live chains were loaded %d times", loads)
+	}
+
+	s = rotatingState(p, bundleOf(p.oldAnchor))
+	s.LoadLiveChainsOnDemand(load)
+	observeBundleWritten(s, "")
+	observeBundleWritten(s, "")
+	if loads != 1 {
+		t.Errorf("a bundle to write loaded the live chains %d times, want once", loads)
+	}
+}

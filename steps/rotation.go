@@ -25,6 +25,9 @@ type Writer interface {
 	// DeletePods deletes the named pods (a pod already gone is fine), for their controller to
 	// replace them all at once rather than one by one.
 	DeletePods(ctx context.Context, namespace string, names []string) error
+	// ScaleDeployment sets a Deployment's replicas through its scale subresource, as `kubectl
+	// scale` does; a no-op when it already has them.
+	ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error
 	// RestartWorkload restarts a Deployment, StatefulSet or DaemonSet as `kubectl rollout
 	// restart` does (pod-template restartedAt = token) and, in the same patch, sets the given
 	// pod-template annotations (a nil value removes one). A no-op when already so.
@@ -123,8 +126,9 @@ func rotation(w Writer) []workflow.Step[*State] {
 		},
 		{
 			Name: StepRestartIdentity, Phase: p(v1alpha1.PhasePropagatingTrustRoots),
-			Doc:     "Restart linkerd-identity now that every pod trusts the new anchor: it loads the expanded roots, so it will accept the renewed issuer.",
-			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestart(identityOnly), Token: identityToken,
+			Doc: "Restart linkerd-identity now that every pod trusts the new anchor: it loads the expanded roots, so it will accept the renewed issuer; " +
+				"with the issuer renewed already, identity is scaled to 0 and back instead, so that no old identity pod runs beside a new one, and issues no certificate meanwhile while those it issued stay valid.",
+			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestartIdentity, Token: restartIdentityToken,
 		},
 		{
 			Name: StepWaitForIdentityIssuer, Phase: p(v1alpha1.PhaseWaitingForIdentityRotation),
@@ -363,6 +367,9 @@ func observeDetect(s *State, _ string) workflow.Decision {
 				"ConfigMap %s/%s was edited by hand and trusts anchor %s, which signs the identity issuer in Secret %s; restoring the rendered bundle would drop it: renew the issuer from %s, or restore the ConfigMap",
 				s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, short(Fingerprint(lost)), s.Issuer.Ref(), s.Anchor.Ref()))
 		}
+		if d := KeptAnchorProblem(s, s.DesiredBundle()); d != nil {
+			return *d
+		}
 		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle (changed by %s)",
 			s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeWriters(s.Bundle)))
 	}
@@ -417,6 +424,9 @@ func observeBundleWritten(s *State, _ string) workflow.Decision {
 		return *d
 	}
 	if s.Bundle.Data != s.DesiredBundle() {
+		if d := KeptAnchorProblem(s, s.DesiredBundle()); d != nil {
+			return *d
+		}
 		return workflow.ActNeeded("TrustBundleOutdated", fmt.Sprintf("ConfigMap %s/%s does not hold the desired bundle yet", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
 	}
 	return workflow.Completed("TrustBundleWritten", fmt.Sprintf("ConfigMap %s/%s holds %s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeAnchors(s)))
@@ -427,6 +437,9 @@ func actWriteDesiredBundle(w Writer) func(context.Context, *State, string) error
 		bundle := s.DesiredBundle()
 		if bundle == "" {
 			return fmt.Errorf("refusing to write an empty trust bundle to ConfigMap %s/%s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap)
+		}
+		if d := KeptAnchorProblem(s, bundle); d != nil {
+			return fmt.Errorf("%s", d.Message)
 		}
 		return w.WriteTrustRoots(ctx, bundle)
 	}
@@ -557,85 +570,6 @@ func actRetire(w Writer) func(context.Context, *State, string) error {
 
 func describeRetire(s *State) []string {
 	return []string{fmt.Sprintf("write Secret %s: certificate %s -> %s (no key)", s.Previous.Ref(), short(s.Previous.Fingerprint()), short(s.Anchor.Fingerprint()))}
-}
-
-// --- identity ---------------------------------------------------------------------------------
-
-// replaceSep separates the stamp from the pods to replace in restart-identity's token.
-const replaceSep = " replace "
-
-// identityToken decides how restart-identity restarts identity, once, when it first acts. While
-// the issuer is still signed by the old anchor, a rolling restart is safe: the new pods sign
-// with the old issuer and trust both anchors. Once the issuer is already on the new anchor (it
-// was renewed early), a new identity pod loads it at start-up and its own proxy presents a
-// new-anchor certificate at once — which the old identity pods, started before the bundle
-// expanded, do not trust. Then the old pods are all deleted at once instead of rolled, and the
-// token remembers exactly which ones, so that an act repeated after a crash never deletes
-// their replacements.
-func identityToken(s *State, stamp string) string {
-	if !s.IssuerOnCurrentAnchor() {
-		return stamp
-	}
-	return stamp + replaceSep + strings.Join(s.ControlPlane[s.Config.IdentityDeployment].Pods, ",")
-}
-
-// podsToReplace parses a replace token; ok is false for a plain restart token.
-func podsToReplace(token string) (pods []string, ok bool) {
-	_, list, ok := strings.Cut(token, replaceSep)
-	if !ok {
-		return nil, false
-	}
-	if list == "" {
-		return nil, true
-	}
-	return strings.Split(list, ","), true
-}
-
-// remaining returns the pods of the list that are still alive.
-func remaining(list, alive []string) []string {
-	set := map[string]bool{}
-	for _, p := range alive {
-		set[p] = true
-	}
-	var out []string
-	for _, p := range list {
-		if set[p] {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func observeRestartIdentity(s *State, token string) workflow.Decision {
-	replace, ok := podsToReplace(token)
-	if !ok {
-		return observeRestart(identityOnly)(s, token)
-	}
-	d, found := s.ControlPlane[s.Config.IdentityDeployment]
-	if !found || !d.Found {
-		return workflow.Waiting("ControlPlaneMissing", fmt.Sprintf("Deployment %s/%s not found", s.Config.LinkerdNamespace, s.Config.IdentityDeployment))
-	}
-	if left := remaining(replace, d.Pods); len(left) > 0 {
-		return workflow.ActNeeded("ReplacingIdentityPods", fmt.Sprintf(
-			"the identity issuer was renewed before the data plane trusted the new anchor: replace the identity pods at once (%s)", strings.Join(left, ", ")))
-	}
-	if !d.RolledOut || d.RunningPods < int(d.Replicas) {
-		return workflow.Waiting("ControlPlaneRollingOut", fmt.Sprintf("Waiting for Deployment %s/%s to replace its pods: %d of %d running",
-			d.Namespace, d.Name, d.RunningPods, d.Replicas))
-	}
-	return workflow.Completed("ControlPlaneRestarted", "replaced the identity pods: "+strings.Join(replace, ", "))
-}
-
-func actRestartIdentity(w Writer) func(context.Context, *State, string) error {
-	plain := actRestart(w, identityOnly)
-	return func(ctx context.Context, s *State, token string) error {
-		replace, ok := podsToReplace(token)
-		if !ok {
-			return plain(ctx, s, token)
-		}
-		left := remaining(replace, s.ControlPlane[s.Config.IdentityDeployment].Pods)
-		return w.DeletePods(ctx, s.Config.LinkerdNamespace, left)
-	}
 }
 
 // --- control-plane restarts --------------------------------------------------------------------

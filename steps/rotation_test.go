@@ -3,6 +3,8 @@ package steps
 import (
 	"context"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,10 +58,29 @@ func deploy(name, restartedAt string, rolledOut bool) stateOpt {
 		s.ControlPlane[name] = Deployment{Namespace: "linkerd", Name: name, Found: true, RestartedAt: restartedAt, RolledOut: rolledOut, Progress: "1 of 1 updated replicas are available"}
 	}
 }
+
+// identityPods gives linkerd-identity alive pods started long before the rotation (rotatingState
+// started it an hour ago), running of them running.
 func identityPods(running int, names ...string) stateOpt {
 	return func(s *State) {
 		d := s.ControlPlane["linkerd-identity"]
-		d.Pods, d.RunningPods, d.Replicas = names, running, 1
+		d.Pods, d.RunningPods, d.Replicas, d.Members = names, running, 1, nil
+		for _, n := range names {
+			d.Members = append(d.Members, ControlPlanePod{Name: n, Started: s.Now.Add(-2 * time.Hour)})
+		}
+		s.ControlPlane["linkerd-identity"] = d
+	}
+}
+
+// identityPod adds an alive, running linkerd-identity pod that started at the given offset from
+// now, from the template restart restartedAt ("" for none).
+func identityPod(name string, started time.Duration, restartedAt string) stateOpt {
+	return func(s *State) {
+		d := s.ControlPlane["linkerd-identity"]
+		d.Pods = append(d.Pods, name)
+		d.RunningPods++
+		d.Replicas = int32(len(d.Pods))
+		d.Members = append(d.Members, ControlPlanePod{Name: name, Started: s.Now.Add(started), RestartedAt: restartedAt})
 		s.ControlPlane["linkerd-identity"] = d
 	}
 }
@@ -75,7 +96,8 @@ func certPods(converged, target int) stateOpt {
 
 // mid-rotation defaults: new anchor, old previous, old issuer, expanded bundle, everything rolled out.
 func rotatingState(p pki, opts ...stateOpt) *State {
-	s := &State{Config: DefaultConfig(), Now: time.Now(), ControlPlane: map[string]Deployment{}}
+	now := time.Now()
+	s := &State{Config: DefaultConfig(), Now: now, ControlPlane: map[string]Deployment{}, RotationStart: now.Add(-time.Hour)}
 	for _, o := range []stateOpt{anchor(p.newAnchor), previous(p.oldAnchor), issuer(p.oldIssuer), bundleOf(p.newAnchor, p.oldAnchor),
 		deploy("linkerd-identity", "", true), deploy("linkerd-destination", "", true), deploy("linkerd-proxy-injector", "", true)} {
 		o(s)
@@ -99,6 +121,7 @@ func stepNamed(t *testing.T, name string) workflow.Step[*State] {
 
 func TestObserve(t *testing.T) {
 	p := newPKI(t)
+	t1 := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
 	expired := newCert(t, "expired", nil, true, time.Now().Add(-time.Minute))
 	notCA := newCert(t, "leaf", nil, false, time.Now().Add(time.Hour))
 	cases := map[string]struct {
@@ -172,7 +195,7 @@ func TestObserve(t *testing.T) {
 			wantOutcome: workflow.Done,
 		},
 		"an older restart does not count for this pass": {
-			step: StepRestartIdentity, token: "t2", state: rotatingState(p, issuer(p.newIssuer), deploy("linkerd-identity", "t1", true)),
+			step: StepRestartIdentityOnNewIssuer, token: "t2", state: rotatingState(p, issuer(p.newIssuer), deploy("linkerd-identity", "t1", true)),
 			wantOutcome: workflow.Act, wantReason: "RestartNeeded",
 		},
 		"a missing control-plane Deployment is named": {
@@ -180,7 +203,63 @@ func TestObserve(t *testing.T) {
 			wantOutcome: workflow.Wait, wantReason: "ControlPlaneMissing", wantInMsg: "linkerd/linkerd-destination not found",
 		},
 		"restart-identity rolls identity while the issuer is still on the old anchor": {
-			step: StepRestartIdentity, state: rotatingState(p), wantOutcome: workflow.Act, wantReason: "RestartNeeded",
+			step: StepRestartIdentity, state: rotatingState(p, identityPods(1, "id-a")), wantOutcome: workflow.Act, wantReason: "RestartNeeded",
+		},
+		"restart-identity scales identity to 0 when the issuer is already on the new anchor": {
+			step: StepRestartIdentity, state: rotatingState(p, issuer(p.newIssuer), identityPods(2, "id-a", "id-b")),
+			wantOutcome: workflow.Act, wantReason: "ScalingIdentityDown", wantInMsg: "(id-a, id-b)",
+		},
+		"restart-identity scales identity to 0 under its scale token until the scale-down is seen": {
+			step: StepRestartIdentity, token: "t1 scale 3", state: rotatingState(p, issuer(p.newIssuer), identityPods(3, "id-a", "id-b", "id-c")),
+			wantOutcome: workflow.Act, wantReason: "ScalingIdentityDown", wantInMsg: "back to 3 replica(s)",
+		},
+		"restart-identity waits for every identity pod to go, terminating ones included, before scaling back": {
+			step: StepRestartIdentity, token: "t1 scale 3", state: rotatingState(p, issuer(p.newIssuer), scaledIdentity(0, terminatingIdentityPod("id-a"))),
+			wantOutcome: workflow.Wait, wantReason: "IdentityScalingDown", wantInMsg: "back to 3 replica(s): id-a",
+		},
+		"restart-identity scales identity back to the recorded replicas once none of its pods is left": {
+			step: StepRestartIdentity, token: "t1 scale 3", state: rotatingState(p, issuer(p.newIssuer), scaledIdentity(0)),
+			wantOutcome: workflow.Act, wantReason: "ScalingIdentityUp", wantInMsg: "back to 3 replica(s)",
+		},
+		"restart-identity scales back up again when the scale-up did not land": {
+			step: StepRestartIdentity, token: "t1 scale 3 up", state: rotatingState(p, issuer(p.newIssuer), scaledIdentity(0)),
+			wantOutcome: workflow.Act, wantReason: "ScalingIdentityUp", wantInMsg: "back to 3 replica(s)",
+		},
+		"restart-identity never scales down again once it scaled back up": {
+			step: StepRestartIdentity, token: "t1 scale 3 up", state: rotatingState(p, issuer(p.newIssuer), deploy("linkerd-identity", "", false),
+				identityPods(0, "id-a", "id-b", "id-c"), scaledIdentity(3)),
+			wantOutcome: workflow.Wait, wantReason: "ControlPlaneRollingOut", wantInMsg: "scaled back to 3 replica(s)",
+		},
+		"restart-identity holding identity at 0 says so while the data plane regressed": {
+			step: StepRestartIdentity, token: "t1 scale 3", state: rotatingState(p, issuer(p.newIssuer), scaledIdentity(0), bundlePods(4, 5)),
+			wantOutcome: workflow.Wait, wantReason: "TrustBundleRegressed", wantInMsg: "linkerd/linkerd-identity stays scaled to 0 until then (back to 3 replica(s) after)",
+		},
+		"restart-identity is done once identity is scaled back and rolled out": {
+			step: StepRestartIdentity, token: "t1 scale 3 up", state: rotatingState(p, issuer(p.newIssuer), identityPods(3, "id-x", "id-y", "id-z"), scaledIdentity(3)),
+			wantOutcome: workflow.Done, wantReason: "ControlPlaneRestarted",
+		},
+		"restart-identity waits for its rolling restart while the issuer is on the old anchor": {
+			step: StepRestartIdentity, token: t1, state: rotatingState(p, deploy("linkerd-identity", t1, false),
+				identityPod("id-old", -2*time.Hour, ""), identityPod("id-new", 0, t1)),
+			wantOutcome: workflow.Wait, wantReason: "ControlPlaneRollingOut",
+		},
+		"restart-identity scales identity to 0 when the issuer is renewed during its rolling restart": {
+			step: StepRestartIdentity, token: t1, state: rotatingState(p, issuer(p.newIssuer), deploy("linkerd-identity", t1, false),
+				identityPod("id-old", -2*time.Hour, ""), identityPod("id-new", 0, t1)),
+			wantOutcome: workflow.Act, wantReason: "ScalingIdentityDown", wantInMsg: "(id-old)",
+		},
+		"restart-identity waits for the replaced pods to terminate": {
+			step: StepRestartIdentity, token: t1, state: rotatingState(p, issuer(p.newIssuer), identityPod("id-new", 0, ""),
+				func(s *State) {
+					d := s.ControlPlane["linkerd-identity"]
+					d.Members = append(d.Members, ControlPlanePod{Name: "id-old", Started: s.Now.Add(-2 * time.Hour), Terminating: true})
+					s.ControlPlane["linkerd-identity"] = d
+				}),
+			wantOutcome: workflow.Wait, wantReason: "ControlPlaneRollingOut", wantInMsg: "id-old",
+		},
+		"restart-identity has nothing to restart when every identity pod started after the expansion": {
+			step: StepRestartIdentity, state: rotatingState(p, identityPod("id-a", -30*time.Minute, "")),
+			wantOutcome: workflow.Done, wantReason: "IdentityOnExpandedRoots",
 		},
 		"restart-identity deletes the identity pods named in its token that are still there": {
 			step: StepRestartIdentity, token: "t1 replace id-a,id-b", state: rotatingState(p, issuer(p.newIssuer), identityPods(1, "id-b", "id-c")),
@@ -231,7 +310,7 @@ func TestObserve(t *testing.T) {
 			step: StepRetirePreviousAnchor, state: rotatingState(p, previous(p.newAnchor)), wantOutcome: workflow.Done,
 		},
 		"reduction writes the bundle with the new anchor alone": {
-			step: StepReduceTrustBundle, state: rotatingState(p, previous(p.newAnchor)),
+			step: StepReduceTrustBundle, state: rotatingState(p, previous(p.newAnchor), issuer(p.newIssuer)),
 			wantOutcome: workflow.Act, wantReason: "TrustBundleOutdated",
 		},
 		"removal waits for the final data-plane restart": {
@@ -249,14 +328,199 @@ func TestObserve(t *testing.T) {
 	}
 }
 
-func TestIdentityTokenRemembersThePodsToReplace(t *testing.T) {
+// TestRestartIdentityDecidesAtEachAct: whether restart-identity rolls identity or scales it to 0
+// and back follows the issuer at each act, not at the first: an issuer renewed during the
+// rolling restart turns the rest of it into a scale-down, recorded in the token it had.
+func TestRestartIdentityDecidesAtEachAct(t *testing.T) {
 	p := newPKI(t)
-	if got := identityToken(rotatingState(p, identityPods(2, "a", "b")), "t1"); got != "t1" {
-		t.Errorf("issuer on the old anchor: token %q, want a plain restart", got)
+	s := rotatingState(p, identityPods(2, "id-a", "id-b"))
+	s.ControlPlane["linkerd-identity"] = withReplicas(s.ControlPlane["linkerd-identity"], 2)
+	w, _, cp, advance := restartIdentityDriver(t, s)
+
+	// The issuer is on the old anchor: a rolling restart.
+	if res := advance(); !res.Acted || w.restarts["linkerd-identity"] != 1 || len(w.scales) != 0 {
+		t.Fatalf("issuer on the old anchor: %v, restarts %v, scales %v; want a rolling restart", res.Decision, w.restarts, w.scales)
 	}
-	got := identityToken(rotatingState(p, issuer(p.newIssuer), identityPods(2, "a", "b")), "t1")
-	if pods, ok := podsToReplace(got); !ok || strings.Join(pods, ",") != "a,b" {
-		t.Errorf("issuer already renewed: token %q, want the pods a and b to replace", got)
+	stamp := cp.Token
+	// One pod rolled, one old pod left; the issuer is renewed onto the new anchor meanwhile.
+	d := s.ControlPlane["linkerd-identity"]
+	d.RolledOut, d.Progress = false, "1 old replicas are pending termination"
+	d.Pods = []string{"id-a", "id-c"}
+	d.Members = []ControlPlanePod{{Name: "id-a", Started: s.Now.Add(-2 * time.Hour)}, {Name: "id-c", Started: s.Now.Add(time.Second), RestartedAt: stamp}}
+	s.ControlPlane["linkerd-identity"] = d
+	if res := advance(); res.Acted || res.Decision.Outcome != workflow.Wait {
+		t.Fatalf("rolling, issuer still old: %v, want to wait for the rollout", res.Decision)
+	}
+	s.Issuer = src("linkerd", "linkerd-identity-issuer", p.newIssuer)
+	if res := advance(); !res.Acted || res.Decision.Reason != "ScalingIdentityDown" {
+		t.Fatalf("issuer renewed during the rolling restart: %v, want a scale-down", res.Decision)
+	}
+	if cp.Token != stamp+" scale 2" || strings.Join(w.scales, " ") != "linkerd-identity=0" || w.restarts["linkerd-identity"] != 1 {
+		t.Fatalf("token %q, scales %v, restarts %v; want the replicas recorded in the rolling restart's token, then a scale to 0", cp.Token, w.scales, w.restarts)
+	}
+}
+
+// TestRestartIdentityScalesToZeroAndBack drives restart-identity with the issuer already on the
+// new anchor through the engine, killing the operator at every point (a save or an act
+// rerun from the saved checkpoint): identity is scaled to 0, no pod is started while one is
+// left, and it is scaled back to the replicas it had — once each, whatever the crash point.
+func TestRestartIdentityScalesToZeroAndBack(t *testing.T) {
+	for _, crash := range []string{"", "after-save-1", "after-act-1", "after-save-2", "after-act-2"} {
+		t.Run("crash "+crash, func(t *testing.T) {
+			p := newPKI(t)
+			s := rotatingState(p, issuer(p.newIssuer), identityPods(3, "id-a", "id-b", "id-c"))
+			s.ControlPlane["linkerd-identity"] = withReplicas(s.ControlPlane["linkerd-identity"], 3)
+			w, wf, cp, _ := restartIdentityDriver(t, s)
+			var saved workflow.Checkpoint
+			saves := 0
+			step := func() workflow.Result {
+				t.Helper()
+				save := func(_ context.Context, c workflow.Checkpoint) error {
+					saved = c
+					saves++
+					if crash == fmt.Sprintf("after-save-%d", saves) {
+						return errCrash
+					}
+					return nil
+				}
+				res, err := wf.Advance(context.Background(), *cp, s, save, func() string { return "T" })
+				if errors.Is(err, errCrash) || err == nil && crash == fmt.Sprintf("after-act-%d", saves) && res.Acted {
+					crash = "" // killed: a new operator resumes from the saved checkpoint
+					*cp = saved
+					return workflow.Result{Acted: true}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				*cp = res.Checkpoint
+				return res
+			}
+			var res workflow.Result
+			for range 10 {
+				res = step()
+				d := s.ControlPlane["linkerd-identity"]
+				if d.Replicas > 0 && len(d.Members) > 0 && d.Members[0].Terminating {
+					t.Fatalf("identity scaled up while a pod it had is still terminating: %+v", d)
+				}
+				if !res.Acted && res.Decision.Reason == "IdentityScalingDown" {
+					// The ReplicaSet deletes the last pods.
+					d.Pods, d.Members = nil, nil
+					s.ControlPlane["linkerd-identity"] = d
+				}
+				if res.Passed != nil {
+					break
+				}
+			}
+			if len(res.Passed) != 1 {
+				t.Fatalf("not done: %v", res.Decision)
+			}
+			if got := strings.Join(w.scales, " "); got != "linkerd-identity=0 linkerd-identity=3" {
+				t.Fatalf("scales %q, want one to 0 and one back to 3", got)
+			}
+			if saved.Token != "T scale 3 up" || w.restarts["linkerd-identity"] != 0 || len(w.deleted) != 0 {
+				t.Fatalf("token %q, restarts %v, deleted %v; want the scale token, no restart, no deletion", saved.Token, w.restarts, w.deleted)
+			}
+		})
+	}
+}
+
+var errCrash = errors.New("crashed")
+
+func withReplicas(d Deployment, n int32) Deployment { d.Replicas = n; return d }
+
+// scaledIdentity sets linkerd-identity's desired replicas and adds the given pods.
+func scaledIdentity(replicas int32, pods ...ControlPlanePod) stateOpt {
+	return func(s *State) {
+		d := s.ControlPlane["linkerd-identity"]
+		d.Replicas = replicas
+		for _, p := range pods {
+			d.Pods = append(d.Pods, p.Name)
+			d.Members = append(d.Members, p)
+		}
+		s.ControlPlane["linkerd-identity"] = d
+	}
+}
+
+func terminatingIdentityPod(name string) ControlPlanePod {
+	return ControlPlanePod{Name: name, Started: time.Now().Add(-2 * time.Hour), Terminating: true}
+}
+
+// restartIdentityDriver runs restart-identity alone through the engine over s.
+func restartIdentityDriver(t *testing.T, s *State) (*fakeWriter, *workflow.Workflow[*State], *workflow.Checkpoint, func() workflow.Result) {
+	t.Helper()
+	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	var st workflow.Step[*State]
+	for _, x := range Rotation(w) {
+		if x.Name == StepRestartIdentity {
+			st = x
+		}
+	}
+	wf, err := workflow.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &workflow.Checkpoint{Step: StepRestartIdentity}
+	return w, wf, cp, func() workflow.Result {
+		t.Helper()
+		res, err := wf.Advance(context.Background(), *cp, s, func(context.Context, workflow.Checkpoint) error { return nil },
+			func() string { return s.Now.UTC().Format(time.RFC3339Nano) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		*cp = res.Checkpoint
+		return res
+	}
+}
+
+// TestRestartIdentityTokens: the token grammar round-trips, the replicas are recorded only before
+// a scale-down, a legacy replace token is kept as it is, and a start-over keeps the replicas.
+func TestRestartIdentityTokens(t *testing.T) {
+	p := newPKI(t)
+	old := rotatingState(p, issuer(p.newIssuer), identityPods(3, "id-a", "id-b", "id-c"), scaledIdentity(3))
+	gone := rotatingState(p, issuer(p.newIssuer), scaledIdentity(0))
+	leaving := rotatingState(p, issuer(p.newIssuer), scaledIdentity(0, terminatingIdentityPod("id-a")))
+	rolling := rotatingState(p, identityPods(3, "id-a", "id-b", "id-c"), scaledIdentity(3))
+	for _, tc := range []struct {
+		name         string
+		s            *State
+		token, want  string
+		replicas     int32
+		up, scaleTok bool
+	}{
+		{"the replicas are recorded before the scale-down", old, "T", "T scale 3", 3, false, true},
+		{"a scale token is kept while pods are left", leaving, "T scale 3", "T scale 3", 3, false, true},
+		{"no pod left: the scale-up is recorded", gone, "T scale 3", "T scale 3 up", 3, true, true},
+		{"a scale-up token is kept", gone, "T scale 3 up", "T scale 3 up", 3, true, true},
+		{"a rolling restart keeps its stamp", rolling, "T", "T", 0, false, false},
+		{"a legacy replace token is kept", old, "T replace id-a,id-b", "T replace id-a,id-b", 0, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := restartIdentityToken(tc.s, tc.token)
+			if got != tc.want {
+				t.Fatalf("token %q -> %q, want %q", tc.token, got, tc.want)
+			}
+			sc, ok := parseIdentityScale(got)
+			if ok != tc.scaleTok || sc.replicas != tc.replicas || sc.up != tc.up {
+				t.Fatalf("parse %q: %+v %v, want replicas %d up %v scale %v", got, sc, ok, tc.replicas, tc.up, tc.scaleTok)
+			}
+		})
+	}
+	if _, ok := podsToReplace("T scale 3"); ok {
+		t.Fatal("a scale token parsed as a replace token")
+	}
+	for token, want := range map[string]string{"T scale 3 up": "T scale 3", "T scale 3": "T scale 3", "T": "", "T replace a": ""} {
+		if got := StartOverToken(StepRestartIdentity, token); got != want {
+			t.Errorf("StartOverToken(%q) = %q, want %q", token, got, want)
+		}
+	}
+	if got := StartOverToken(StepRefreshControlPlane, "T scale 3"); got != "" {
+		t.Errorf("StartOverToken at another step = %q, want none", got)
+	}
+	if n, ok := IdentityScaleToRestore(gone, StepRestartIdentity, "T scale 3 up"); !ok || n != 3 {
+		t.Errorf("IdentityScaleToRestore, identity at 0: %d %v, want 3", n, ok)
+	}
+	if _, ok := IdentityScaleToRestore(old, StepRestartIdentity, "T scale 3"); ok {
+		t.Error("IdentityScaleToRestore before the scale-down: want nothing to restore")
 	}
 }
 
@@ -265,8 +529,10 @@ type fakeWriter struct {
 	s        *State
 	restarts map[string]int
 	deleted  []string
-	evicted  []string
-	renewed  []string
+	// scales are the ScaleDeployment calls, "name=replicas".
+	scales  []string
+	evicted []string
+	renewed []string
 	// log records the PKI writes and the control-plane restarts in order, each restart with
 	// the bundle the ConfigMap held when it happened.
 	log []string
@@ -302,9 +568,51 @@ func (w *fakeWriter) WriteTrustRoots(_ context.Context, b string) error {
 func (w *fakeWriter) DeletePods(_ context.Context, _ string, names []string) error {
 	w.checkBundle("delete identity pods")
 	d := w.s.ControlPlane["linkerd-identity"]
-	d.Pods = remaining(d.Pods, nil) // every named pod is gone and replaced at once
+	// Every named pod is gone and replaced at once, by a pod of the same template started now.
+	gone := map[string]bool{}
+	for _, n := range names {
+		gone[n] = true
+	}
+	var pods []string
+	var members []ControlPlanePod
+	for _, m := range d.Members {
+		if gone[m.Name] {
+			m = ControlPlanePod{Name: m.Name + "-r", Started: w.s.Now.Add(time.Second), RestartedAt: m.RestartedAt}
+		}
+		members = append(members, m)
+		pods = append(pods, m.Name)
+	}
+	d.Pods, d.Members, d.RolledOut = pods, members, true
 	w.deleted = append(w.deleted, names...)
 	w.s.ControlPlane["linkerd-identity"] = d
+	return nil
+}
+
+// ScaleDeployment scales a control-plane Deployment: scaled to 0, its pods start terminating
+// (the test removes them); scaled up from none, it gets fresh pods started now, rolled out.
+func (w *fakeWriter) ScaleDeployment(_ context.Context, _, name string, replicas int32) error {
+	d := w.s.ControlPlane[name]
+	w.scales = append(w.scales, fmt.Sprintf("%s=%d", name, replicas))
+	if d.Replicas == replicas {
+		return nil
+	}
+	d.Replicas = replicas
+	if replicas == 0 {
+		for i := range d.Members {
+			d.Members[i].Terminating = true
+		}
+		d.RolledOut, d.RunningPods = true, 0
+	} else {
+		w.checkBundle("scale " + name)
+		d.Pods, d.Members = nil, nil
+		for i := range int(replicas) {
+			n := fmt.Sprintf("%s-s%d", name, i)
+			d.Pods = append(d.Pods, n)
+			d.Members = append(d.Members, ControlPlanePod{Name: n, Started: w.s.Now.Add(time.Second)})
+		}
+		d.RolledOut, d.RunningPods = true, int(replicas)
+	}
+	w.s.ControlPlane[name] = d
 	return nil
 }
 
@@ -312,6 +620,10 @@ func (w *fakeWriter) RestartDeployment(_ context.Context, _, name, token string)
 	w.checkBundle("restart " + name)
 	d := w.s.ControlPlane[name]
 	d.RestartedAt, d.RolledOut = token, true // an instant rollout
+	for i, m := range d.Members {
+		d.Members[i] = ControlPlanePod{Name: m.Name + "-r", Started: w.s.Now.Add(time.Second), RestartedAt: token}
+		d.Pods[i] = d.Members[i].Name
+	}
 	w.s.ControlPlane[name] = d
 	w.restarts[name]++
 	w.log = append(w.log, "restart "+name+" on "+fingerprints(w.s.Bundle.Certs))

@@ -43,6 +43,15 @@ type State struct {
 	// Certificates counts meshed pods whose live certificate chain verifies to CertificateRoot:
 	// the trust anchor of the active issuer, whichever issuer under it signed the certificate.
 	Certificates Convergence
+	// LiveChains are the distinct issuer chains the probed meshed pods present (the chain above
+	// the leaf, the leaf's issuer first), each with how many pods present it: a bundle the
+	// rotation writes must keep an anchor each of them chains to (see KeptAnchorProblem). Empty
+	// when nothing was probed. Read them with liveChains: the operator loads them on demand.
+	LiveChains []LiveChain
+	// loadLiveChains, when set, fills LiveChains the first time a decision reads them: grouping
+	// every pod's chain is a walk of the mesh, which only a bundle about to be written needs,
+	// not every reconcile.
+	loadLiveChains func() []LiveChain
 
 	// Spec is the TrustAnchorRotation's spec: the refresh interval and the automations.
 	Spec v1alpha1.TrustAnchorRotationSpec
@@ -64,6 +73,16 @@ type State struct {
 	Remotes []Remote
 	// RemoteStaleAfter is how old a remote's last read may be (DefaultRemoteStaleAfter when 0).
 	RemoteStaleAfter time.Duration
+}
+
+// LiveChain is an issuer chain meshed pods present, as a probe of their admin port read it.
+type LiveChain struct {
+	// Certs are the certificates above the leaf, the leaf's issuer first.
+	Certs []*x509.Certificate
+	// Pods is how many probed pods present it, and Example one of them ("namespace/name", the
+	// first in name order, so that messages naming it stay stable).
+	Pods    int
+	Example string
 }
 
 // Source is a certificate read from a Secret.
@@ -163,6 +182,22 @@ type Deployment struct {
 	// them run (from the meshed-pod index: control-plane pods are meshed).
 	Pods        []string
 	RunningPods int
+	// Members are the same pods, sorted by name, with when each started and from which restart
+	// of the template.
+	Members []ControlPlanePod
+}
+
+// ControlPlanePod is an alive pod of a control-plane Deployment.
+type ControlPlanePod struct {
+	Name string
+	// Started is when its containers last started (its creation while none runs): when it last
+	// read the trust roots and the issuer.
+	Started time.Time
+	// RestartedAt is the pod's kubectl.kubernetes.io/restartedAt annotation: the restart of the
+	// Deployment's pod template it was created from ("" when none).
+	RestartedAt string
+	// Terminating is true once the pod is being deleted.
+	Terminating bool
 }
 
 // Convergence counts the pods of a group that reached a target, with the first few that did not.
@@ -236,3 +271,14 @@ func (s *State) RecheckAt(t time.Time) {
 // Recheck is the earliest moment recorded by RecheckAt, zero when no decision depends on the
 // time: then only a change of the cluster can change them.
 func (s *State) Recheck() time.Time { return s.recheck }
+
+// LoadLiveChainsOnDemand makes load fill LiveChains the first time a decision reads them.
+func (s *State) LoadLiveChainsOnDemand(load func() []LiveChain) { s.loadLiveChains = load }
+
+// liveChains is LiveChains, loaded on demand (LoadLiveChainsOnDemand).
+func (s *State) liveChains() []LiveChain {
+	if s.loadLiveChains != nil {
+		s.LiveChains, s.loadLiveChains = s.loadLiveChains(), nil
+	}
+	return s.LiveChains
+}

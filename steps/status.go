@@ -109,6 +109,25 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
 		})
 	}
+	// Identity restarted by someone else between the expansion and the data plane's convergence.
+	if pods := s.IdentityRestartedEarly(cp.Step); len(pods) > 0 {
+		msg := s.IdentityRestartedEarlyMessage(pods)
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionIdentityRestartedEarly, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonIdentityRestartedEarly, Message: msg,
+			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
+		})
+		if st.BlockingMessage != "" {
+			msg = st.BlockingMessage + "; " + msg
+		}
+		st.BlockingMessage = msg
+	} else {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionIdentityRestartedEarly, Status: metav1.ConditionFalse,
+			Reason: v1alpha1.ReasonIdentityNotRestartedEarly, Message: v1alpha1.MessageIdentityNotRestartedEarly,
+			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
+		})
+	}
 	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
 	return st
 }
@@ -169,6 +188,9 @@ func SavedCheckpoint(prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *Sta
 var renewingSteps = map[string]bool{StepRestartIdentityOnNewIssuer: true, StepRefreshControlPlaneCerts: true, StepRenewWorkloadCertificates: true}
 
 // UrgentCertificates reports whether, at the given step, the operator should probe pods that
-// have not converged on the active issuer's trust anchor often (the rotation waits on them)
-// rather than rarely.
-func UrgentCertificates(step string) bool { return renewingSteps[step] }
+// have not converged on the active issuer's trust anchor often rather than rarely: the rotation
+// waits on them, or identity was restarted early (IdentityRestartedEarly) and those probes say
+// which pods already present a new-anchor certificate.
+func UrgentCertificates(s *State, step string) bool {
+	return renewingSteps[step] || len(s.IdentityRestartedEarly(step)) > 0
+}

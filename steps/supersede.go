@@ -90,11 +90,21 @@ func ParseInFlight(pems []string) ([]*x509.Certificate, error) {
 
 // RecreatePrevious returns the certificate to recreate the previous-anchor Secret with when it
 // was deleted (at any step, not only at bootstrap): the anchor the bundle trusts besides the
-// current and in-flight ones, or the current anchor when it trusts no other. ok is false when
-// there is nothing to do or the bundle is ambiguous (bootstrap and the bundle-writing steps
-// then wait with a message).
-func RecreatePrevious(s *State) (*x509.Certificate, bool) {
-	if s.Previous.Found || !s.Anchor.Usable() || !s.Bundle.Found || len(s.Bundle.Certs) == 0 {
+// current and in-flight ones, or the current anchor when it trusts no other (or, at step
+// detect-anchor-rotation, when the bundle was deleted too). ok is false when there is nothing
+// to do or nothing says which anchor it held (bootstrap and the bundle-writing steps then wait
+// with a message).
+func RecreatePrevious(s *State, step string) (*x509.Certificate, bool) {
+	if s.Previous.Found || !s.Anchor.Usable() {
+		return nil, false
+	}
+	if !s.Bundle.Found || len(s.Bundle.Certs) == 0 {
+		// Both deleted while Synced: the mesh trusts the current anchor alone, which still signs
+		// the identity issuer, so it is the previous anchor, as at bootstrap; the trust bundle is
+		// then rewritten from it. Mid-rotation nothing says which anchor was the previous one.
+		if step == StepDetectAnchorRotation && s.Issuer.Usable() && SignedBy(s.Issuer.Cert, s.Anchor.Cert) {
+			return s.Anchor.Cert, true
+		}
 		return nil, false
 	}
 	return bootstrapPrevious(s)

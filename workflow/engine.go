@@ -97,8 +97,9 @@ func (w *Workflow[S]) position(cp Checkpoint) (int, error) {
 // stops at the first step that waits, or after that step's act. It visits each step at most
 // once per call, so a workflow whose every step is done stops where it started.
 //
-// Before an act, the checkpoint (with a token from newToken when the step has none yet) is
-// saved with save; the act runs only once that succeeded. Errors carry the step name.
+// Before an act, the checkpoint (with a token from newToken when the step has none yet, passed
+// through the step's Token) is saved with save; the act runs only once that succeeded. Errors
+// carry the step name.
 func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, snap S, save SaveFunc, newToken func() string) (Result, error) {
 	i, err := w.position(cp)
 	if err != nil {
@@ -127,12 +128,14 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, snap S, save S
 			if st.Act == nil {
 				return res, fmt.Errorf("step %s: asked to act (%s) but has no act", st.Name, d.Reason)
 			}
-			if cp.Token == "" {
-				cp.Token = newToken()
-				if st.Token != nil {
-					cp.Token = st.Token(snap, cp.Token)
-				}
+			token := cp.Token
+			if token == "" {
+				token = newToken()
 			}
+			if st.Token != nil {
+				token = st.Token(snap, token)
+			}
+			cp.Token = token
 			cp.Acts++
 			if err := save(ctx, cp); err != nil {
 				return res, fmt.Errorf("step %s: saving checkpoint before acting: %w", st.Name, err)

@@ -172,3 +172,37 @@ func TestPlanWritesNothing(t *testing.T) {
 		t.Fatalf("plan acted: %v", snap.acted)
 	}
 }
+
+// TestAdvanceLetsTheStepExtendItsToken: Token runs before every act, the first with a fresh
+// stamp and the later ones with the token so far, and what it returns is saved before the act.
+func TestAdvanceLetsTheStepExtendItsToken(t *testing.T) {
+	steps := toySteps("a", "b")
+	steps[0].Token = func(_ *world, token string) string {
+		if token == "t1" {
+			return token + " first"
+		}
+		return token + " again"
+	}
+	var acted []string
+	act := steps[0].Act
+	steps[0].Act = func(ctx context.Context, s *world, token string) error {
+		acted = append(acted, token)
+		return act(ctx, s, token)
+	}
+	w, _ := New(steps...)
+	snap := &world{need: map[string]int{"a": 2}, acted: map[string]int{}}
+	var saved []string
+	save := func(_ context.Context, cp Checkpoint) error { saved = append(saved, cp.Token); return nil }
+	cp := Checkpoint{}
+	for range 2 {
+		res, err := w.Advance(context.Background(), cp, snap, save, func() string { return "t1" })
+		if err != nil || !res.Acted {
+			t.Fatalf("advance: %v acted=%v", err, res.Acted)
+		}
+		cp = res.Checkpoint
+	}
+	want := []string{"t1 first", "t1 first again"}
+	if !reflect.DeepEqual(saved, want) || !reflect.DeepEqual(acted, want) || cp.Acts != 2 {
+		t.Errorf("saved %v, acted under %v, acts %d; want %v twice and 2 acts", saved, acted, cp.Acts, want)
+	}
+}

@@ -62,9 +62,12 @@ type Step[S any] struct {
 	Act func(ctx context.Context, s S, token string) error
 	// Describe says, for a plan, what Act would change given the snapshot. Optional.
 	Describe func(s S) []string
-	// Token mints the step's idempotency token from a fresh unique stamp, for a step whose act
-	// must remember more than when it started — for example which objects it set out to
-	// replace, so that a repeated act never touches their replacements. Optional: the stamp
-	// itself is the token by default.
+	// Token returns the token the step's next act runs under, before each act and before the
+	// checkpoint is saved: given a fresh unique stamp at the step's first act, or the token of
+	// its earlier acts. It may extend the token with what the act must remember — for example
+	// which objects it set out to replace, so that a repeated act never touches their
+	// replacements, or a count to restore after a scale-down — and must return a token it was
+	// given unchanged when the act has nothing new to remember. Optional: the stamp itself is
+	// the token by default.
 	Token func(s S, stamp string) string
 }

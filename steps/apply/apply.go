@@ -105,9 +105,23 @@ func (w *KubeWriter) DeletePods(ctx context.Context, namespace string, names []s
 	return nil
 }
 
+// ScaleDeployment merge-patches the Deployment's scale subresource, as `kubectl scale` does:
+// the operator's RBAC lets it patch deployments/scale of linkerd-identity alone. With the same
+// replicas it changes nothing.
+func (w *KubeWriter) ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"replicas": replicas}})
+	if err != nil {
+		return err
+	}
+	if _, err := w.Client.AppsV1().Deployments(namespace).Patch(ctx, name, types.MergePatchType, patch, patchOptions(), "scale"); err != nil {
+		return fmt.Errorf("scaling Deployment %s/%s to %d replica(s): %w", namespace, name, replicas, err)
+	}
+	return nil
+}
+
 // Write is one write a Recorder saw.
 type Write struct {
-	// Verb is "apply" or "restart".
+	// Verb is "apply", "restart", "delete" or "scale".
 	Verb      string `json:"verb"`
 	Kind      string `json:"kind"`
 	Namespace string `json:"namespace"`
@@ -154,6 +168,10 @@ func (r *Recorder) DeletePods(_ context.Context, namespace string, names []strin
 		}
 	}
 	return nil
+}
+
+func (r *Recorder) ScaleDeployment(_ context.Context, namespace, name string, replicas int32) error {
+	return r.record(Write{"scale", "Deployment", namespace, name, fmt.Sprintf("replicas %d", replicas)})
 }
 
 func (r *Recorder) RestartDeployment(_ context.Context, namespace, name, token string) error {

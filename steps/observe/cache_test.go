@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +48,43 @@ func nativeSidecarPod() *corev1.Pod {
 	pod.Spec.InitContainers = []corev1.Container{{Name: "linkerd-init", Image: "cr.l5d.io/linkerd/proxy-init:v2"}, proxy}
 	pod.Spec.Containers = pod.Spec.Containers[1:]
 	return pod
+}
+
+// TestSlimPodKnowsWhenAControlPlanePodStarted: a control-plane pod's start is its containers'
+// latest start (a container restarted in place read its configuration again), its creation
+// while none runs; and the template restart it came from. TransformPod keeps both.
+func TestSlimPodKnowsWhenAControlPlanePodStarted(t *testing.T) {
+	cfg := steps.DefaultConfig()
+	pod := nativeSidecarPod()
+	pod.Namespace, pod.Name = "linkerd", "linkerd-identity-6d4cf56db6-x7k2p"
+	pod.Labels[steps.ControlPlaneComponentLabel] = "identity"
+	pod.Annotations[steps.RestartedAtAnnotation] = "2026-06-01T12:00:00.5Z"
+	created := metav1.Date(2026, 6, 1, 12, 0, 1, 0, time.UTC)
+	pod.CreationTimestamp = created
+	if got := SlimPod(cfg, pod); !got.Started.Equal(created.Time) || got.RestartedAt != "2026-06-01T12:00:00.5Z" {
+		t.Fatalf("no container runs: Started %v RestartedAt %q, want the creation %v and the annotation", got.Started, got.RestartedAt, created)
+	}
+	restarted := metav1.Date(2026, 6, 1, 13, 0, 0, 0, time.UTC)
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "linkerd-proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Date(2026, 6, 1, 12, 0, 2, 0, time.UTC)}}}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "identity", RestartCount: 1, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: restarted}}}}
+	for name, get := range map[string]func() *Pod{
+		"SlimPod": func() *Pod { return SlimPod(cfg, pod) },
+		"SlimPod(TransformPod)": func() *Pod {
+			slim, err := TransformPod(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return SlimPod(cfg, slim.(*corev1.Pod))
+		},
+	} {
+		if got := get(); !got.Started.Equal(restarted.Time) || got.RestartedAt != "2026-06-01T12:00:00.5Z" {
+			t.Errorf("%s: Started %v RestartedAt %q, want the identity container's restart %v", name, got.Started, got.RestartedAt, restarted)
+		}
+	}
+	pod.Labels = map[string]string{steps.ControlPlaneNSLabel: "linkerd"}
+	if got := SlimPod(cfg, pod); !got.Started.IsZero() || got.RestartedAt != "" {
+		t.Errorf("a data-plane pod: Started %v RestartedAt %q, want neither kept", got.Started, got.RestartedAt)
+	}
 }
 
 func TestSlimPodFindsTheProxyInEitherLayout(t *testing.T) {

@@ -3,6 +3,7 @@ package observe
 import (
 	"bytes"
 	"crypto/x509"
+	"sort"
 	"strings"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -65,4 +66,36 @@ func (c *certificateCheck) offPath(issuer string) string {
 		return "certificate issued by " + shortHash(issuer) + "; the active issuer, and so its trust anchor, is unknown"
 	}
 	return "certificate issued by " + shortHash(issuer) + ", which does not chain to " + shortHash(c.rootFP) + ", the active issuer's trust anchor"
+}
+
+// liveChains groups pods by the issuer chain they present (steps.LiveChain).
+type liveChains struct {
+	byKey map[string]int
+	out   []steps.LiveChain
+}
+
+func (l *liveChains) add(key string, certs []*x509.Certificate, pod string) {
+	if key == "" {
+		key = chainKey(certs)
+	}
+	i, ok := l.byKey[key]
+	if !ok {
+		if l.byKey == nil {
+			l.byKey = map[string]int{}
+		}
+		i = len(l.out)
+		l.byKey[key] = i
+		l.out = append(l.out, steps.LiveChain{Certs: certs, Example: pod})
+	}
+	c := &l.out[i]
+	c.Pods++
+	if pod < c.Example {
+		c.Example = pod
+	}
+}
+
+// list is the chains in a stable order: by example pod.
+func (l *liveChains) list() []steps.LiveChain {
+	sort.Slice(l.out, func(i, j int) bool { return l.out[i].Example < l.out[j].Example })
+	return l.out
 }

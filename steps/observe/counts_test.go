@@ -163,3 +163,37 @@ func TestConvergenceNamesPodsOfTheWorkloadsMostBehind(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeReportsWhatTheStatusWouldShow: the operator observes on changes only, so a probe
+// result changes the tracker's report (and wakes the operator) whenever what a convergence says
+// of the pod changes — its first result, another error, another chain — and only then.
+func TestProbeReportsWhatTheStatusWouldShow(t *testing.T) {
+	anchor, key := newCert(t, "root", true, nil, nil)
+	other, otherKey := newCert(t, "other-root", true, nil, nil)
+	issuer, _ := newCert(t, "identity", true, anchor, key)
+	stranger, _ := newCert(t, "stranger", true, other, otherKey)
+	var tr *CertTracker
+	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	tr = NewCertTracker(x, nil, 1, 0, nil)
+	tr.SetActive(anchor, true)
+	p := &Pod{Namespace: "app", Name: "web-0", UID: "u", Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true}
+	x.Upsert(p)
+	refused, hung := errors.New("connection refused"), errors.New("context deadline exceeded")
+	for i, step := range []struct {
+		certs []*x509.Certificate
+		err   error
+		want  bool
+	}{
+		{nil, refused, true}, // first result: "not probed yet" becomes "probe failed"
+		{nil, refused, false},
+		{nil, hung, true},
+		{[]*x509.Certificate{stranger}, nil, true}, // off the root's path
+		{[]*x509.Certificate{stranger}, nil, false},
+		{[]*x509.Certificate{issuer}, nil, true}, // converged
+		{[]*x509.Certificate{issuer}, nil, false},
+	} {
+		if got := tr.record(t.Context(), p, step.certs, step.err); got != step.want {
+			t.Errorf("probe %d: changed = %v, want %v", i+1, got, step.want)
+		}
+	}
+}

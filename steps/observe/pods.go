@@ -44,7 +44,15 @@ type Pod struct {
 	Terminating bool
 	// Created is the pod's creationTimestamp.
 	Created time.Time
-	IP      string
+	// Started is, for a control-plane pod, when its containers last started: the latest
+	// state.running.startedAt of its containers (init containers included), or Created while
+	// none runs. A container restarted in place (an OOM kill) reads its configuration again, so
+	// this, not Created, is when it last read the trust roots. Zero for other pods.
+	Started time.Time
+	// RestartedAt is, for a control-plane pod, its kubectl.kubernetes.io/restartedAt
+	// annotation: the restart of the pod template it was created from. "" for other pods.
+	RestartedAt string
+	IP          string
 	// AdminPort is the proxy container's linkerd-admin port.
 	AdminPort int32
 	// Identity is the proxy's identity name, the SNI its admin port answers to.
@@ -83,12 +91,30 @@ func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
 	p.Running = pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
 	p.Terminating = pod.DeletionTimestamp != nil
 	p.Created = pod.CreationTimestamp.Time
+	if p.ControlPlane {
+		p.Started = lastStarted(pod)
+		p.RestartedAt = pod.Annotations[steps.RestartedAtAnnotation]
+	}
 	if c, layout := steps.ProxyContainer(&pod.Spec); c != nil {
 		p.Meshed, p.NativeSidecar = true, layout == steps.NativeSidecar
 		p.AdminPort = steps.ProxyAdminPort(c)
 	}
 	p.Identity = intern(cfg.IdentityName(p.ServiceAccount, p.Namespace))
 	return p
+}
+
+// lastStarted is when the pod's containers last started: the latest state.running.startedAt,
+// or the pod's creation while no container runs.
+func lastStarted(pod *corev1.Pod) time.Time {
+	t := pod.CreationTimestamp.Time
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range statuses {
+			if r := cs.State.Running; r != nil && r.StartedAt.After(t) {
+				t = r.StartedAt.Time
+			}
+		}
+	}
+	return t
 }
 
 // intern returns the canonical copy of s. A pod shares its workload, service account and identity
@@ -142,6 +168,13 @@ func TransformPod(obj any) (any, error) {
 	}
 	slim.Labels = keep(pod.Labels, steps.ControlPlaneNSLabel, steps.ControlPlaneComponentLabel, "pod-template-hash")
 	slim.Annotations = keep(pod.Annotations, steps.TrustRootSHA256Annotation)
+	if _, cp := pod.Labels[steps.ControlPlaneComponentLabel]; cp {
+		// What SlimPod reads of a control-plane pod only: when it started, and from which restart.
+		slim.Annotations = keep(pod.Annotations, steps.TrustRootSHA256Annotation, steps.RestartedAtAnnotation)
+		if t := lastStarted(pod); t.After(pod.CreationTimestamp.Time) {
+			slim.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t)}}}}
+		}
+	}
 	if c, layout := steps.ProxyContainer(&pod.Spec); c != nil {
 		kept := []corev1.Container{{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}}
 		if layout == steps.NativeSidecar {
@@ -265,24 +298,6 @@ func (x *PodIndex) MeshedPods() int {
 	return x.meshed
 }
 
-// ControlPlanePods returns the names of a control-plane Deployment's alive pods, sorted, and how
-// many of them run.
-func (x *PodIndex) ControlPlanePods(namespace, deployment string) (names []string, running int) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	for _, p := range x.workloads[namespace+"/Deployment/"+deployment] {
-		if !p.ControlPlane {
-			continue
-		}
-		names = append(names, p.Name)
-		if p.Running {
-			running++
-		}
-	}
-	sort.Strings(names)
-	return names, running
-}
-
 // eachPodOf calls fn for the alive meshed pods of the given workloads, in that order and each
 // workload's pods by name, until fn returns false. Called with x.mu held.
 func (x *PodIndex) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool) {
@@ -301,10 +316,27 @@ func (x *PodIndex) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool
 	}
 }
 
-// FillControlPlane adds to the State's control-plane Deployments their pods from the index.
+// FillControlPlane adds to the State's control-plane Deployments their alive pods from the
+// index: their names, sorted, how many run, and when each started and from which template
+// restart.
 func (x *PodIndex) FillControlPlane(s *steps.State) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
 	for name, d := range s.ControlPlane {
-		d.Pods, d.RunningPods = x.ControlPlanePods(d.Namespace, name)
+		d.Pods, d.RunningPods, d.Members = nil, 0, nil
+		for _, p := range x.workloads[d.Namespace+"/Deployment/"+name] {
+			if !p.ControlPlane {
+				continue
+			}
+			d.Members = append(d.Members, steps.ControlPlanePod{Name: p.Name, Started: p.Started, RestartedAt: p.RestartedAt, Terminating: p.Terminating})
+			if p.Running {
+				d.RunningPods++
+			}
+		}
+		sort.Slice(d.Members, func(i, j int) bool { return d.Members[i].Name < d.Members[j].Name })
+		for _, m := range d.Members {
+			d.Pods = append(d.Pods, m.Name)
+		}
 		s.ControlPlane[name] = d
 	}
 }

@@ -25,3 +25,26 @@ func TestTopWorkloadsKeepsTheSortedTop(t *testing.T) {
 		t.Errorf("one workload: %v, %d", top, n)
 	}
 }
+
+func TestFillControlPlaneNamesTheAlivePodsOfEachDeployment(t *testing.T) {
+	x := NewPodIndex(nil)
+	cp := func(name, uid string, running, alive bool) *Pod {
+		return &Pod{Namespace: "linkerd", Name: name, UID: uid, Workload: "linkerd/Deployment/linkerd-identity",
+			ControlPlane: true, Meshed: true, Alive: alive, Running: running}
+	}
+	x.Upsert(cp("linkerd-identity-b", "2", true, true))
+	x.Upsert(cp("linkerd-identity-a", "1", false, true))
+	x.Upsert(cp("linkerd-identity-c", "3", true, false)) // Succeeded or Failed: gone
+	s := &steps.State{ControlPlane: map[string]steps.Deployment{
+		"linkerd-identity":    {Namespace: "linkerd", Pods: []string{"stale"}, RunningPods: 7},
+		"linkerd-destination": {Namespace: "linkerd"},
+	}}
+	x.FillControlPlane(s)
+	id := s.ControlPlane["linkerd-identity"]
+	if fmt.Sprint(id.Pods) != "[linkerd-identity-a linkerd-identity-b]" || id.RunningPods != 1 || len(id.Members) != 2 || id.Members[0].Name != "linkerd-identity-a" {
+		t.Errorf("linkerd-identity: pods %v, running %d, members %+v", id.Pods, id.RunningPods, id.Members)
+	}
+	if d := s.ControlPlane["linkerd-destination"]; len(d.Pods) != 0 || d.RunningPods != 0 || len(d.Members) != 0 {
+		t.Errorf("linkerd-destination has no pod, got %+v", d)
+	}
+}

@@ -309,6 +309,21 @@ func (t *CertTracker) Certificates() steps.Convergence {
 	return c
 }
 
+// LiveChains are the distinct issuer chains the alive meshed pods presented at their last
+// successful probe (steps.State.LiveChains), whatever the root: the chains a bundle the rotation
+// writes must keep an anchor for.
+func (t *CertTracker) LiveChains() []steps.LiveChain {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var lc liveChains
+	t.index.Each(func(p *Pod) {
+		if r := t.results[p.UID]; r != nil && r.chain != nil {
+			lc.add(r.chain.key, r.chain.certs, p.Key())
+		}
+	})
+	return lc.list()
+}
+
 // Run probes until ctx ends, with concurrency workers. A quarter of them probe only the pods the
 // rotation may be waiting on (see probeQueue), so those never wait behind slow re-probes.
 func (t *CertTracker) Run(ctx context.Context) {
@@ -352,7 +367,7 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 }
 
 // record accounts for a probe of p that returned certs or err, schedules the next probe of a pod
-// that has not converged, and reports whether the pod's convergence changed.
+// that has not converged, and reports whether what the convergence says of the pod changed.
 func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certificate, err error) (changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -363,10 +378,12 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 		return false
 	}
 	r := t.results[p.UID]
-	if r == nil {
+	first := r == nil
+	if first {
 		r = &probeResult{}
 		t.results[p.UID] = r
 	}
+	prevChain, prevErr := r.chain, r.err
 	r.chain, r.err = nil, ""
 	if err == nil {
 		r.chain = t.intern(certs)
@@ -383,10 +400,14 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 	case wasOK && !nowOK:
 		addCount(t.behind, w, +1)
 	}
+	// What a convergence says of the pod changed: whether it converged, or why not (the
+	// reason it names the pod with). The operator observes on changes only, so a probe that
+	// turned "not probed yet" into "probe failed: …" must be one.
+	changed = first || wasOK != nowOK || r.err != prevErr || r.chain != prevChain
 	if nowOK {
 		t.ok[p.UID] = true
 		r.failures = 0
-		return !wasOK
+		return changed
 	}
 	delete(t.ok, p.UID)
 	if err == nil {
@@ -408,7 +429,7 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 		}
 		t.queue.AddAfter(p.Key(), l, min(delay, limit))
 	}
-	return wasOK
+	return changed
 }
 
 func (t *CertTracker) afterProbe(key, uid string) {

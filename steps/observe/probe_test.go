@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"testing"
@@ -234,5 +235,14 @@ func TestCertTrackerCountsEveryIssuerOfTheNewAnchor(t *testing.T) {
 	}
 	if len(c.Pods) != 1 || c.Pods[0].Name != "legacy-0" {
 		t.Errorf("pods behind = %+v, want legacy-0 alone", c.Pods)
+	}
+	// Whatever the root, the live chains are every chain presented, with its pods.
+	got := map[string]string{}
+	for _, lc := range b.tracker.LiveChains() {
+		got[steps.Fingerprint(lc.Certs[0])] = fmt.Sprintf("%d %s", lc.Pods, lc.Example)
+	}
+	want := map[string]string{steps.Fingerprint(oldIssuer): "1 app/legacy-0", steps.Fingerprint(first): "2 app/web-0", steps.Fingerprint(second): "1 app/web-2"}
+	if !maps.Equal(got, want) {
+		t.Errorf("live chains %v, want %v", got, want)
 	}
 }

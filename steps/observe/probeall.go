@@ -78,6 +78,18 @@ feed:
 	return results
 }
 
+// LiveChains groups the probed pods by the issuer chain they present, as the operator's
+// CertTracker does (steps.State.LiveChains).
+func LiveChains(pods []*Pod, results map[string]ProbeResult) []steps.LiveChain {
+	var lc liveChains
+	for _, p := range pods {
+		if r, ok := results[p.Key()]; ok && r.Err == nil && len(r.Chain) > 0 && p.Meshed && p.Alive {
+			lc.add(r.key, r.Chain, p.Key())
+		}
+	}
+	return lc.list()
+}
+
 // Probeable reports whether ProbeAll probes the pod.
 func Probeable(p *Pod) bool { return p.Meshed && p.Alive && p.Running }
 

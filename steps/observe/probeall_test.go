@@ -128,4 +128,8 @@ func TestProbeAllReadsLiveIssuers(t *testing.T) {
 	if c := NewCertificateCheck(nil).Convergence(pods, results); c.Converged != 0 {
 		t.Errorf("with no root: %d converged, want none", c.Converged)
 	}
+	live := LiveChains(pods, results)
+	if len(live) != 3 || live[0].Example != "app/on-active" || live[2].Example != "app/on-old" || steps.Fingerprint(live[2].Certs[0]) != steps.Fingerprint(old) || live[2].Pods != 1 {
+		t.Errorf("live chains %+v, want one per issuer, by pod name", live)
+	}
 }

@@ -50,6 +50,9 @@ func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotation
 	}
 	if status != nil {
 		s.Retiring = steps.RetiringTo(status.Checkpoint)
+		if cp := status.Checkpoint; cp != nil && cp.StartTime != nil {
+			s.RotationStart = cp.StartTime.Time
+		}
 	}
 	for _, name := range cfg.ControlPlane() {
 		d, err := kube.AppsV1().Deployments(cfg.LinkerdNamespace).Get(ctx, name, metav1.GetOptions{})

@@ -23,6 +23,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/internal/podrun"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/internal/proc"
 	"github.com/linkerd/trust-rotation/test/pki"
@@ -31,6 +32,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	podrun.Init() // this binary is also the init of the pods TestChartPodRunsAsAPod runs
 	os.Exit(cluster.ForTest(m, cluster.Options{}))
 }
 

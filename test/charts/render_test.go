@@ -403,6 +403,8 @@ func TestOperatorChartRendersWhatTheOperatorNeeds(t *testing.T) {
 		{"mesh", "secrets", "create", []string{"prev"}},
 		{"mesh", "configmaps", "create", []string{"roots"}},
 		{"mesh", "deployments", "patch", []string{"id", "linkerd-destination", "linkerd-proxy-injector"}},
+		// restart-identity scales identity to 0 and back: identity alone.
+		{"mesh", "deployments/scale", "patch", []string{"id"}},
 		{"mesh", "secrets", "delete", nil},
 		{"ops", "leases", "update", []string{"lock"}},
 		{"default", "events", "create", []string{"*"}},

@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
@@ -57,10 +59,22 @@ type EnvOptions struct {
 	ClusterName string
 	Oracle      *meshsim.Oracle
 	Gateway     bool
+	// ControlPlaneReplicas is the replicas of each control-plane Deployment (the Linkerd
+	// chart's controllerReplicas; 1 when 0). A test that sets it scales the control plane back
+	// to 1 when it ends (ScaleControlPlane): the other tests expect one replica each.
+	ControlPlaneReplicas int32
 }
 
 // proxyContainerPrefix names the namespaces of EnvOptions.ProxyContainerDeployments.
 const proxyContainerPrefix = "proxy-container"
+
+// CertificateBound is how long a meshed pod may run without a certificate before the oracle
+// fails the test (meshsim.Config.CertificateBound): a proxy asks identity at once when it starts
+// and, while it has none, again every minimum refresh interval (meshsim.DefaultMinRefresh, 10s).
+// A pod started while identity restarts misses the first attempt or two; six intervals cover
+// that on a loaded machine. A pod whose proxy rejects every certificate identity signs (its
+// roots lack the issuer's anchor) never gets one, and crosses it.
+const CertificateBound = 6 * meshsim.DefaultMinRefresh
 
 // NewEnv installs the PKI, then both charts with helm (the CRD, the operator's ServiceAccount
 // and RBAC, the TrustAnchorRotation `cluster`), then runs bootstrap through the given operator
@@ -93,6 +107,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 		RESTConfig:         c.RESTConfig(),
 		VolumeRefreshDelay: meshsim.Never, // the injector sees a new bundle only when restarted
 		OracleTick:         200 * time.Millisecond,
+		CertificateBound:   CertificateBound,
 		Registerer:         prometheus.NewRegistry(),
 		ClusterName:        opts.ClusterName,
 		Oracle:             opts.Oracle,
@@ -101,7 +116,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Mesh.Stop)
-	if err := meshsim.InstallControlPlane(ctx, kube, meshsim.ControlPlaneOptions{}); err != nil {
+	if err := meshsim.InstallControlPlane(ctx, kube, meshsim.ControlPlaneOptions{Replicas: opts.ControlPlaneReplicas}); err != nil {
 		t.Fatal(err)
 	}
 	if err := meshsim.WaitForRollouts(ctx, kube, e.Mesh.ControlPlane()); err != nil {
@@ -140,6 +155,47 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 
 // MeshedPods is the number of meshed pods the environment runs, control plane included.
 func (e *Env) MeshedPods() int { return len(e.Mesh.Pods()) }
+
+// ControlPlanePods is the number of meshed pods of the control plane.
+func (e *Env) ControlPlanePods() int {
+	n := 0
+	for _, p := range e.Mesh.Pods() {
+		if p.Component != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// RestoreControlPlaneOnCleanup scales the control plane back to one replica of each Deployment
+// when the test ends, as the other tests expect it (see EnvOptions.ControlPlaneReplicas).
+func (e *Env) RestoreControlPlaneOnCleanup() {
+	e.T.Cleanup(func() {
+		// The test's context has ended by now.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		ec := *e
+		ec.Ctx = ctx
+		ec.ScaleControlPlane(1)
+	})
+}
+
+// ScaleControlPlane sets the replicas of every control-plane Deployment, as `kubectl scale`
+// does (no change of the pod template, so no restart), and waits for the rollouts and for every
+// proxy's certificate.
+func (e *Env) ScaleControlPlane(replicas int32) {
+	e.T.Helper()
+	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+	for _, w := range e.Mesh.ControlPlane() {
+		if _, err := e.Cluster.Kube().AppsV1().Deployments(w.Namespace).Patch(e.Ctx, w.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			e.T.Fatalf("scaling Deployment %s/%s to %d: %v", w.Namespace, w.Name, replicas, err)
+		}
+	}
+	if err := meshsim.WaitForRollouts(e.Ctx, e.Cluster.Kube(), e.Mesh.ControlPlane()); err != nil {
+		e.T.Fatal(err)
+	}
+	e.WaitCertificates()
+}
 
 // WaitCertificates waits until every running proxy holds a certificate.
 func (e *Env) WaitCertificates() {

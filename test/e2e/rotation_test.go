@@ -3,12 +3,16 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
@@ -25,7 +29,9 @@ const rotationName = steps.DefaultRotationName
 // right after the anchor. The mesh has both proxy layouts, as a cluster part-way through an
 // upgrade to edge-26.5.2 has: the control plane and four Deployments run the proxy as a native
 // sidecar, one Deployment's namespace opted out and runs it as a container. (The Deployments
-// are those TestHandsOffRotation left on the shared cluster, plus one.)
+// are those TestHandsOffRotation left on the shared cluster, plus one.) The control plane runs
+// three replicas of each Deployment, as a production install does (controllerReplicas=3):
+// identity is rolled, or scaled to 0 and back to three when the issuer was renewed early.
 func TestRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	cluster.DumpLogsOnFailure(t, c)
@@ -34,15 +40,20 @@ func TestRotation(t *testing.T) {
 
 	// The operator runs under the chart's ServiceAccount: the rotation completing is the proof
 	// that the chart's RBAC is sufficient.
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1}, func(rel *charts.Release) *Operator {
-		return StartChartOperator(t, rel)
-	})
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1, ControlPlaneReplicas: 3},
+		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel) })
+	e.RestoreControlPlaneOnCleanup()
+	if n := e.ControlPlanePods(); n != 9 {
+		t.Fatalf("the control plane runs %d meshed pods, want 3 replicas of each of its 3 Deployments", n)
+	}
 	start := time.Now()
 
 	t.Run("InOrder", func(t *testing.T) {
 		e := *e
 		e.T = t
+		replicas := e.watchIdentityReplicas()
 		rotateInOrder(&e, issuerWhenAsked)
+		e.checkIdentityReplicas(replicas(), []int32{3}) // rolled, never scaled
 	})
 	if t.Failed() {
 		return
@@ -50,7 +61,11 @@ func TestRotation(t *testing.T) {
 	t.Run("IssuerRenewedRightAfterAnchor", func(t *testing.T) {
 		e := *e
 		e.T = t
+		// restart-identity scales identity to 0 and, once none of its pods is left, back to 3:
+		// the oracle sees no old identity pod beside a new one.
+		replicas := e.watchIdentityReplicas()
 		rotateInOrder(&e, issuerRightAfterAnchor)
+		e.checkIdentityReplicas(replicas(), []int32{3, 0, 3})
 	})
 	t.Run("IssuerRenewedWhileNativeSidecarsLag", func(t *testing.T) {
 		e := *e
@@ -120,7 +135,8 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 		}
 	}()
 	pods := e.MeshedPods()
-	apps := pods - 3 // the control plane runs one replica of each of its three Deployments
+	controlPlane := e.ControlPlanePods()
+	apps := pods - controlPlane
 
 	oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
 	newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
@@ -222,13 +238,13 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 	tar, err = WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "the control plane on the new issuer",
 		func(tar *v1alpha1.TrustAnchorRotation) bool {
 			return stepOf(tar) == steps.StepRenewWorkloadCertificates && tar.Status.WorkloadCertificates != nil &&
-				tar.Status.WorkloadCertificates.ConvergedPods == 3
+				tar.Status.WorkloadCertificates.ConvergedPods == int32(controlPlane)
 		})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if wc := tar.Status.WorkloadCertificates; wc.TargetPods != int32(pods) || wc.Status != v1alpha1.Converging {
-		t.Errorf("workloadCertificates = %+v, want 3 of %d converging", wc, pods)
+		t.Errorf("workloadCertificates = %+v, want %d of %d converging", wc, controlPlane, pods)
 	}
 	e.checkMetric("trust_rotation_workload_certificate_refresh_interval_seconds 300")
 	atPhase(v1alpha1.PhaseRenewingWorkloadCerts)
@@ -396,5 +412,58 @@ func (e *Env) restartProxyContainersThenRenewIssuer() {
 	if step := stepOf(tar); step != steps.StepPropagateTrustRoots {
 		t.Errorf("with native-sidecar pods not restarted, the rotation is at step %s (%q), want %s",
 			step, tar.Status.BlockingMessage, steps.StepPropagateTrustRoots)
+	}
+}
+
+// watchIdentityReplicas records linkerd-identity's spec.replicas, from now (its current value
+// first) and each time it changes, until the returned function is called; that returns them.
+func (e *Env) watchIdentityReplicas() func() []int32 {
+	e.T.Helper()
+	ctx, cancel := context.WithCancel(e.Ctx)
+	w, err := e.Cluster.Kube().AppsV1().Deployments("linkerd").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=linkerd-identity"})
+	if err != nil {
+		cancel()
+		e.T.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			d, ok := ev.Object.(*appsv1.Deployment)
+			if !ok || d.Spec.Replicas == nil {
+				continue
+			}
+			mu.Lock()
+			if n := len(seen); n == 0 || seen[n-1] != *d.Spec.Replicas {
+				seen = append(seen, *d.Spec.Replicas)
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() []int32 {
+		w.Stop()
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
+	}
+}
+
+// checkIdentityReplicas fails unless linkerd-identity's replicas went through want (from the
+// watch of watchIdentityReplicas) and it runs the last of them, ready.
+func (e *Env) checkIdentityReplicas(got, want []int32) {
+	e.T.Helper()
+	if !slices.Equal(got, want) {
+		e.T.Errorf("linkerd-identity's replicas went %v, want %v", got, want)
+	}
+	d, err := e.Cluster.Kube().AppsV1().Deployments("linkerd").Get(e.Ctx, "linkerd-identity", metav1.GetOptions{})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if last := want[len(want)-1]; d.Spec.Replicas == nil || *d.Spec.Replicas != last || d.Status.ReadyReplicas != last {
+		e.T.Errorf("Deployment linkerd/linkerd-identity: %d replicas wanted, %d ready; want %d", ptr.Deref(d.Spec.Replicas, 1), d.Status.ReadyReplicas, last)
 	}
 }

@@ -77,6 +77,9 @@ type Config struct {
 	// OracleTick is the period of the oracle's full check (default 1s); it also checks on every
 	// change of a proxy's roots or chain.
 	OracleTick time.Duration
+	// CertificateBound is how long a meshed pod's proxy may run without a certificate before
+	// the oracle reports it (Oracle.SetCertificateBound); 0 reports none.
+	CertificateBound time.Duration
 
 	// Registerer receives the oracle's metrics (optional).
 	Registerer prometheus.Registerer
@@ -205,6 +208,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if m.oracle == nil {
 		m.oracle = NewOracle(cfg.Clock, cfg.OracleTick, cfg.Registerer)
 	}
+	m.oracle.SetCertificateBound(cfg.CertificateBound)
 	m.admin = newAdminServer(mctx)
 
 	m.broadcaster = record.NewBroadcaster(record.WithContext(mctx))

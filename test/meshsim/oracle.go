@@ -113,6 +113,43 @@ func (v Violation) String() string {
 		v.Kind, v.Server, v.Client, v.Pairs, v.Start.Format(time.RFC3339Nano), end, v.Reason)
 }
 
+// CertificateWait is a meshed pod's proxy waiting for its first certificate: from the proxy's
+// start until it got one (End, Certified) or stopped without one (End, not Certified). End is
+// zero while it still waits. A proxy without a certificate is no mTLS violation — it serves no
+// mTLS at all — but a pod that stays so is an outage of its own: its proxy rejects every
+// certificate identity signs (its roots lack the issuer's anchor), or identity cannot sign.
+type CertificateWait struct {
+	Pod        PodRef
+	Start, End time.Time
+	Certified  bool
+}
+
+// Duration is how long the pod waited, or has waited by now.
+func (w CertificateWait) Duration(now time.Time) time.Duration {
+	if w.End.IsZero() {
+		return now.Sub(w.Start)
+	}
+	return w.End.Sub(w.Start)
+}
+
+func (w CertificateWait) describe(now time.Time) string {
+	how := "still without one"
+	switch {
+	case w.End.IsZero():
+	case w.Certified:
+		how = "got one at " + w.End.Format(time.RFC3339Nano)
+	default:
+		how = "stopped without one at " + w.End.Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("%s: no certificate for %s since its proxy started at %s, %s",
+		w.Pod, w.Duration(now).Round(100*time.Millisecond), w.Start.Format(time.RFC3339Nano), how)
+}
+
+// minRecordedWait is the shortest wait for a first certificate the oracle keeps once it ended:
+// a proxy normally gets its certificate within a few hundred milliseconds of starting, and
+// keeping every such wait of a long run would only grow the history.
+const minRecordedWait = time.Second
+
 // OracleStatus is the outcome of the oracle's latest check.
 type OracleStatus struct {
 	Time                   time.Time
@@ -125,6 +162,9 @@ type OracleStatus struct {
 	ActiveViolations       int // ongoing episodes
 	ViolatingPairs         int // ordered pod pairs failing now
 	TotalViolations        int // episodes ever recorded
+	// WithoutCertificate names the pods without a certificate, the longest-waiting first (the
+	// first statusWaitLimit).
+	WithoutCertificate []CertificateWait
 }
 
 // Oracle checks the mesh's mTLS safety: every meshed pod's live chain must validate against every
@@ -150,9 +190,13 @@ type Oracle struct {
 	active   map[string]*Violation
 	history  []*Violation
 	status   OracleStatus
-	changed  chan struct{} // closed and replaced after every check
-	kick     chan struct{}
-	metrics  *oracleMetrics
+	// waits are the ended waits for a first certificate that lasted minRecordedWait or more;
+	// certBound is how long a pod may wait before CheckNoViolationsSince reports it (0: never).
+	waits     []CertificateWait
+	certBound time.Duration
+	changed   chan struct{} // closed and replaced after every check
+	kick      chan struct{}
+	metrics   *oracleMetrics
 }
 
 type member struct {
@@ -160,8 +204,9 @@ type member struct {
 	roots    *rootSet
 	rootKey  string // its root class's key
 	chain    []*x509.Certificate
-	chainKey string // its chain class's key
-	leafErr  string // a defect of the leaf itself found at install (bad signature)
+	chainKey string    // its chain class's key
+	leafErr  string    // a defect of the leaf itself found at install (bad signature)
+	started  time.Time // when the proxy started (its roots were set): it waits for a certificate from then
 }
 
 type rootClass struct {
@@ -293,6 +338,8 @@ func (o *Oracle) setChain(pod PodRef, chain []*x509.Certificate) {
 	m := o.member(pod)
 	if m.chain != nil {
 		o.leaveChain(m)
+	} else {
+		o.endWait(m, o.clock.Now(), true)
 	}
 	m.chain = chain
 	target := chain
@@ -333,6 +380,8 @@ func (o *Oracle) remove(uid types.UID) {
 	}
 	if m.chain != nil {
 		o.leaveChain(m)
+	} else {
+		o.endWait(m, o.clock.Now(), false)
 	}
 	delete(o.members, uid)
 	o.requestCheck()
@@ -341,10 +390,17 @@ func (o *Oracle) remove(uid types.UID) {
 func (o *Oracle) member(pod PodRef) *member {
 	m := o.members[pod.UID]
 	if m == nil {
-		m = &member{pod: pod}
+		m = &member{pod: pod, started: o.clock.Now()}
 		o.members[pod.UID] = m
 	}
 	return m
+}
+
+// endWait records the end of a member's wait for its first certificate.
+func (o *Oracle) endWait(m *member, now time.Time, certified bool) {
+	if now.Sub(m.started) >= minRecordedWait {
+		o.waits = append(o.waits, CertificateWait{Pod: m.pod, Start: m.started, End: now, Certified: certified})
+	}
 }
 
 func (o *Oracle) leaveRoots(m *member) {
@@ -386,8 +442,10 @@ func (o *Oracle) Check() OracleStatus {
 		}
 	}
 	withCert := 0
+	var waiting []CertificateWait
 	for _, m := range o.members {
 		if m.chain == nil {
+			waiting = append(waiting, CertificateWait{Pod: m.pod, Start: m.started})
 			continue
 		}
 		withCert++
@@ -408,6 +466,7 @@ func (o *Oracle) Check() OracleStatus {
 		PodsWithCertificate: withCert, PodsWithoutCertificate: len(o.members) - withCert,
 		RootClasses: len(o.rootCls), ChainClasses: len(o.chainCls),
 		ActiveViolations: len(o.active), ViolatingPairs: violatingPairs, TotalViolations: len(o.history),
+		WithoutCertificate: longestFirst(waiting, statusWaitLimit),
 	}
 	o.metrics.checks.Inc()
 	o.metrics.active.Set(float64(len(o.active)))
@@ -592,6 +651,63 @@ func validityInterval(now time.Time, sets ...[]*x509.Certificate) (from, until t
 	return from, until
 }
 
+// statusWaitLimit is how many pods without a certificate OracleStatus names.
+const statusWaitLimit = 10
+
+// longestFirst sorts waits by start, the earliest (the longest-waiting) first, and keeps limit.
+func longestFirst(waits []CertificateWait, limit int) []CertificateWait {
+	sort.Slice(waits, func(i, j int) bool {
+		if !waits[i].Start.Equal(waits[j].Start) {
+			return waits[i].Start.Before(waits[j].Start)
+		}
+		return waits[i].Pod.String() < waits[j].Pod.String()
+	})
+	if len(waits) > limit {
+		waits = waits[:limit]
+	}
+	return waits
+}
+
+// SetCertificateBound sets how long a meshed pod may run without a certificate before
+// CheckNoViolationsSince and UncertifiedSince report it; 0 (the default) reports none.
+func (o *Oracle) SetCertificateBound(d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.certBound = d
+}
+
+// CertificateWaitsSince returns the waits for a first certificate, ended or ongoing, that lasted
+// longer than d and were under way at some time at or after t, earliest first.
+func (o *Oracle) CertificateWaitsSince(t time.Time, d time.Duration) []CertificateWait {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.clock.Now()
+	var out []CertificateWait
+	for _, w := range o.waits {
+		if !w.End.Before(t) && w.Duration(now) > d {
+			out = append(out, w)
+		}
+	}
+	for _, m := range o.members {
+		if w := (CertificateWait{Pod: m.pod, Start: m.started}); m.chain == nil && w.Duration(now) > d {
+			out = append(out, w)
+		}
+	}
+	return longestFirst(out, len(out))
+}
+
+// UncertifiedSince returns the pods that, at some time at or after t, ran without a certificate
+// for longer than the certificate bound (SetCertificateBound); none when no bound is set.
+func (o *Oracle) UncertifiedSince(t time.Time) []CertificateWait {
+	o.mu.Lock()
+	d := o.certBound
+	o.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	return o.CertificateWaitsSince(t, d)
+}
+
 // Status returns the outcome of the latest check.
 func (o *Oracle) Status() OracleStatus {
 	o.mu.Lock()
@@ -633,22 +749,51 @@ func (o *Oracle) ViolationsSince(t time.Time) []Violation {
 }
 
 // CheckNoViolationsSince runs a check now and returns an error listing every episode ongoing at
-// or after t; nil means mTLS held throughout.
+// or after t, and every meshed pod that ran without a certificate for longer than the
+// certificate bound at some time at or after t (UncertifiedSince); nil means mTLS held
+// throughout and every pod got its certificate in time.
 func (o *Oracle) CheckNoViolationsSince(t time.Time) error {
 	o.Check()
 	vs := o.ViolationsSince(t)
-	if len(vs) == 0 {
+	ws := o.UncertifiedSince(t)
+	if len(vs) == 0 && len(ws) == 0 {
 		return nil
 	}
-	msg := fmt.Sprintf("%d mTLS violation(s) since %s:", len(vs), t.Format(time.RFC3339Nano))
-	for i, v := range vs {
-		if i == 10 {
-			msg += fmt.Sprintf("\n  … and %d more", len(vs)-10)
-			break
+	var msg string
+	if len(vs) > 0 {
+		msg = fmt.Sprintf("%d mTLS violation(s) since %s:", len(vs), t.Format(time.RFC3339Nano))
+		for i, v := range vs {
+			if i == 10 {
+				msg += fmt.Sprintf("\n  … and %d more", len(vs)-10)
+				break
+			}
+			msg += "\n  " + v.String()
 		}
-		msg += "\n  " + v.String()
+	}
+	if len(ws) > 0 {
+		if msg != "" {
+			msg += "\n"
+		}
+		msg += o.describeUncertified(t, ws)
 	}
 	return fmt.Errorf("%s", msg)
+}
+
+// describeUncertified renders UncertifiedSince's pods, the first ten.
+func (o *Oracle) describeUncertified(t time.Time, ws []CertificateWait) string {
+	o.mu.Lock()
+	d := o.certBound
+	o.mu.Unlock()
+	now := o.clock.Now()
+	msg := fmt.Sprintf("%d meshed pod(s) ran without a certificate for longer than %s since %s:", len(ws), d, t.Format(time.RFC3339Nano))
+	for i, w := range ws {
+		if i == 10 {
+			msg += fmt.Sprintf("\n  … and %d more", len(ws)-10)
+			break
+		}
+		msg += "\n  " + w.describe(now)
+	}
+	return msg
 }
 
 // WaitFor blocks until cond holds for the oracle's status (evaluated after every check) or ctx

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,6 +153,56 @@ func TestOracleExpiredLeafAndPodsWithoutCertificates(t *testing.T) {
 	}
 	if v := o.Violations()[0]; v.Kind != ViolationInvalidLeaf || v.Server != pod(0) {
 		t.Errorf("violation %+v", v)
+	}
+}
+
+// TestOracleNamesPodsWithoutCertificates: the oracle names the pods whose proxy runs without a
+// certificate (status), and, once a bound is set, CheckNoViolationsSince fails on each pod that
+// waited longer than it for its first certificate — whether it got one later, stopped without
+// one, or still waits — and on none that got one in time.
+func TestOracleNamesPodsWithoutCertificates(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	p := newRotationPKI(t, clk.Now())
+	o := NewOracle(clk, time.Second, nil)
+	start := clk.Now()
+	for i := 0; i < 4; i++ {
+		o.setRoots(pod(i), p.oldOnly)
+	}
+	clk.Step(500 * time.Millisecond)
+	o.setChain(pod(0), p.oldIss.leaf(t, "a", clk.Now(), time.Hour)) // in time
+	s := o.Check()
+	if s.PodsWithoutCertificate != 3 || len(s.WithoutCertificate) != 3 || s.WithoutCertificate[0].Pod != pod(1) || !s.WithoutCertificate[0].Start.Equal(start) {
+		t.Fatalf("status names %+v, want pods 1, 2, 3 since %s", s.WithoutCertificate, start)
+	}
+	if err := o.CheckNoViolationsSince(start); err != nil {
+		t.Fatalf("no bound set: %v", err)
+	}
+
+	o.SetCertificateBound(time.Minute)
+	clk.Step(70 * time.Second)
+	o.remove(pod(2).UID) // stopped without one
+	clk.Step(20 * time.Second)
+	o.setChain(pod(1), p.oldIss.leaf(t, "b", clk.Now(), time.Hour)) // late
+	err := o.CheckNoViolationsSince(start)
+	if err == nil {
+		t.Fatal("CheckNoViolationsSince passed with pods 1, 2 and 3 late")
+	}
+	for _, want := range []string{"3 meshed pod(s) ran without a certificate for longer than 1m0s", "ns/p1: no certificate for 1m30.5s", "got one at",
+		"ns/p2: no certificate for 1m10.5s", "stopped without one at", "ns/p3: no certificate for 1m30.5s", "still without one"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "ns/p0") {
+		t.Errorf("error names pod 0, which got its certificate in time: %v", err)
+	}
+	if ws := o.UncertifiedSince(clk.Now()); len(ws) != 2 || ws[0].Pod != pod(1) || ws[1].Pod != pod(3) {
+		t.Errorf("uncertified since now: %+v, want pod 1 (ended now) and pod 3 (ongoing)", ws)
+	}
+	o.setChain(pod(3), p.oldIss.leaf(t, "c", clk.Now(), time.Hour))
+	clk.Step(time.Second)
+	if err := o.CheckNoViolationsSince(clk.Now()); err != nil {
+		t.Errorf("every pod certified and every wait over: %v", err)
 	}
 }
 

@@ -436,6 +436,25 @@ func (f *fixture) midRotation() {
 	tar.Status.Checkpoint = &v1alpha1.Checkpoint{Step: steps.StepPropagateTrustRoots, Rotation: steps.Fingerprint(cert(t, "anchor-new")), StartTime: &since}
 }
 
+// issuerRenewedEarly is midRotation at restart-identity: every pod converged on the expanded
+// bundle, and the identity issuer already renewed onto the new anchor (the user renewed it right
+// after the anchor), so identity is to be scaled to 0 and back.
+func issuerRenewedEarly(f *fixture) {
+	t := f.t
+	f.midRotation()
+	hash := steps.BundleHash(steps.RenderBundle(cert(t, "anchor-new"), cert(t, "anchor-old")))
+	for _, o := range f.kube {
+		if p, ok := o.(*corev1.Pod); ok {
+			p.Annotations[steps.TrustRootSHA256Annotation] = hash
+		}
+	}
+	f.issue("linkerd", "linkerd-identity-issuer", certPEM(t, "issuer-new"))
+	tar := f.rotations["cluster"]
+	tar.Status.BlockingMessage = ""
+	tar.Status.TrustBundle = &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 3, TargetPods: 3}
+	tar.Status.Checkpoint.Step = steps.StepRestartIdentity
+}
+
 // linkedMidRotation is midRotation in a cluster linked to two others, parked at the first remote
 // gate: east has converged, north's pods are behind.
 func linkedMidRotation(f *fixture) {

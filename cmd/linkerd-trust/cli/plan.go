@@ -251,6 +251,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		return nil, err
 	}
 	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(snap.Pods, results)
+	s.LiveChains = observe.LiveChains(snap.Pods, results)
 	// The linked clusters, read as the operator reads them, with its credentials: the remote
 	// gates below wait on them.
 	linked, err := linkedClusters(ctx, cl, kf, tar.Spec.RemoteClusters, s.Now)
@@ -333,6 +334,9 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 				token := cp.Token
 				if ps.Name != cp.Step || token == "" {
 					token = placeholderToken
+				}
+				if st.Token != nil {
+					token = st.Token(s, token) // what the operator saves before the act
 				}
 				before := len(recorder.Writes())
 				if err := st.Act(ctx, s, token); err != nil {

@@ -461,9 +461,6 @@ func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.Tru
 	if tar.Status.Phase == v1alpha1.PhaseRenewingWorkloadCerts && tar.Status.LastPhaseTransitionTime != nil {
 		s.PhaseSince = tar.Status.LastPhaseTransitionTime.Time
 	}
-	if cp := tar.Status.Checkpoint; cp != nil && cp.StartTime != nil {
-		s.RotationStart = cp.StartTime.Time
-	}
 	a.ensure(ctx, tar.Spec)
 	if tar.Spec.IdentityIssuerRenewal == v1alpha1.Automatic {
 		a.fillCertificate(s)

@@ -53,6 +53,10 @@ const (
 	ReasonIssuerRenewalTriggered = "IdentityIssuerRenewalTriggered"
 	// A remote gate passed with linked clusters (not when there is none).
 	ReasonRemoteClustersConverged = "RemoteClustersConverged"
+	// ReasonIdentityRestartedEarly (Warning): identity pods started between the bundle's
+	// expansion and the data plane's convergence, with the issuer on the new anchor
+	// (condition IdentityRestartedEarly); one Event each time the pods it names change.
+	ReasonIdentityRestartedEarly = v1alpha1.ConditionIdentityRestartedEarly
 )
 
 // actReason is the Event reason of an act: the automations' own, StepActed for the others.
@@ -134,6 +138,9 @@ type Controller struct {
 	// lastDrift is the last TrustBundleDrifted Event emitted ("step: message"): a writer that
 	// keeps reverting the bundle makes one Event, not one per rewrite.
 	lastDrift string
+	// lastIdentityEarly is the message of the last IdentityRestartedEarly Event, "" once the
+	// condition is False: one Event per set of pods, not one per reconcile.
+	lastIdentityEarly string
 }
 
 // New wires a controller; Run starts it.
@@ -248,6 +255,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		synced = append(synced, inf.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		if ctx.Err() != nil {
+			return nil // asked to stop (SIGTERM, or the lease lost) before the caches synced
+		}
 		return errors.New("informer caches did not sync")
 	}
 	if err := c.remotes.start(ctx); err != nil {
@@ -365,7 +375,11 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	if err != nil {
 		return time.Time{}, err
 	}
-	s := c.snapshot(now, cp.Step, steps.RetiringTo(tar.Status.Checkpoint), inFlight)
+	var rotationStart time.Time
+	if st := tar.Status.Checkpoint; st != nil && st.StartTime != nil {
+		rotationStart = st.StartTime.Time
+	}
+	s := c.snapshot(now, cp.Step, steps.RetiringTo(tar.Status.Checkpoint), inFlight, rotationStart)
 	c.remotes.sync(tar.Spec.RemoteClusters)
 	s.Remotes, s.RemoteStaleAfter = c.remotes.snapshot(), c.opts.RemoteStaleAfter
 	c.auto.fill(ctx, s, tar, cp.Step, c.index)
@@ -384,7 +398,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		out, err := c.write(ctx, obj)
 		if err == nil {
 			base = out
-			crashPoint("save", next.Step)
+			crashPoint("save", next.Step, next.Acts)
 		}
 		return err
 	}
@@ -400,7 +414,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		}
 	}
 	if res.Acted {
-		crashPoint("acted", res.Checkpoint.Step)
+		crashPoint("acted", res.Checkpoint.Step, res.Checkpoint.Acts)
 		c.metrics.acts.WithLabelValues(res.Checkpoint.Step).Inc()
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, actReason(res.Decision.Reason), "step %s: %s", res.Checkpoint.Step, res.Decision.Message)
 		log.Info("Acted", "step", res.Checkpoint.Step, "reason", res.Decision.Reason, "message", res.Decision.Message, "token", res.Checkpoint.Token)
@@ -429,6 +443,16 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	c.metrics.Observe(&status)
 	c.metrics.ObserveCertificates(s)
 	c.metrics.ObserveRemotes(status.RemoteClusters)
+	c.metrics.identityRestartedEarly.Set(float64(len(s.IdentityRestartedEarly(res.Checkpoint.Step))))
+	early := ""
+	if cond := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionIdentityRestartedEarly); cond != nil && cond.Status == metav1.ConditionTrue {
+		early = cond.Message
+	}
+	if early != "" && early != c.lastIdentityEarly {
+		c.recorder.Event(tar, corev1.EventTypeWarning, ReasonIdentityRestartedEarly, early)
+		log.Info("Identity restarted early", "message", early)
+	}
+	c.lastIdentityEarly = early
 	if status.Phase != base.Status.Phase {
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "%s -> %s", orSynced(base.Status.Phase), status.Phase)
 		log.Info("Phase changed", "from", orSynced(base.Status.Phase), "to", status.Phase, "message", status.BlockingMessage)
@@ -447,17 +471,18 @@ func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
 }
 
 // snapshot builds the steps' State from the informer caches.
-func (c *Controller) snapshot(now time.Time, step, retiring string, inFlight []*x509.Certificate) *steps.State {
+func (c *Controller) snapshot(now time.Time, step, retiring string, inFlight []*x509.Certificate, rotationStart time.Time) *steps.State {
 	cfg := c.opts.Config
 	s := &steps.State{
-		Config:       cfg,
-		Now:          now,
-		InFlight:     inFlight,
-		Retiring:     retiring,
-		Anchor:       observe.SourceFromSecret(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
-		Previous:     observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
-		Issuer:       observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),
-		ControlPlane: map[string]steps.Deployment{},
+		Config:        cfg,
+		Now:           now,
+		InFlight:      inFlight,
+		Retiring:      retiring,
+		RotationStart: rotationStart,
+		Anchor:        observe.SourceFromSecret(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
+		Previous:      observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
+		Issuer:        observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),
+		ControlPlane:  map[string]steps.Deployment{},
 	}
 	if obj, ok, _ := c.bundle.GetStore().GetByKey(cfg.LinkerdNamespace + "/" + cfg.TrustRootsConfigMap); ok {
 		s.Bundle = observe.BundleFromConfigMap(obj.(*corev1.ConfigMap))
@@ -473,8 +498,9 @@ func (c *Controller) snapshot(now time.Time, step, retiring string, inFlight []*
 	}
 	c.index.FillControlPlane(s)
 	s.TrustBundle = c.index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
-	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(step))
+	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(s, step))
 	s.Certificates = c.certs.Certificates()
+	s.LoadLiveChainsOnDemand(c.certs.LiveChains)
 	return s
 }
 

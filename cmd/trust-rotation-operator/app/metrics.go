@@ -27,6 +27,7 @@ type Metrics struct {
 	reconciles             *prometheus.CounterVec
 	remoteConverged        *prometheus.GaugeVec
 	remoteLastObserved     *prometheus.GaugeVec
+	identityRestartedEarly prometheus.Gauge
 }
 
 // Causes of trust_rotation_reconciles_total: what made the operator observe the cluster.
@@ -100,10 +101,14 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_remote_cluster_last_observed_timestamp_seconds",
 			Help: "When (Unix seconds) a linked cluster's TrustAnchorRotation was last read, as published in status.remoteClusters.",
 		}, []string{"cluster"}),
+		identityRestartedEarly: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trust_rotation_identity_restarted_early_pods",
+			Help: "linkerd-identity pods that started after the trust bundle was expanded while the data plane has not converged on it and the identity issuer is on the new trust anchor (condition IdentityRestartedEarly); 0 otherwise.",
+		}),
 	}
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
 		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.reconciles,
-		m.remoteConverged, m.remoteLastObserved,
+		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range v1alpha1.Phases {
 		m.phase.WithLabelValues(string(p)).Set(0)

@@ -24,10 +24,15 @@ const (
 //   - linkerd-previous-anchor deleted mid-rotation: recreated from the trust bundle at once,
 //     so that no step renders a bundle without the previous anchor;
 //   - the anchor renewed again mid-rotation: the in-flight anchor is recorded in the status
-//     and the rotation restarts (steps.Supersede), before any step writes a bundle without it.
+//     and the rotation restarts (steps.Supersede), before any step writes a bundle without it;
+//     identity scaled to 0 by restart-identity is scaled back first.
 func (c *Controller) repair(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State, now time.Time) (bool, error) {
 	log := klog.FromContext(ctx)
-	if prev, ok := steps.RecreatePrevious(s); ok {
+	step := ""
+	if tar.Status.Checkpoint != nil {
+		step = tar.Status.Checkpoint.Step
+	}
+	if prev, ok := steps.RecreatePrevious(s, step); ok {
 		if err := c.writer.WritePreviousAnchor(ctx, prev); err != nil {
 			return false, err
 		}
@@ -41,6 +46,21 @@ func (c *Controller) repair(ctx context.Context, tar *v1alpha1.TrustAnchorRotati
 	msg, ok := steps.Supersede(&obj.Status, s, now)
 	if !ok {
 		return false, nil
+	}
+	if n, scaled := steps.IdentityScaleToRestore(s, step, tar.Status.Checkpoint.Token); scaled {
+		// restart-identity scaled identity to 0: the rotation starting over must not leave it
+		// there. It is scaled back once none of its pods is left (their deletions come back as
+		// changes), as the step would have, and the rotation is superseded after.
+		ns, name := s.Config.LinkerdNamespace, s.Config.IdentityDeployment
+		if d := s.ControlPlane[name]; len(d.Members) > 0 {
+			log.Info("Rotation superseded while identity is scaled to 0: waiting for its pods to go before scaling it back", "deployment", ns+"/"+name, "pods", len(d.Members))
+			return true, nil
+		}
+		if err := c.writer.ScaleDeployment(ctx, ns, name, n); err != nil {
+			return false, err
+		}
+		log.Info("Rotation superseded while identity is scaled to 0: scaled it back", "deployment", ns+"/"+name, "replicas", n)
+		return true, nil
 	}
 	if _, err := c.write(ctx, obj); err != nil {
 		return false, err
@@ -67,7 +87,7 @@ func (c *Controller) repairBundle(ctx context.Context, tar *v1alpha1.TrustAnchor
 	log := klog.FromContext(ctx)
 	if drift.StartOver && cp.Token != "" {
 		log.Info("Step starts over once the trust bundle is rewritten", "step", cp.Step, "token", cp.Token)
-		cp.Token, cp.Acts = "", 0
+		cp.Token, cp.Acts = steps.StartOverToken(cp.Step, cp.Token), 0
 	}
 	if drift.Rewrite == "" {
 		c.driftEvent(tar, cp.Step, drift.Message)

@@ -15,7 +15,10 @@ import (
 //   - write:<step> right after the act's first write (the middle of a multi-write act);
 //   - acted:<step> right after the act returned, before the status is projected;
 //   - enter:<step> the test SIGKILLs it as soon as the status shows the checkpoint at a step
-//     that waits (a step boundary with no act).
+//     that waits (a step boundary with no act);
+//   - early/<point>:<step>@<n> with the identity issuer renewed right after the anchor, at the
+//     n-th act of the step: restart-identity then scales identity to 0 (act 1) and back (act 2),
+//     and the operator dies before and after each.
 func killPoints() []string {
 	acting := []string{
 		steps.StepExpandTrustBundle, steps.StepRefreshControlPlane, steps.StepRestartIdentity,
@@ -34,15 +37,23 @@ func killPoints() []string {
 	for _, s := range []string{steps.StepPropagateTrustRoots, steps.StepWaitForIdentityIssuer, steps.StepRenewWorkloadCertificates, steps.StepRemoveOldTrustRoots} {
 		out = append(out, "enter:"+s)
 	}
+	for _, act := range []string{"1", "2"} {
+		out = append(out, earlyIssuer+"save:"+steps.StepRestartIdentity+"@"+act, earlyIssuer+"acted:"+steps.StepRestartIdentity+"@"+act)
+	}
 	return out
 }
+
+// earlyIssuer prefixes a kill point whose rotation has the issuer renewed right after the anchor.
+const earlyIssuer = "early/"
 
 // TestKillAtEveryStep kills the operator with SIGKILL at every step boundary and in the middle
 // of every act, one full rotation per point, on one shared environment. Expected: the restarted
 // operator resumes from the checkpoint and the rotation completes; no destructive write is
 // repeated (each control-plane Deployment restarted exactly 3 times, 2 bundles and 1 previous
-// anchor written, one act token per step); the oracle sees 0 mTLS violations; no key material
-// in the operator's logs. TRUST_ROTATION_KILL_POINTS (comma-separated) limits the points.
+// anchor written, one act token per step; with the issuer renewed early, identity restarted
+// twice and scaled to 0 and back to its replicas once instead of its first restart); the oracle
+// sees 0 mTLS violations; no key material in the operator's logs. TRUST_ROTATION_KILL_POINTS
+// (comma-separated) limits the points.
 func TestKillAtEveryStep(t *testing.T) {
 	e := sharedEnv(t)
 	points := killPoints()
@@ -54,34 +65,42 @@ func TestKillAtEveryStep(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			e := *e
 			e.T = t
-			runStart := time.Now()
-			sup := newSupervisor(t, &e)
-			defer sup.stop()
-			l := newLedger(t, &e)
-			defer l.stop()
-			kind, step, _ := strings.Cut(point, ":")
-			killed := false
-			var o driveOpts
-			if kind == "enter" {
-				sup.start("")
-				o.onPoll = func(tar *v1alpha1.TrustAnchorRotation) {
-					if !killed && stepOf(tar) == step {
-						killed = true
-						sup.kill()
+			repeatOnReissue(t, func() string {
+				runStart := time.Now()
+				sup := newSupervisor(t, &e)
+				defer sup.stop()
+				l := newLedger(t, &e)
+				defer l.stop()
+				var o driveOpts
+				hook, early := strings.CutPrefix(point, earlyIssuer)
+				o.earlyIssuer = early
+				kind, step, _ := strings.Cut(hook, ":")
+				killed := false
+				if kind == "enter" {
+					sup.start("")
+					o.onPoll = func(tar *v1alpha1.TrustAnchorRotation) {
+						if !killed && stepOf(tar) == step {
+							killed = true
+							sup.kill()
+						}
 					}
+				} else {
+					first := sup.start(hook)
+					o.onPoll = func(*v1alpha1.TrustAnchorRotation) { killed = killed || first.Exited() }
 				}
-			} else {
-				first := sup.start(point)
-				o.onPoll = func(*v1alpha1.TrustAnchorRotation) { killed = killed || first.Exited() }
-			}
-			drive(t, &e, sup, o)
-			if !killed {
-				t.Fatalf("the operator was never killed at %s", point)
-			}
-			l.checkNoRepeats(t)
-			checkOracle(t, &e, runStart)
-			checkPreviousAnchorHasNoKey(t, &e)
-			t.Logf("%s: rotation complete in %s; %s", point, time.Since(runStart).Round(time.Second), l.summary())
+				drive(t, &e, sup, o)
+				if !killed {
+					t.Fatalf("the operator was never killed at %s", point)
+				}
+				checkOracle(t, &e, runStart)
+				if why := l.reissued(t, &e, 1); why != "" {
+					return why
+				}
+				l.checkNoRepeats(t, early)
+				checkPreviousAnchorHasNoKey(t, &e)
+				t.Logf("%s: rotation complete in %s; %s", point, time.Since(runStart).Round(time.Second), l.summary())
+				return ""
+			})
 		})
 		if t.Failed() {
 			break

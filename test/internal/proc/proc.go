@@ -27,16 +27,23 @@ type Process struct {
 // Start runs bin with args, the current environment plus env, and stdout and stderr appended
 // to logPath (created or truncated).
 func Start(bin string, args, env []string, logPath string) (*Process, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return StartCommand(cmd, logPath)
+}
+
+// StartCommand starts cmd, prepared by the caller (its environment, extra files, namespaces),
+// with stdout and stderr appended to logPath (created or truncated).
+func StartCommand(cmd *exec.Cmd, logPath string) (*Process, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{cmd: exec.Command(bin, args...), done: make(chan struct{}), LogPath: logPath}
+	p := &Process{cmd: cmd, done: make(chan struct{}), LogPath: logPath}
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	p.cmd.Env = append(os.Environ(), env...)
 	if err := p.cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
+		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
 	}
 	go func() {
 		_ = p.cmd.Wait()

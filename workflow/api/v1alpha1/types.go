@@ -62,6 +62,21 @@ const (
 	ReasonIssuerRotatedOutOfOrder  = "IssuerRotatedBeforeTrustBundleConverged"
 	MessageIssuerRotationInOrder   = "identity issuer rotation is not ahead of trust-bundle convergence"
 	MessageIssuerRotatedOutOfOrder = "identity issuer was renewed onto the new trust anchor before the expanded trust bundle converged; linkerd-identity keeps the previous issuer until it is restarted after convergence"
+
+	// ConditionIdentityRestartedEarly is True while linkerd-identity pods that started after the
+	// rotation expanded the trust bundle run before the data plane converged on it, with the
+	// identity issuer already signed by the new trust anchor: someone else restarted identity (a
+	// node drain, an eviction, an OOM kill, `kubectl rollout restart`), and it may sign
+	// new-anchor certificates that the pods not yet on the expanded bundle do not trust. The
+	// message names the pods; the rotation goes on, probing urgently and, with automatic
+	// data-plane restarts, restarting the workloads behind first. It is False once the data plane
+	// converged or the rotation moved past restart-identity; the operator also emits a Warning
+	// Event with the condition's type as its reason.
+	ConditionIdentityRestartedEarly = "IdentityRestartedEarly"
+
+	ReasonIdentityRestartedEarly     = "IdentityRestartedBeforeDataPlaneConverged"
+	ReasonIdentityNotRestartedEarly  = "IdentityNotRestartedEarly"
+	MessageIdentityNotRestartedEarly = "no identity pod runs that started after the trust bundle was expanded while the data plane trusts the old anchor alone and the identity issuer is on the new one"
 )
 
 // The kstatus conditions (sigs.k8s.io/cli-utils/pkg/kstatus), which kubectl wait, Argo CD, Flux
