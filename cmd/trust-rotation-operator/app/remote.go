@@ -58,7 +58,6 @@ type remotes struct {
 	clusters map[string]*remoteWatch
 }
 
-
 // remoteWatch is the watch on one remote cluster's TrustAnchorRotation and what it last saw.
 type remoteWatch struct {
 	target observe.RemoteTarget
