@@ -332,11 +332,12 @@ func (m *Mesh) Config() Config { return m.cfg }
 // WebhookURL is where the apiserver calls the proxy-injector.
 func (m *Mesh) WebhookURL() string { return m.webhook.url }
 
-// mountedConfigMapValue is a ConfigMap volume's content at container start: the kubelet reads the
-// ConfigMap from the apiserver then, so a write made before the pod started is in it even when
-// this simulator's ConfigMap informer has not delivered it yet (informers of different
-// resources deliver in no common order, and one may still be relisting after an apiserver
-// outage). The informer's copy when the apiserver cannot be read.
+// mountedConfigMapValue is a ConfigMap volume's content, or a configMapKeyRef env variable's
+// value, at container start: the kubelet reads the ConfigMap from the apiserver then, so a
+// write made before the pod started is in it even when this simulator's ConfigMap informer has
+// not delivered it yet (informers of different resources deliver in no common order, and one
+// may still be relisting after an apiserver outage). The informer's copy when the apiserver
+// cannot be read.
 func (m *Mesh) mountedConfigMapValue(ns, name, key string) (string, bool) {
 	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 	defer cancel()
@@ -554,10 +555,14 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 	delete(m.pending, pod.UID)
 }
 
-// newProxy resolves the proxy container's env as the kubelet does at container start.
+// newProxy resolves the proxy container's env as the kubelet does at container start. Its
+// configMapKeyRefs (the control plane's LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS, from
+// linkerd-identity-trust-roots) read the ConfigMap as the pod's volumes do
+// (mountedConfigMapValue): the kubelet resolves both from one ConfigMap manager, so a proxy
+// never starts on an older bundle than the one its pod's other containers mounted.
 func (m *Mesh) newProxy(pod *corev1.Pod, ref PodRef, component string) (*proxy, error) {
 	c := ProxyOf(pod)
-	env, err := resolveEnv(pod, c, m.configMapValue)
+	env, err := resolveEnv(pod, c, m.mountedConfigMapValue)
 	if err != nil {
 		return nil, fmt.Errorf("CreateContainerConfigError: %w", err)
 	}
