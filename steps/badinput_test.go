@@ -364,13 +364,13 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 	third := anchorCA(t, "third-anchor")
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	fp, thirdFP := Fingerprint(p.newAnchor.cert), Fingerprint(third.cert)
-	reduced := "bundle [" + short(fp) + "]"
-	expanded := "bundle [" + short(thirdFP) + ", " + short(fp) + "]"
-	onReduced := func(d string) string { return "restart " + d + " on [" + short(fp) + "]" }
+	reduced := "bundle [" + ShortFingerprint(fp) + "]"
+	expanded := "bundle [" + ShortFingerprint(thirdFP) + ", " + ShortFingerprint(fp) + "]"
+	onReduced := func(d string) string { return "restart " + d + " on [" + ShortFingerprint(fp) + "]" }
 	restartsOnReduced := []string{onReduced("linkerd-identity"), onReduced("linkerd-destination"), onReduced("linkerd-proxy-injector")}
 	// The next round: identity is left alone until the data plane trusts the third anchor.
-	next := []string{expanded, "restart linkerd-destination on [" + short(thirdFP) + ", " + short(fp) + "]",
-		"restart linkerd-proxy-injector on [" + short(thirdFP) + ", " + short(fp) + "]"}
+	next := []string{expanded, "restart linkerd-destination on [" + ShortFingerprint(thirdFP) + ", " + ShortFingerprint(fp) + "]",
+		"restart linkerd-proxy-injector on [" + ShortFingerprint(thirdFP) + ", " + ShortFingerprint(fp) + "]"}
 	for name, tc := range map[string]struct {
 		cp     v1alpha1.Checkpoint
 		bundle []*testCA
@@ -410,8 +410,7 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 				if _, ok := Supersede(&st, s, now); ok {
 					continue
 				}
-				c := st.Checkpoint
-				res, err := wf.Advance(context.Background(), workflow.Checkpoint{Step: c.Step, Token: c.Token, Acts: c.Acts}, s,
+				res, err := wf.Advance(context.Background(), WorkflowCheckpoint(st.Checkpoint), s,
 					func(context.Context, workflow.Checkpoint) error { return nil },
 					func() string { n++; return time.Unix(int64(n), 0).String() })
 				if err != nil {

@@ -547,7 +547,7 @@ func (s *State) observeRestarts(p restartPurpose, token, behind string) workflow
 	}
 	plan := s.planRestarts(p, token)
 	if len(plan.failed) == 0 && (len(plan.start) > 0 || len(plan.evict) > 0) {
-		return workflow.ActNeeded("RestartingWorkloads", describeStarts(s, plan, p, token))
+		return workflow.ActNeeded(ReasonRestartingWorkloads, describeStarts(s, plan, p, token))
 	}
 	reason := "WorkloadsRestarting"
 	switch {
@@ -665,7 +665,7 @@ func (s *State) restarting(w *Workload) bool {
 	// status.checkpoint.startTime has whole seconds; tokens have nanoseconds.
 	since := s.RotationStart.Truncate(time.Second)
 	during := func(mark string) bool {
-		t, err := tokenTime(mark)
+		t, err := stampTime(mark)
 		return err == nil && !t.Before(since)
 	}
 	switch {
@@ -675,13 +675,6 @@ func (s *State) restarting(w *Workload) bool {
 		return !w.RolledOut && w.Failed == ""
 	}
 	return false
-}
-
-// tokenTime is when a restart token or mark was made: its leading RFC 3339 time (a token may
-// go on after a space, "<time> revision N").
-func tokenTime(token string) (time.Time, error) {
-	stamp, _, _ := strings.Cut(token, " ")
-	return time.Parse(time.RFC3339Nano, stamp)
 }
 
 // evictable are the pods to evict to restart a workload: those behind on the trust bundle, or
@@ -696,7 +689,7 @@ func evictable(p restartPurpose, w *Workload, token string) []string {
 // createdBefore are the workload's pods created before the token's time (all of them for a
 // token that is not a time): the pods that a restart under the token has not replaced yet.
 func (w *Workload) createdBefore(token string) []string {
-	t, err := tokenTime(token)
+	t, err := stampTime(token)
 	var out []string
 	for _, name := range w.Pods {
 		if err != nil || w.Created[name].Before(t) {
@@ -858,7 +851,7 @@ func (s *State) fallbackAfter() time.Duration { return 2 * RefreshInterval(s.Spe
 // set the interval, so the operator restarts at once.
 func observeCertificateRestarts(s *State, token string) workflow.Decision {
 	d := observeCertificatesRenewed(s, token)
-	if d.Outcome == workflow.Done || d.Reason == "IssuerNotOnCurrentAnchor" {
+	if d.Outcome == workflow.Done || d.Reason == ReasonIssuerNotOnCurrentAnchor {
 		return d
 	}
 	c := s.Certificates
@@ -888,24 +881,19 @@ func observeCertificateRestarts(s *State, token string) workflow.Decision {
 
 // --- automatic identity-issuer renewal -----------------------------------------------------------
 
-const revisionSep = " revision "
-
 // issuerRenewalToken remembers the issuer Certificate's revision when the renewal is first
 // triggered: a higher revision means the renewal happened, so it is never triggered twice.
 func issuerRenewalToken(s *State, token string) string {
 	if _, ok := tokenRevision(token); ok {
 		return token // a later act: the revision of the first one stands
 	}
-	return token + revisionSep + strconv.Itoa(s.IssuerCertificate.Revision)
+	return revisionToken(token, s.IssuerCertificate.Revision).String()
 }
 
+// tokenRevision is the revision a revision token records; ok is false for any other token.
 func tokenRevision(token string) (int, bool) {
-	_, r, ok := strings.Cut(token, revisionSep)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(r)
-	return n, err == nil
+	t, _ := ParseActToken(token)
+	return t.Revision()
 }
 
 // observeIssuerRenewal is the Observe of wait-for-identity-issuer: done once the issuer is signed
@@ -914,7 +902,7 @@ func tokenRevision(token string) (int, bool) {
 // propagate-trust-roots and restart-identity, and checks the convergence again).
 func observeIssuerRenewal(s *State, token string) workflow.Decision {
 	d := observeIssuerOnNewAnchor(s, token)
-	if d.Reason != "WaitingForIssuerRenewal" || s.Spec.IdentityIssuerRenewal != v1alpha1.Automatic {
+	if d.Reason != ReasonWaitingForIssuerRenewal || s.Spec.IdentityIssuerRenewal != v1alpha1.Automatic {
 		return d
 	}
 	ic := s.IssuerCertificate
@@ -933,7 +921,7 @@ func observeIssuerRenewal(s *State, token string) workflow.Decision {
 	if rev, ok := tokenRevision(token); ok && ic.Revision > rev {
 		return workflow.Waiting("IssuerRenewed", fmt.Sprintf("Certificate %s was re-issued (revision %d); waiting for Secret %s", ref, ic.Revision, s.Issuer.Ref()))
 	}
-	return workflow.ActNeeded("RenewingIdentityIssuer", fmt.Sprintf("the expanded trust bundle has converged: triggering the renewal of Certificate %s as cmctl renew does", ref))
+	return workflow.ActNeeded(ReasonRenewingIdentityIssuer, fmt.Sprintf("the expanded trust bundle has converged: triggering the renewal of Certificate %s as cmctl renew does", ref))
 }
 
 func actRenewIssuer(w Writer) func(context.Context, *State, string) error {

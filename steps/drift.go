@@ -94,7 +94,7 @@ func CheckBundle(s *State, step string) (drift BundleDrift, ok bool) {
 	if lost := droppedSigner(s); lost != nil {
 		drift.Reason = "TrustBundleDriftKept"
 		drift.Message = fmt.Sprintf("%s; it trusts anchor %s, which signs the identity issuer in Secret %s, and rewriting it would drop that anchor: renew the issuer from %s, or restore the %s bundle",
-			what, short(Fingerprint(lost)), s.Issuer.Ref(), s.Anchor.Ref(), which)
+			what, ShortFingerprint(Fingerprint(lost)), s.Issuer.Ref(), s.Anchor.Ref(), which)
 		return drift, true
 	}
 	drift.Reason, drift.Rewrite = "TrustBundleDrifted", want

@@ -3,7 +3,6 @@ package steps
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -69,7 +68,7 @@ func (s *State) IdentityRestartedEarlyMessage(pods []string) string {
 		"identity may sign new-anchor certificates, which the %d meshed pod(s) not yet on the expanded trust bundle do not trust "+
 		"(identity was restarted by someone else: a node drain, an eviction, an OOM kill, kubectl rollout restart); "+
 		"the rotation goes on, probing live certificates urgently",
-		strings.Join(pods, ", "), s.Issuer.Ref(), short(s.Anchor.Fingerprint()), behind)
+		strings.Join(pods, ", "), s.Issuer.Ref(), ShortFingerprint(s.Anchor.Fingerprint()), behind)
 	if s.automaticRestarts() {
 		return msg + ", and restarts the workloads not yet on the expanded bundle first, most pods behind first"
 	}
@@ -83,7 +82,7 @@ func (s *State) IdentityRestartedEarlyMessage(pods []string) string {
 func (s *State) identityOnOldRoots(token string) (live, terminating []string) {
 	ref := s.expandedAt()
 	if ref.IsZero() {
-		if t, err := tokenTime(token); err == nil {
+		if t, err := stampTime(token); err == nil {
 			ref = t.Truncate(time.Second)
 		}
 	}
@@ -206,13 +205,9 @@ func describeRestartIdentity(s *State) []string {
 // pod was left and identity is scaled back to N. The token is saved before each act, so an
 // operator killed anywhere in between scales back to N — never to 0, never down twice.
 
-const (
-	scaleSep  = " scale "
-	scaleUpTo = " up"
-)
-
 // identityScale is a parsed scale token.
 type identityScale struct {
+	stamp    string
 	replicas int32
 	// up: no identity pod was left; identity is scaled back to replicas.
 	up bool
@@ -220,16 +215,12 @@ type identityScale struct {
 
 // parseIdentityScale parses a scale token; ok is false for any other token.
 func parseIdentityScale(token string) (sc identityScale, ok bool) {
-	_, rest, ok := strings.Cut(token, scaleSep)
+	t, _ := ParseActToken(token)
+	sc.replicas, sc.up, ok = t.Scale()
 	if !ok {
 		return identityScale{}, false
 	}
-	rest, sc.up = strings.CutSuffix(rest, scaleUpTo)
-	n, err := strconv.ParseInt(rest, 10, 32)
-	if err != nil || n < 0 {
-		return identityScale{}, false
-	}
-	sc.replicas = int32(n)
+	sc.stamp = t.Stamp
 	return sc, true
 }
 
@@ -243,12 +234,12 @@ func restartIdentityToken(s *State, token string) string {
 	d := s.ControlPlane[s.Config.IdentityDeployment]
 	if sc, ok := parseIdentityScale(token); ok {
 		if !sc.up && d.Replicas == 0 && len(d.Members) == 0 {
-			return token + scaleUpTo
+			return scaleToken(sc.stamp, sc.replicas, true).String()
 		}
 		return token
 	}
 	if s.scaleIdentityDown(token) {
-		return token + scaleSep + strconv.Itoa(int(d.Replicas))
+		return scaleToken(token, d.Replicas, false).String()
 	}
 	return token
 }
@@ -287,8 +278,7 @@ func StartOverToken(step, token string) string {
 	if step != StepRestartIdentity || !ok {
 		return ""
 	}
-	stamp, _, _ := strings.Cut(token, scaleSep)
-	return stamp + scaleSep + strconv.Itoa(int(sc.replicas))
+	return scaleToken(sc.stamp, sc.replicas, false).String()
 }
 
 // observeScaleIdentity follows a scale token: identity is scaled to 0, then — once no identity
@@ -318,22 +308,13 @@ func observeScaleIdentity(s *State, d Deployment, sc identityScale) workflow.Dec
 	return workflow.Completed("ControlPlaneRestarted", fmt.Sprintf("scaled Deployment %s to 0 and back to %d replica(s): every identity pod started on the expanded trust roots", ref, d.Replicas))
 }
 
-// replaceSep separates the stamp from the pods to replace in a restart-identity token written by
-// an operator that decided once, at its first act, to replace identity's pods at once
-// ("<stamp> replace a,b"). Such a checkpoint is still honoured: the pods it names are deleted.
-// Identity is now scaled to 0 and back instead (a scale token), which leaves no moment of overlap.
-const replaceSep = " replace "
-
-// podsToReplace parses a replace token; ok is false for a plain restart token.
+// podsToReplace parses a replace token, written by an operator that decided once, at its first
+// act, to replace identity's pods at once ("<stamp> replace a,b"); ok is false for any other
+// token. Such a checkpoint is still honoured: the pods it names are deleted. Identity is now
+// scaled to 0 and back instead (a scale token), which leaves no moment of overlap.
 func podsToReplace(token string) (pods []string, ok bool) {
-	_, list, ok := strings.Cut(token, replaceSep)
-	if !ok {
-		return nil, false
-	}
-	if list == "" {
-		return nil, true
-	}
-	return strings.Split(list, ","), true
+	t, _ := ParseActToken(token)
+	return t.PodsToReplace()
 }
 
 // remaining returns the pods of the list that are still alive.

@@ -85,7 +85,7 @@ func KeptAnchorProblem(s *State, bundle string) *workflow.Decision {
 	if d == nil {
 		return nil
 	}
-	fp := short(Fingerprint(d.Anchor))
+	fp := ShortFingerprint(Fingerprint(d.Anchor))
 	cm := fmt.Sprintf("ConfigMap %s/%s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap)
 	var holders string
 	if d.Issuer {
@@ -95,16 +95,16 @@ func KeptAnchorProblem(s *State, bundle string) *workflow.Decision {
 		if holders != "" {
 			holders += " and "
 		}
-		holders += fmt.Sprintf("%d meshed %s present live certificates chaining to (%s among them)", d.Pods, plural(d.Pods, "pod", "pods"), d.Example)
+		holders += fmt.Sprintf("%d meshed %s present live certificates chaining to (%s among them)", d.Pods, Plural(d.Pods, "pod", "pods"), d.Example)
 	}
 	msg := fmt.Sprintf("refusing to write %s to %s: it would drop anchor %s, which %s", fingerprints(next), cm, fp, holders)
 	switch {
 	case previousOverwritten(s) && s.Previous.Fingerprint() == s.Anchor.Fingerprint():
 		msg += fmt.Sprintf("; Secret %s holds %s, the current trust anchor, instead of the anchor the rotation moves from: it was overwritten (a script that copies Secret %s into it does that); put anchor %s's certificate, which %s holds, back into its %s and the rotation goes on",
-			s.Previous.Ref(), short(s.Previous.Fingerprint()), s.Anchor.Ref(), fp, cm, CertificateKey)
+			s.Previous.Ref(), ShortFingerprint(s.Previous.Fingerprint()), s.Anchor.Ref(), fp, cm, CertificateKey)
 	case previousOverwritten(s):
 		msg += fmt.Sprintf("; Secret %s holds %s, an anchor %s does not hold, instead of the anchor the rotation moves from: it was overwritten; put anchor %s's certificate back into its %s and the rotation goes on",
-			s.Previous.Ref(), short(s.Previous.Fingerprint()), cm, fp, CertificateKey)
+			s.Previous.Ref(), ShortFingerprint(s.Previous.Fingerprint()), cm, fp, CertificateKey)
 	case d.Pods > 0:
 		msg += "; restart those pods (or let their proxies refresh their certificates) so that they present certificates from the identity issuer in Secret " + s.Issuer.Ref()
 	default:

@@ -28,7 +28,7 @@ func retiring(c *testCA) stateOpt { return func(s *State) { s.Retiring = Fingerp
 // anchor, what holds on to it, and the Secret to fix; the act refuses too and writes nothing.
 func TestBundleWritesKeepTheAnchorsInUse(t *testing.T) {
 	p := newPKI(t)
-	newFP, oldFP := short(Fingerprint(p.newAnchor.cert)), short(Fingerprint(p.oldAnchor.cert))
+	newFP, oldFP := ShortFingerprint(Fingerprint(p.newAnchor.cert)), ShortFingerprint(Fingerprint(p.oldAnchor.cert))
 	cases := map[string]struct {
 		step  string
 		state *State
@@ -44,7 +44,7 @@ func TestBundleWritesKeepTheAnchorsInUse(t *testing.T) {
 		"expand with linkerd-previous-anchor overwritten by an anchor the bundle does not hold": {
 			step:  StepExpandTrustBundle,
 			state: rotatingState(p, previous(p.stranger), bundleOf(p.oldAnchor)),
-			want:  []string{"drop anchor " + oldFP, "holds " + short(Fingerprint(p.stranger.cert)) + ", an anchor ConfigMap linkerd/linkerd-identity-trust-roots does not hold", "overwritten"},
+			want:  []string{"drop anchor " + oldFP, "holds " + ShortFingerprint(Fingerprint(p.stranger.cert)) + ", an anchor ConfigMap linkerd/linkerd-identity-trust-roots does not hold", "overwritten"},
 		},
 		"reduce while probed pods still present certificates from the old issuer": {
 			step: StepReduceTrustBundle,

@@ -18,6 +18,16 @@ func Fingerprint(c *x509.Certificate) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// ShortFingerprint abbreviates a fingerprint (or another hex digest, such as a bundle hash) to
+// its first 12 characters, for the operator's messages and the CLI's output alike, so that a
+// certificate reads the same in both; status fields carry it in full.
+func ShortFingerprint(fp string) string {
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	return fp
+}
+
 // BundleHash is what Linkerd's proxy-injector stamps on pods as linkerd.io/trust-root-sha256:
 // the lowercase hex SHA-256 of the exact bundle bytes, untrimmed.
 func BundleHash(bundle string) string {

@@ -131,20 +131,20 @@ func CheckRemote(r Remote, gate RemoteGate, newAnchor, previous string, now time
 	for _, fp := range theirs {
 		if fp == "" || !slices.Contains(ours, fp) {
 			return ReasonRemoteAnchorsDiffer, fmt.Sprintf("%s is on trust anchors [%s (current), %s (previous)], this cluster on [%s (new), %s (previous)]: linked clusters must share the trust anchor",
-				name, short(theirs[0]), short(theirs[1]), short(newAnchor), short(previous)), false
+				name, ShortFingerprint(theirs[0]), ShortFingerprint(theirs[1]), ShortFingerprint(newAnchor), ShortFingerprint(previous)), false
 		}
 	}
 	if theirs[0] != newAnchor {
-		return ReasonRemoteAnchorNotReceived, fmt.Sprintf("%s: its trust anchor Secret does not hold the new anchor %s yet (it holds %s)", name, short(newAnchor), short(theirs[0])), false
+		return ReasonRemoteAnchorNotReceived, fmt.Sprintf("%s: its trust anchor Secret does not hold the new anchor %s yet (it holds %s)", name, ShortFingerprint(newAnchor), ShortFingerprint(theirs[0])), false
 	}
 	switch gate {
 	case GateTrustRoots:
 		c := st.TrustBundle
 		if !slices.Contains(c.Anchors, newAnchor) {
-			return ReasonRemoteTrustBundlePending, fmt.Sprintf("%s: its data plane does not run with a bundle holding the new anchor %s yet (phase %s)", name, short(newAnchor), orSynced(st.Phase)), false
+			return ReasonRemoteTrustBundlePending, fmt.Sprintf("%s: its data plane does not run with a bundle holding the new anchor %s yet (phase %s)", name, ShortFingerprint(newAnchor), orSynced(st.Phase)), false
 		}
 		if c.Status != v1alpha1.Converged {
-			return ReasonRemoteTrustBundlePending, fmt.Sprintf("%s: %d of %d meshed pod(s) run with a trust bundle holding the new anchor %s (phase %s)", name, c.ConvergedPods, c.TargetPods, short(newAnchor), orSynced(st.Phase)), false
+			return ReasonRemoteTrustBundlePending, fmt.Sprintf("%s: %d of %d meshed pod(s) run with a trust bundle holding the new anchor %s (phase %s)", name, c.ConvergedPods, c.TargetPods, ShortFingerprint(newAnchor), orSynced(st.Phase)), false
 		}
 	case GateCertificates:
 		c := st.WorkloadCertificates
@@ -153,7 +153,7 @@ func CheckRemote(r Remote, gate RemoteGate, newAnchor, previous string, now time
 			if slices.Equal(c.Anchors, []string{newAnchor}) {
 				converged = c.ConvergedPods
 			}
-			return ReasonRemoteCertificatesBehind, fmt.Sprintf("%s: %d of %d meshed pod(s) present a certificate on the new anchor %s (phase %s)", name, converged, c.TargetPods, short(newAnchor), orSynced(st.Phase)), false
+			return ReasonRemoteCertificatesBehind, fmt.Sprintf("%s: %d of %d meshed pod(s) present a certificate on the new anchor %s (phase %s)", name, converged, c.TargetPods, ShortFingerprint(newAnchor), orSynced(st.Phase)), false
 		}
 	}
 	return "", "", true
@@ -201,7 +201,7 @@ func observeRemotes(gate RemoteGate) func(*State, string) workflow.Decision {
 		if gate == GateCertificates {
 			what = "meshed pods present certificates on"
 		}
-		return workflow.Completed("RemoteClustersConverged", fmt.Sprintf("linked cluster(s) %s: %s the new anchor %s", strings.Join(names, ", "), what, short(s.Anchor.Fingerprint())))
+		return workflow.Completed("RemoteClustersConverged", fmt.Sprintf("linked cluster(s) %s: %s the new anchor %s", strings.Join(names, ", "), what, ShortFingerprint(s.Anchor.Fingerprint())))
 	}
 }
 

@@ -111,7 +111,7 @@ func TestCheckRemote(t *testing.T) {
 		},
 		"a remote that has not received the new anchor holds the gate, though its old bundle converged": {
 			remote: remoteCluster(p, now),
-			gate:   GateTrustRoots, wantReason: ReasonRemoteAnchorNotReceived, wantInMsg: "does not hold the new anchor " + short(nw) + " yet (it holds " + short(old) + ")",
+			gate:   GateTrustRoots, wantReason: ReasonRemoteAnchorNotReceived, wantInMsg: "does not hold the new anchor " + ShortFingerprint(nw) + " yet (it holds " + ShortFingerprint(old) + ")",
 		},
 		"a remote whose pods are still injected with the old bundle holds the trust-roots gate": {
 			remote: remoteCluster(p, now, received(p, 3)),

@@ -354,18 +354,18 @@ func observeDetect(s *State, _ string) workflow.Decision {
 		return *d
 	}
 	if s.Rotating() {
-		return workflow.Completed("TrustAnchorRenewed", fmt.Sprintf("trust anchor %s differs from the previous anchor %s", short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint())))
+		return workflow.Completed("TrustAnchorRenewed", fmt.Sprintf("trust anchor %s differs from the previous anchor %s", ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint())))
 	}
 	if s.RenewedInPlace() {
 		return workflow.ActNeeded("TrustAnchorRenewedSameKey", fmt.Sprintf(
 			"trust anchor %s was renewed with the key and subject of %s (rotationPolicy Never): no rotation needed; updating Secret %s and ConfigMap %s/%s in place",
-			short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()), s.Previous.Ref(), s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+			ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), s.Previous.Ref(), s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
 	}
 	if s.Bundle.Data != s.DesiredBundle() {
 		if lost := droppedSigner(s); lost != nil {
 			return workflow.Waiting("TrustBundleDriftKept", fmt.Sprintf(
 				"ConfigMap %s/%s was edited by hand and trusts anchor %s, which signs the identity issuer in Secret %s; restoring the rendered bundle would drop it: renew the issuer from %s, or restore the ConfigMap",
-				s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, short(Fingerprint(lost)), s.Issuer.Ref(), s.Anchor.Ref()))
+				s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, ShortFingerprint(Fingerprint(lost)), s.Issuer.Ref(), s.Anchor.Ref()))
 		}
 		if d := KeptAnchorProblem(s, s.DesiredBundle()); d != nil {
 			return *d
@@ -452,32 +452,24 @@ func describeBundleWrite(s *State) []string {
 
 func describeAnchors(s *State) string {
 	if a := s.FinishingOn(); a != nil {
-		return fmt.Sprintf("[%s] (the trust anchor was renewed again, to %s: the next rotation adds it)", short(Fingerprint(a)), short(s.Anchor.Fingerprint()))
+		return fmt.Sprintf("[%s] (the trust anchor was renewed again, to %s: the next rotation adds it)", ShortFingerprint(Fingerprint(a)), ShortFingerprint(s.Anchor.Fingerprint()))
 	}
 	if !s.Rotating() {
-		return fmt.Sprintf("[%s]", short(s.Anchor.Fingerprint()))
+		return fmt.Sprintf("[%s]", ShortFingerprint(s.Anchor.Fingerprint()))
 	}
 	inFlight := ""
 	for _, a := range s.InFlight {
-		inFlight += fmt.Sprintf(", %s (in flight)", short(Fingerprint(a)))
+		inFlight += fmt.Sprintf(", %s (in flight)", ShortFingerprint(Fingerprint(a)))
 	}
-	return fmt.Sprintf("[%s (new)%s, %s (previous)]", short(s.Anchor.Fingerprint()), inFlight, short(s.Previous.Fingerprint()))
+	return fmt.Sprintf("[%s (new)%s, %s (previous)]", ShortFingerprint(s.Anchor.Fingerprint()), inFlight, ShortFingerprint(s.Previous.Fingerprint()))
 }
 
 func fingerprints(certs []*x509.Certificate) string {
 	var fps []string
 	for _, c := range certs {
-		fps = append(fps, short(Fingerprint(c)))
+		fps = append(fps, ShortFingerprint(Fingerprint(c)))
 	}
 	return "[" + strings.Join(fps, ", ") + "]"
-}
-
-// short abbreviates a fingerprint for messages; status fields carry it in full.
-func short(fp string) string {
-	if len(fp) > 12 {
-		return fp[:12]
-	}
-	return fp
 }
 
 func observePropagated(which string) func(*State, string) workflow.Decision {
@@ -504,14 +496,14 @@ func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
 		return workflow.Waiting("IssuerUnavailable", s.Issuer.Problem("identity issuer Secret"))
 	}
 	if s.IssuerOnCurrentAnchor() {
-		return workflow.Completed("IssuerRenewed", fmt.Sprintf("identity issuer %s is signed by the new trust anchor", short(s.Issuer.Fingerprint())))
+		return workflow.Completed("IssuerRenewed", fmt.Sprintf("identity issuer %s is signed by the new trust anchor", ShortFingerprint(s.Issuer.Fingerprint())))
 	}
 	if s.Previous.Usable() && !s.signedByKept(s.Issuer.Cert) {
 		return workflow.Waiting("IssuerUnrelated", fmt.Sprintf(
 			"identity issuer in Secret %s is signed by neither the new trust anchor %s nor the previous one %s; renew it from the ClusterIssuer backed by %s",
-			s.Issuer.Ref(), short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()), s.Anchor.Ref()))
+			s.Issuer.Ref(), ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), s.Anchor.Ref()))
 	}
-	return workflow.Waiting("WaitingForIssuerRenewal", fmt.Sprintf(
+	return workflow.Waiting(ReasonWaitingForIssuerRenewal, fmt.Sprintf(
 		"Waiting for the identity issuer to be renewed onto the new trust anchor: cmctl renew -n %s %s",
 		s.Issuer.Namespace, s.Issuer.Name))
 }
@@ -519,12 +511,12 @@ func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
 func observeCertificatesRenewed(s *State, _ string) workflow.Decision {
 	if !s.IssuerOnCurrentAnchor() {
 		// cert-manager renewed the anchor again, or the issuer went back: not safe to go on.
-		return workflow.Waiting("IssuerNotOnCurrentAnchor", fmt.Sprintf("identity issuer in Secret %s is not signed by the current trust anchor %s", s.Issuer.Ref(), short(s.Anchor.Fingerprint())))
+		return workflow.Waiting(ReasonIssuerNotOnCurrentAnchor, fmt.Sprintf("identity issuer in Secret %s is not signed by the current trust anchor %s", s.Issuer.Ref(), ShortFingerprint(s.Anchor.Fingerprint())))
 	}
 	c := s.Certificates
 	if c.Done() {
 		return workflow.Completed("WorkloadCertificatesRenewed", fmt.Sprintf("%d of %d meshed pod(s) present certificates that chain to the new trust anchor %s",
-			c.Converged, c.Target, short(s.Anchor.Fingerprint())))
+			c.Converged, c.Target, ShortFingerprint(s.Anchor.Fingerprint())))
 	}
 	msg := certificatesBehind(s)
 	if len(c.Behind) > 0 {
@@ -543,7 +535,7 @@ func observeCertificatesRenewed(s *State, _ string) workflow.Decision {
 func certificatesBehind(s *State) string {
 	c := s.Certificates
 	return fmt.Sprintf("Waiting for %d pod(s) to present a certificate that chains to the new trust anchor %s (identity issuer now %s)",
-		c.Target-c.Converged, short(s.Anchor.Fingerprint()), short(s.Issuer.Fingerprint()))
+		c.Target-c.Converged, ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Issuer.Fingerprint()))
 }
 
 // --- previous anchor ---------------------------------------------------------------------------
@@ -553,15 +545,15 @@ func observeRetired(s *State, _ string) workflow.Decision {
 		return *d
 	}
 	if s.Previous.Fingerprint() == s.Anchor.Fingerprint() {
-		return workflow.Completed("PreviousAnchorRetired", fmt.Sprintf("Secret %s holds the current anchor %s", s.Previous.Ref(), short(s.Anchor.Fingerprint())))
+		return workflow.Completed("PreviousAnchorRetired", fmt.Sprintf("Secret %s holds the current anchor %s", s.Previous.Ref(), ShortFingerprint(s.Anchor.Fingerprint())))
 	}
 	if a := s.FinishingOn(); a != nil {
 		// Retired, then the anchor was renewed again: writing the newer anchor now would drop
 		// the one every live certificate chains to from the reduced bundle.
 		return workflow.Completed("PreviousAnchorRetired", fmt.Sprintf("Secret %s holds the anchor %s this rotation moved to (the trust anchor was renewed again since, to %s: the next rotation starts once this one is done)",
-			s.Previous.Ref(), short(Fingerprint(a)), short(s.Anchor.Fingerprint())))
+			s.Previous.Ref(), ShortFingerprint(Fingerprint(a)), ShortFingerprint(s.Anchor.Fingerprint())))
 	}
-	return workflow.ActNeeded("PreviousAnchorOutdated", fmt.Sprintf("Secret %s still holds the old anchor %s", s.Previous.Ref(), short(s.Previous.Fingerprint())))
+	return workflow.ActNeeded("PreviousAnchorOutdated", fmt.Sprintf("Secret %s still holds the old anchor %s", s.Previous.Ref(), ShortFingerprint(s.Previous.Fingerprint())))
 }
 
 func actRetire(w Writer) func(context.Context, *State, string) error {
@@ -569,7 +561,7 @@ func actRetire(w Writer) func(context.Context, *State, string) error {
 }
 
 func describeRetire(s *State) []string {
-	return []string{fmt.Sprintf("write Secret %s: certificate %s -> %s (no key)", s.Previous.Ref(), short(s.Previous.Fingerprint()), short(s.Anchor.Fingerprint()))}
+	return []string{fmt.Sprintf("write Secret %s: certificate %s -> %s (no key)", s.Previous.Ref(), ShortFingerprint(s.Previous.Fingerprint()), ShortFingerprint(s.Anchor.Fingerprint()))}
 }
 
 // --- control-plane restarts --------------------------------------------------------------------

@@ -121,7 +121,7 @@ func stepNamed(t *testing.T, name string) workflow.Step[*State] {
 
 func TestObserve(t *testing.T) {
 	p := newPKI(t)
-	t1 := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
+	t1 := NewActStamp(time.Now().Add(-time.Minute))
 	expired := newCert(t, "expired", nil, true, time.Now().Add(-time.Minute))
 	notCA := newCert(t, "leaf", nil, false, time.Now().Add(time.Hour))
 	cases := map[string]struct {
@@ -463,7 +463,7 @@ func restartIdentityDriver(t *testing.T, s *State) (*fakeWriter, *workflow.Workf
 	return w, wf, cp, func() workflow.Result {
 		t.Helper()
 		res, err := wf.Advance(context.Background(), *cp, s, func(context.Context, workflow.Checkpoint) error { return nil },
-			func() string { return s.Now.UTC().Format(time.RFC3339Nano) })
+			func() string { return NewActStamp(s.Now) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -550,7 +550,7 @@ func (w *fakeWriter) checkBundle(what string) {
 func (w *fakeWriter) WritePreviousAnchor(_ context.Context, c *x509.Certificate) error {
 	before := w.s.DesiredBundle()
 	w.s.Previous.Found, w.s.Previous.Cert = true, c
-	w.log = append(w.log, "previous "+short(Fingerprint(c)))
+	w.log = append(w.log, "previous "+ShortFingerprint(Fingerprint(c)))
 	if w.s.DesiredBundle() != before {
 		// The operator counts the pods against the desired bundle: none is on the new one yet.
 		w.s.TrustBundle.Converged = 0

@@ -243,7 +243,7 @@ func (c Convergence) describeBehind(limit int) string {
 		if i == limit {
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%s (%d %s)", w.Workload, w.Pods, plural(w.Pods, "pod", "pods")))
+		parts = append(parts, fmt.Sprintf("%s (%d %s)", w.Workload, w.Pods, Plural(w.Pods, "pod", "pods")))
 	}
 	total := max(c.BehindWorkloads, len(c.Behind))
 	if shown := len(parts); total > shown {
@@ -252,7 +252,8 @@ func (c Convergence) describeBehind(limit int) string {
 	return strings.Join(parts, ", ")
 }
 
-func plural(n int, one, many string) string {
+// Plural is one when n is 1, many otherwise.
+func Plural(n int, one, many string) string {
 	if n == 1 {
 		return one
 	}

@@ -71,7 +71,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	}
 
 	// The checkpoint, with the rotation it belongs to.
-	cp := &v1alpha1.Checkpoint{Step: res.Checkpoint.Step, Token: res.Checkpoint.Token, Acts: res.Checkpoint.Acts}
+	cp := statusCheckpoint(res.Checkpoint)
 	if !syncedSteps[cp.Step] {
 		// A rotation that completed and went straight on into the next one (the anchor was
 		// renewed again meanwhile) is a new rotation.
@@ -163,6 +163,21 @@ var stepIndex = func() map[string]int {
 	return m
 }()
 
+// WorkflowCheckpoint is where the workflow resumes from the checkpoint a status saved: its
+// first step when none is saved. The operator and linkerd trust plan both resume from it.
+func WorkflowCheckpoint(c *v1alpha1.Checkpoint) workflow.Checkpoint {
+	if c == nil {
+		return workflow.Checkpoint{}
+	}
+	return workflow.Checkpoint{Step: c.Step, Token: c.Token, Acts: c.Acts}
+}
+
+// statusCheckpoint is the status's form of a workflow checkpoint, without the rotation it
+// belongs to (the callers add it).
+func statusCheckpoint(cp workflow.Checkpoint) *v1alpha1.Checkpoint {
+	return &v1alpha1.Checkpoint{Step: cp.Step, Token: cp.Token, Acts: cp.Acts}
+}
+
 // SavedCheckpoint is the checkpoint to persist before an act at next, the workflow having
 // advanced from prev (the status's checkpoint when the pass began). It carries the rotation the
 // act belongs to, so that the rotation's identity — the anchor it moves to — is saved before
@@ -171,7 +186,7 @@ var stepIndex = func() map[string]int {
 // State.Retiring trusts it). A rotation starts when the workflow leaves the Synced steps, or
 // went round to an earlier step (it completed and the anchor had been renewed again).
 func SavedCheckpoint(prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *State, now time.Time) *v1alpha1.Checkpoint {
-	cp := &v1alpha1.Checkpoint{Step: next.Step, Token: next.Token, Acts: next.Acts}
+	cp := statusCheckpoint(next)
 	if syncedSteps[next.Step] {
 		return cp
 	}

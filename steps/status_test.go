@@ -141,3 +141,17 @@ func TestSavedCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkflowCheckpoint: the workflow resumes from the step, token and acts the status saved,
+// and from its first step when none is saved.
+func TestWorkflowCheckpoint(t *testing.T) {
+	if got := WorkflowCheckpoint(nil); got != (workflow.Checkpoint{}) {
+		t.Errorf("no saved checkpoint: %+v", got)
+	}
+	cp := workflow.Checkpoint{Step: StepRestartIdentity, Token: "2026-06-01T12:00:00Z scale 3", Acts: 2}
+	saved := statusCheckpoint(cp)
+	saved.Rotation = "ab12"
+	if got := WorkflowCheckpoint(saved); got != cp {
+		t.Errorf("resumed at %+v, want %+v", got, cp)
+	}
+}

@@ -42,7 +42,7 @@ func Supersede(st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) 
 		// replaces every pod still carrying it.
 		st.Checkpoint = &v1alpha1.Checkpoint{Step: StepDetectAnchorRotation}
 		return fmt.Sprintf("trust anchor renewed again (%s) while pods moved onto the reduced bundle of %s at step %s; starting the next rotation at %s",
-			short(s.Anchor.Fingerprint()), short(s.Previous.Fingerprint()), cp.Step, StepDetectAnchorRotation), true
+			ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), cp.Step, StepDetectAnchorRotation), true
 	}
 	if cp == nil || cp.Rotation == "" || syncedSteps[cp.Step] || !s.Rotating() {
 		return "", false
@@ -58,9 +58,9 @@ func Supersede(st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) 
 		}
 	}
 	msg := fmt.Sprintf("trust anchor renewed again (%s) before the rotation to %s finished at step %s; restarting the rotation at %s",
-		short(s.Anchor.Fingerprint()), short(cp.Rotation), cp.Step, StepExpandTrustBundle)
+		ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(cp.Rotation), cp.Step, StepExpandTrustBundle)
 	if kept != nil {
-		msg += fmt.Sprintf(", keeping %s in the trust bundle until the previous anchor is retired", short(cp.Rotation))
+		msg += fmt.Sprintf(", keeping %s in the trust bundle until the previous anchor is retired", ShortFingerprint(cp.Rotation))
 		already := false
 		for _, a := range s.InFlight {
 			already = already || Fingerprint(a) == cp.Rotation

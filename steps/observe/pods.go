@@ -413,8 +413,5 @@ func shortHash(h string) string {
 	if h == "" {
 		return "(none)"
 	}
-	if len(h) > 12 {
-		return h[:12]
-	}
-	return h
+	return steps.ShortFingerprint(h)
 }

@@ -30,7 +30,8 @@ var shared struct {
 //
 // If the test binary is interrupted (SIGINT, SIGTERM) the cluster is stopped before it exits; if
 // it is killed outright, the kernel kills the components (see spawner). If tests failed, the tail
-// of the component logs is printed, because the logs go with the cluster's work directory.
+// of the component logs is printed, because the logs go with the cluster's work directory, and
+// then the messages of the failed tests once more (see failureSummary).
 func ForTest(m *testing.M, opts Options) int {
 	shared.mu.Lock()
 	shared.enabled, shared.opts = true, opts
@@ -51,10 +52,12 @@ func ForTest(m *testing.M, opts Options) int {
 		os.Exit(2)
 	}()
 
+	summary := teeStdout()
 	code := m.Run()
 	signal.Stop(sigs)
 	close(sigs)
 	stopShared(code != 0)
+	summary.finish()
 	return code
 }
 

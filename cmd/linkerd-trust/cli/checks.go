@@ -579,7 +579,7 @@ func (c *checks) issuerChains(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("identity issuer %s in Secret %s is signed by none of the %d anchor(s) in ConfigMap %s/%s: proxies would reject its certificates",
-		short(steps.Fingerprint(iss.Cert)), iss.Ref(), len(b.Certs), c.cfg.LinkerdNamespace, c.cfg.TrustRootsConfigMap)
+		steps.ShortFingerprint(steps.Fingerprint(iss.Cert)), iss.Ref(), len(b.Certs), c.cfg.LinkerdNamespace, c.cfg.TrustRootsConfigMap)
 }
 
 func (c *checks) bundleHasAnchor(ctx context.Context) error {
@@ -604,23 +604,15 @@ func (c *checks) bundleHasAnchor(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("ConfigMap %s does not contain the trust anchor %s of Secret %s (it holds %s)", ref, short(fp), a.Ref(), shortFingerprints(b))
+	return fmt.Errorf("ConfigMap %s does not contain the trust anchor %s of Secret %s (it holds %s)", ref, steps.ShortFingerprint(fp), a.Ref(), shortFingerprints(b))
 }
 
 func shortFingerprints(b steps.Bundle) string {
 	fps := make([]string, len(b.Certs))
 	for i, c := range b.Certs {
-		fps[i] = short(steps.Fingerprint(c))
+		fps[i] = steps.ShortFingerprint(steps.Fingerprint(c))
 	}
 	return strings.Join(fps, ", ")
-}
-
-// short abbreviates a fingerprint the way the operator's messages do.
-func short(fp string) string {
-	if len(fp) > 12 {
-		return fp[:12]
-	}
-	return fp
 }
 
 // --- the operator ----------------------------------------------------------------------------

@@ -283,8 +283,8 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 		fmt.Fprintf(tw, "  Blocking:\t%s\n", blocking)
 		fmt.Fprintf(tw, "  Trust bundle:\t%s\n", convergenceLine(in.TrustBundle))
 		fmt.Fprintf(tw, "  Workload certificates:\t%s\n", convergenceLine(in.WorkloadCertificates))
-		fmt.Fprintf(tw, "  Active issuer:\t%s\n", orNone(short(in.ActiveIssuerFingerprint)))
-		fmt.Fprintf(tw, "  Previous anchor:\t%s\n", orNone(short(in.PreviousAnchorFingerprint)))
+		fmt.Fprintf(tw, "  Active issuer:\t%s\n", orNone(steps.ShortFingerprint(in.ActiveIssuerFingerprint)))
+		fmt.Fprintf(tw, "  Previous anchor:\t%s\n", orNone(steps.ShortFingerprint(in.PreviousAnchorFingerprint)))
 		if len(in.Conditions) == 0 {
 			fmt.Fprintf(tw, "  Conditions:\tnone\n")
 		}
@@ -307,8 +307,8 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 	layouts := in.Live.MeshedPods
 	fmt.Fprintf(tw, "  Meshed pods:\t%d (proxy as native sidecar: %d, as container: %d)\n",
 		layouts.NativeSidecar+layouts.Container, layouts.NativeSidecar, layouts.Container)
-	fmt.Fprintf(tw, "  Trust bundle:\t%d/%d pods on sha256 %s\n", in.Live.TrustBundle.Converged, in.Live.TrustBundle.Target, orNone(short(in.Live.TrustBundleSHA256)))
-	fmt.Fprintf(tw, "  Workload certificates:\t%d/%d pods on issuer %s\n", in.Live.WorkloadCertificates.Converged, in.Live.WorkloadCertificates.Target, orNone(short(in.Live.ActiveIssuer)))
+	fmt.Fprintf(tw, "  Trust bundle:\t%d/%d pods on sha256 %s\n", in.Live.TrustBundle.Converged, in.Live.TrustBundle.Target, orNone(steps.ShortFingerprint(in.Live.TrustBundleSHA256)))
+	fmt.Fprintf(tw, "  Workload certificates:\t%d/%d pods on issuer %s\n", in.Live.WorkloadCertificates.Converged, in.Live.WorkloadCertificates.Target, orNone(steps.ShortFingerprint(in.Live.ActiveIssuer)))
 	for _, p := range in.Live.Problems {
 		fmt.Fprintf(tw, "  Problem:\t%s\n", p)
 	}
@@ -331,7 +331,7 @@ func renderRemotes(w io.Writer, rs []v1alpha1.RemoteClusterStatus, now time.Time
 	for _, r := range rs {
 		var anchors []string
 		for _, a := range r.Anchors {
-			anchors = append(anchors, short(a))
+			anchors = append(anchors, steps.ShortFingerprint(a))
 		}
 		read := "never"
 		if r.LastObserved != nil {

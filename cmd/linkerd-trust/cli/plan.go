@@ -195,9 +195,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	tar, err := cl.Rotations.Get(ctx, kf.RotationName)
 	switch {
 	case err == nil:
-		if c := tar.Status.Checkpoint; c != nil {
-			cp = workflow.Checkpoint{Step: c.Step, Token: c.Token, Acts: c.Acts}
-		}
+		cp = steps.WorkflowCheckpoint(tar.Status.Checkpoint)
 	case apierrors.IsNotFound(err):
 		tar = &v1alpha1.TrustAnchorRotation{} // the operator creates it with the defaults
 		p.Notes = append(p.Notes, fmt.Sprintf("TrustAnchorRotation %s not found (is the operator installed?): planning from the first step", kf.RotationName))
@@ -244,7 +242,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		s.Anchor.Cert = renewed
 		snap.Recount()
 		p.Notes = append(p.Notes, fmt.Sprintf("assuming `cmctl renew -n %s %s` just happened: the renewed trust anchor %s is a stand-in made in memory, written nowhere",
-			cfg.CertManagerNamespace, cfg.AnchorSecret, short(steps.Fingerprint(renewed))))
+			cfg.CertManagerNamespace, cfg.AnchorSecret, steps.ShortFingerprint(steps.Fingerprint(renewed))))
 	}
 	results, err := env.probe(ctx, cl, pf, snap.Pods, nil)
 	if err != nil {
@@ -418,9 +416,9 @@ func renderPlanText(w io.Writer, p *plan) error {
 		case v.Problem != "":
 			fmt.Fprintf(w, "  %-16s %s\n", label, v.Problem)
 		case v.Synthetic:
-			fmt.Fprintf(w, "  %-16s %s  %s (stand-in)  expires %s\n", label, v.Ref, short(v.Fingerprint), v.NotAfter)
+			fmt.Fprintf(w, "  %-16s %s  %s (stand-in)  expires %s\n", label, v.Ref, steps.ShortFingerprint(v.Fingerprint), v.NotAfter)
 		default:
-			fmt.Fprintf(w, "  %-16s %s  %s  expires %s\n", label, v.Ref, short(v.Fingerprint), v.NotAfter)
+			fmt.Fprintf(w, "  %-16s %s  %s  expires %s\n", label, v.Ref, steps.ShortFingerprint(v.Fingerprint), v.NotAfter)
 		}
 	}
 	cert("trust anchor", p.TrustAnchor)
@@ -429,9 +427,9 @@ func renderPlanText(w io.Writer, p *plan) error {
 	if p.TrustBundle.Found {
 		fps := make([]string, len(p.TrustBundle.Anchors))
 		for i, a := range p.TrustBundle.Anchors {
-			fps[i] = short(a)
+			fps[i] = steps.ShortFingerprint(a)
 		}
-		fmt.Fprintf(w, "  %-16s %s  [%s]  sha256 %s\n", "trust bundle", p.TrustBundle.Ref, strings.Join(fps, ", "), short(p.TrustBundle.SHA256))
+		fmt.Fprintf(w, "  %-16s %s  [%s]  sha256 %s\n", "trust bundle", p.TrustBundle.Ref, strings.Join(fps, ", "), steps.ShortFingerprint(p.TrustBundle.SHA256))
 	} else {
 		fmt.Fprintf(w, "  %-16s %s not found\n", "trust bundle", p.TrustBundle.Ref)
 	}
@@ -474,7 +472,7 @@ func renderPlanText(w io.Writer, p *plan) error {
 			restart = "behind" // the operator restarts them
 		}
 		for _, wl := range st.PodsToRestart {
-			fmt.Fprintf(w, "      %s: %s (%d %s)\n", restart, wl.Workload, wl.Pods, plural(wl.Pods, "pod", "pods"))
+			fmt.Fprintf(w, "      %s: %s (%d %s)\n", restart, wl.Workload, wl.Pods, steps.Plural(wl.Pods, "pod", "pods"))
 		}
 		if st.MoreWorkloadsToRestart > 0 {
 			fmt.Fprintf(w, "      %s: and %d more workload(s)\n", restart, st.MoreWorkloadsToRestart)
@@ -488,11 +486,4 @@ func renderPlanText(w io.Writer, p *plan) error {
 	}
 	_, err := fmt.Fprintf(w, "\nNothing was changed: this is a plan.\n")
 	return err
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

@@ -62,9 +62,9 @@ const (
 // actReason is the Event reason of an act: the automations' own, StepActed for the others.
 func actReason(decision string) string {
 	switch decision {
-	case "RestartingWorkloads":
+	case steps.ReasonRestartingWorkloads:
 		return ReasonWorkloadsRestarted
-	case "RenewingIdentityIssuer":
+	case steps.ReasonRenewingIdentityIssuer:
 		return ReasonIssuerRenewalTriggered
 	}
 	return ReasonStepActed
@@ -367,10 +367,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		return time.Time{}, c.createRotation(ctx)
 	}
 	now := time.Now()
-	cp := workflow.Checkpoint{}
-	if tar.Status.Checkpoint != nil {
-		cp = workflow.Checkpoint{Step: tar.Status.Checkpoint.Step, Token: tar.Status.Checkpoint.Token, Acts: tar.Status.Checkpoint.Acts}
-	}
+	cp := steps.WorkflowCheckpoint(tar.Status.Checkpoint)
 	inFlight, err := steps.ParseInFlight(tar.Status.InFlightAnchors)
 	if err != nil {
 		return time.Time{}, err
@@ -402,7 +399,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		}
 		return err
 	}
-	res, advErr := c.wf.Advance(ctx, cp, s, save, func() string { return now.UTC().Format(time.RFC3339Nano) })
+	res, advErr := c.wf.Advance(ctx, cp, s, save, func() string { return steps.NewActStamp(now) })
 
 	for _, name := range res.Passed {
 		log.V(2).Info("Step done", "step", name)

@@ -82,14 +82,25 @@ func rotationSteps() []string {
 	return names
 }
 
-// at puts the fault in once, when an observation of the rotation shows it at step; fn reports
-// whether it did put it in. The fault fired when it did.
+// at puts the fault in once, at the first observation of the rotation at step or a later one
+// (a step that waits for nothing, such as a remote gate without linked clusters, is passed
+// between two polls); fn reports whether it did put it in. The fault fired when it did, and
+// where says at which step.
 func (run *soakRun) at(step string, fn func() bool) {
+	order := map[string]int{}
+	for i, st := range steps.Rotation(nil) {
+		order[st.Name] = i
+	}
 	tried, done := false, false
 	run.o.onPoll = func(tar *v1alpha1.TrustAnchorRotation) {
-		if !tried && stepOf(tar) == step {
-			tried = true
-			done = fn()
+		now := stepOf(tar)
+		if tried || order[now] < order[step] {
+			return
+		}
+		tried = true
+		done = fn()
+		if now != step {
+			run.where = fmt.Sprintf("at %s (drawn %s)", now, step)
 		}
 	}
 	run.where = "at " + step
