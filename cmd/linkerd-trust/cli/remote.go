@@ -146,11 +146,11 @@ func (c *checks) remoteSameAnchor(ctx context.Context, lc linkedCluster) error {
 		return nil
 	case theirs == ourPrevious:
 		return warn(fmt.Errorf("cluster %s is still on trust anchor %s, which this cluster's new anchor %s replaces: give it the new anchor (your distribution of the anchor: a copy, a shared issuer, a secret store); the rotation waits for it",
-			r.Name, short(theirs), short(ours)))
+			r.Name, steps.ShortFingerprint(theirs), steps.ShortFingerprint(ours)))
 	case ours == theirPrevious:
 		return warn(fmt.Errorf("cluster %s already has a new trust anchor %s, this cluster still %s: give this cluster the new anchor; the rotation waits for it",
-			r.Name, short(theirs), short(ours)))
+			r.Name, steps.ShortFingerprint(theirs), steps.ShortFingerprint(ours)))
 	}
 	return fmt.Errorf("cluster %s is on trust anchors [%s (current), %s (previous)], this cluster on [%s, %s]: linked clusters must share the trust anchor",
-		r.Name, short(theirs), short(theirPrevious), short(ours), short(ourPrevious))
+		r.Name, steps.ShortFingerprint(theirs), steps.ShortFingerprint(theirPrevious), steps.ShortFingerprint(ours), steps.ShortFingerprint(ourPrevious))
 }
