@@ -7,7 +7,7 @@ BIN := $(CURDIR)/bin
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: tools
 tools: ## Build (or reuse) etcd, Kubernetes, kwok, cert-manager and helm into the cache outside the clone.
@@ -22,11 +22,14 @@ TOOLS_BIN = $(eval TOOLS_BIN := $(or $(TOOLS_BIN_FROM_ENV),$(shell scripts/tools
 # CLUSTER_UP_FLAGS are more testbed flags, e.g. --proxy-as-container for the proxy layout of
 # Linkerd before edge-26.5.2 (the default is current Linkerd's native sidecar).
 CLUSTER_UP_FLAGS ?=
+# CLUSTERS=2 starts a linked pair: west (KUBECONFIG=.local/kubeconfig) and east
+# (.local/kubeconfig-east), linked both ways as Linkerd multicluster links them.
+CLUSTERS ?= 1
 
 .PHONY: cluster-up
 cluster-up: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
-cluster-up: ## Start a playground in the background: cluster, Linkerd PKI, mesh simulator and a meshed sample app; KUBECONFIG=.local/kubeconfig.
-	scripts/testbed.sh up --mesh $(CLUSTER_UP_FLAGS)
+cluster-up: ## Start a playground in the background: cluster, Linkerd PKI, mesh simulator and a meshed sample app; KUBECONFIG=.local/kubeconfig. CLUSTERS=2: a linked pair (east: .local/kubeconfig-east).
+	scripts/testbed.sh up --mesh --clusters $(CLUSTERS) $(CLUSTER_UP_FLAGS)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the test bed started by cluster-up, and wait until every process is gone.
@@ -122,6 +125,11 @@ test: verify ## Everything CI runs: make verify, then every test, unit and end t
 demo: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 demo: ## Run a full trust-anchor rotation on an embedded local cluster, as the user guide's user would.
 	go run ./test/cmd/demo
+
+.PHONY: demo-multicluster
+demo-multicluster: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
+demo-multicluster: ## Rotate two linked clusters, each at its own pace, with one mTLS oracle over both meshes.
+	go run ./test/cmd/demo -clusters 2
 
 SOAK_ROTATIONS ?= 100
 

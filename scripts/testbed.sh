@@ -6,7 +6,8 @@
 #   scripts/testbed.sh down                    stop it (SIGTERM by PID) and wait until it exited
 #
 # Files in .local/: testbed.pid, testbed.log (its output), testbed.json (state), testbed.ready
-# (marker written once ready), kubeconfig, logs/ (one log per component).
+# (marker written once ready), kubeconfig, logs/ (one log per component); with --clusters 2 also
+# kubeconfig-east, work-east/ and logs/east/ (the linked cluster).
 # TESTBED_TIMEOUT (seconds, default 300) bounds the wait for readiness and for the stop.
 set -euo pipefail
 
@@ -76,8 +77,8 @@ down() {
   if ! pid=$(running); then
     echo "testbed is not running"
     # Leftovers of a testbed that was killed outright (its components died with it).
-    rm -f "$pidfile" "$ready" "$local_dir/testbed.json" "$local_dir/kubeconfig"
-    rm -rf "$local_dir/work"
+    rm -f "$pidfile" "$ready" "$local_dir/testbed.json" "$local_dir/kubeconfig" "$local_dir/kubeconfig-east"
+    rm -rf "$local_dir/work" "$local_dir/work-east"
     return 0
   fi
   echo "stopping testbed (pid $pid)..."

@@ -18,6 +18,15 @@
 //     [MIN_REFRESH, MAX_REFRESH], rejects a certificate that does not chain to its own roots, and
 //     serves its live chain over TLS on podIP:4191.
 //
+// As a pod starts, its ConfigMap and Secret volumes and its configMapKeyRef env are read from
+// the apiserver, not from the simulator's informers. The kubelet resolves volumes and env alike
+// from its ConfigMap and Secret managers as the pod starts, so every container of a pod starts
+// on the same version — the identity container's roots and its own proxy's alike — and the
+// simulator takes it to be the one the apiserver holds then (a real kubelet serves it from its
+// own watch, which can lag just after an apiserver outage: the README's Multicluster section
+// says what that leaves open). The informers drive only what happens while a pod runs (a
+// volume refresh, an issuer reload).
+//
 // The proxy's layout follows the Linkerd release it stands for:
 //
 //   - Native sidecar, the default: linkerd-proxy is an init container with restartPolicy: Always,

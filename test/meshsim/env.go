@@ -11,7 +11,7 @@ import (
 // resolveEnv computes a container's environment the way the kubelet does when it starts the
 // container: literal values with $(VAR) references to earlier variables expanded, downward-API
 // fieldRefs, and configMapKeyRefs read NOW — which is why a proxy's trust roots are fixed at
-// container start. lookupCM returns a ConfigMap key's current value.
+// container start. lookupCM returns a ConfigMap key's value as the kubelet reads it then.
 func resolveEnv(pod *corev1.Pod, c *corev1.Container, lookupCM func(ns, name, key string) (string, bool)) (map[string]string, error) {
 	env := map[string]string{}
 	for _, e := range c.Env {

@@ -79,7 +79,8 @@ func (id *identityProc) start() {
 }
 
 func (id *identityProc) initialize() error {
-	bundle, ok := id.mesh.configMapValue(id.mesh.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
+	// Its volumes as the kubelet mounts them at container start.
+	bundle, ok := id.mesh.mountedConfigMapValue(id.mesh.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
 	if !ok {
 		return fmt.Errorf("reading trust roots: configmap %s/%s key %s not found", id.mesh.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
 	}
@@ -91,7 +92,7 @@ func (id *identityProc) initialize() error {
 	if err != nil {
 		return fmt.Errorf("failed to construct k8s event recorder: %w", err)
 	}
-	crt, key, ok := id.mesh.issuerSecret()
+	crt, key, ok := id.mesh.mountedIssuerSecret()
 	if !ok {
 		return fmt.Errorf("failed to initialize identity service: failed to read CA from disk: secret %s/%s not found", id.mesh.cfg.LinkerdNamespace, IssuerSecret)
 	}

@@ -42,6 +42,21 @@ type injectorProc struct {
 	bundle  string
 	timers  []clock.Timer
 	stopped bool
+	// terminating: its pod is being deleted; its container still runs (the grace period), but
+	// its endpoint is no longer ready, so the Service sends it no more admission calls.
+	terminating bool
+}
+
+func (in *injectorProc) setTerminating() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.terminating = true
+}
+
+func (in *injectorProc) isTerminating() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.terminating
 }
 
 // InjectorState is the ground truth of one proxy-injector.
@@ -243,15 +258,25 @@ func (m *Mesh) serveAdmission(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
-// pickInjector chooses a Running injector like a Service does (round robin over endpoints).
+// pickInjector chooses a Running injector like a Service does (round robin over ready
+// endpoints).
 func (m *Mesh) pickInjector() *injectorProc {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var ready []*injectorProc
+	// A terminating pod's endpoint is not ready: the Service routes to it only when no other
+	// injector is there to take the call.
+	var ready, terminating []*injectorProc
 	for _, in := range m.injectors {
-		if in.view() != "" {
+		switch {
+		case in.view() == "":
+		case in.isTerminating():
+			terminating = append(terminating, in)
+		default:
 			ready = append(ready, in)
 		}
+	}
+	if len(ready) == 0 {
+		ready = terminating
 	}
 	if len(ready) == 0 {
 		return nil

@@ -332,6 +332,26 @@ func (m *Mesh) Config() Config { return m.cfg }
 // WebhookURL is where the apiserver calls the proxy-injector.
 func (m *Mesh) WebhookURL() string { return m.webhook.url }
 
+// mountedConfigMapValue is a ConfigMap volume's content, or a configMapKeyRef env variable's
+// value, at container start: the kubelet reads the ConfigMap from the apiserver then, so a
+// write made before the pod started is in it even when this simulator's ConfigMap informer has
+// not delivered it yet (informers of different resources deliver in no common order, and one
+// may still be relisting after an apiserver outage). The informer's copy when the apiserver
+// cannot be read.
+func (m *Mesh) mountedConfigMapValue(ns, name, key string) (string, bool) {
+	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+	defer cancel()
+	cm, err := m.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", false
+		}
+		return m.configMapValue(ns, name, key)
+	}
+	v, ok := cm.Data[key]
+	return v, ok
+}
+
 func (m *Mesh) configMapValue(ns, name, key string) (string, bool) {
 	cm, err := m.configMaps.ConfigMaps(ns).Get(name)
 	if err != nil || ns != m.cfg.LinkerdNamespace {
@@ -346,6 +366,21 @@ func (m *Mesh) configMapValue(ns, name, key string) (string, bool) {
 	}
 	v, ok := cm.Data[key]
 	return v, ok
+}
+
+// mountedIssuerSecret is the issuer Secret's volume at container start, read from the apiserver
+// as the kubelet does (see mountedConfigMapValue); the informer's copy when it cannot be read.
+func (m *Mesh) mountedIssuerSecret() (crt, key []byte, ok bool) {
+	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+	defer cancel()
+	s, err := m.client.CoreV1().Secrets(m.cfg.LinkerdNamespace).Get(ctx, IssuerSecret, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil, false
+	case err != nil:
+		return m.issuerSecret()
+	}
+	return s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], true
 }
 
 func (m *Mesh) issuerSecret() (crt, key []byte, ok bool) {
@@ -462,6 +497,9 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 		m.stopPodLocked(pod.UID)
 		return
 	}
+	if in := m.injectors[pod.UID]; in != nil && pod.DeletionTimestamp != nil {
+		in.setTerminating()
+	}
 	_, hasProxy := m.proxies[pod.UID]
 	_, pending := m.pending[pod.UID]
 	if hasProxy && !pending {
@@ -491,7 +529,7 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 		}
 	case ComponentProxyInjector:
 		if m.injectors[pod.UID] == nil {
-			bundle, ok := m.configMapValue(m.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
+			bundle, ok := m.mountedConfigMapValue(m.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
 			if !ok {
 				m.pending[pod.UID] = "proxy-injector: trust-roots volume not available"
 				return
@@ -517,10 +555,14 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 	delete(m.pending, pod.UID)
 }
 
-// newProxy resolves the proxy container's env as the kubelet does at container start.
+// newProxy resolves the proxy container's env as the kubelet does at container start. Its
+// configMapKeyRefs (the control plane's LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS, from
+// linkerd-identity-trust-roots) read the ConfigMap as the pod's volumes do
+// (mountedConfigMapValue): the kubelet resolves both from one ConfigMap manager, so a proxy
+// never starts on an older bundle than the one its pod's other containers mounted.
 func (m *Mesh) newProxy(pod *corev1.Pod, ref PodRef, component string) (*proxy, error) {
 	c := ProxyOf(pod)
-	env, err := resolveEnv(pod, c, m.configMapValue)
+	env, err := resolveEnv(pod, c, m.mountedConfigMapValue)
 	if err != nil {
 		return nil, fmt.Errorf("CreateContainerConfigError: %w", err)
 	}

@@ -102,6 +102,12 @@ type Violation struct {
 	Start    time.Time
 	LastSeen time.Time
 	End      time.Time
+	// ClientRoots are the fingerprints of the rejecting roots (sorted), and ServerChain those of
+	// the chain verified against them: the chain above the leaf, the leaf's issuer first (the
+	// whole chain when the leaf is not signed by its presented issuer); the leaf alone for an
+	// InvalidLeaf. With them a report says which anchors each side was on, not only which pods.
+	ClientRoots []string
+	ServerChain []string
 }
 
 func (v Violation) String() string {
@@ -109,8 +115,33 @@ func (v Violation) String() string {
 	if !v.End.IsZero() {
 		end = "until " + v.End.Format(time.RFC3339Nano)
 	}
-	return fmt.Sprintf("%s: %s's chain rejected by %s's roots (%d pod pairs) since %s %s: %s",
+	s := fmt.Sprintf("%s: %s's chain rejected by %s's roots (%d pod pairs) since %s %s: %s",
 		v.Kind, v.Server, v.Client, v.Pairs, v.Start.Format(time.RFC3339Nano), end, v.Reason)
+	if len(v.ClientRoots) > 0 {
+		s += fmt.Sprintf("; roots %s", shortFingerprints(v.ClientRoots))
+	}
+	if len(v.ServerChain) > 0 {
+		s += fmt.Sprintf("; chain %s", shortFingerprints(v.ServerChain))
+	}
+	return s
+}
+
+// shortFingerprints renders fingerprints by their first 12 hex digits, as the operator's
+// messages do.
+func shortFingerprints(fps []string) string {
+	out := make([]string, len(fps))
+	for i, fp := range fps {
+		out[i] = fp[:min(12, len(fp))]
+	}
+	return "[" + strings.Join(out, " ") + "]"
+}
+
+func fingerprints(certs []*x509.Certificate) []string {
+	out := make([]string, len(certs))
+	for i, c := range certs {
+		out[i] = Fingerprint(c)
+	}
+	return out
 }
 
 // CertificateWait is a meshed pod's proxy waiting for its first certificate: from the proxy's
@@ -517,7 +548,9 @@ func (o *Oracle) checkPair(rc *rootClass, cc *chainClass, now time.Time, seen ma
 	if pairs == 0 {
 		return 0
 	}
-	o.record("chain|"+rc.scope+"|"+cc.key+"|"+key, ViolationUntrustedChain, server, client, pairs, res.err, now, seen)
+	if v := o.record("chain|"+rc.scope+"|"+cc.key+"|"+key, ViolationUntrustedChain, server, client, pairs, res.err, now, seen); v.ServerChain == nil {
+		v.ClientRoots, v.ServerChain = rc.rs.fingerprints, fingerprints(cc.target)
+	}
 	return pairs
 }
 
@@ -583,11 +616,14 @@ func (o *Oracle) checkLeaf(m *member, now time.Time, seen map[string]bool) int {
 	if peers == 0 {
 		return 0
 	}
-	o.record("leaf|"+string(m.pod.UID)+"|"+chainKey(m.chain[:1]), ViolationInvalidLeaf, m.pod, client, peers, reason, now, seen)
+	if v := o.record("leaf|"+string(m.pod.UID)+"|"+chainKey(m.chain[:1]), ViolationInvalidLeaf, m.pod, client, peers, reason, now, seen); v.ServerChain == nil {
+		v.ServerChain = fingerprints(m.chain[:1])
+	}
 	return peers
 }
 
-func (o *Oracle) record(key, kind string, server, client PodRef, pairs int, reason string, now time.Time, seen map[string]bool) {
+// record notes that a violation is ongoing and returns its episode, new or ongoing.
+func (o *Oracle) record(key, kind string, server, client PodRef, pairs int, reason string, now time.Time, seen map[string]bool) *Violation {
 	if seen != nil {
 		seen[key] = true
 	}
@@ -602,6 +638,7 @@ func (o *Oracle) record(key, kind string, server, client PodRef, pairs int, reas
 	if pairs > v.Pairs {
 		v.Pairs = pairs
 	}
+	return v
 }
 
 // examplePair counts ordered pairs (client from roots, server from chains, distinct pods) and

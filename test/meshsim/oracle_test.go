@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,15 @@ func TestOracleTruePositives(t *testing.T) {
 	v := o.Violations()[0]
 	if v.Kind != ViolationUntrustedChain || v.Client != pod(0) || v.Server.Name == "p0" || v.Pairs != 3 || v.Reason == "" {
 		t.Errorf("violation = %+v", v)
+	}
+	// The report names the anchors on each side: pod 0's roots, the new anchor alone, and the
+	// old issuer the rejected chain presents.
+	if !slices.Equal(v.ClientRoots, p.newOnly.fingerprints) || !slices.Equal(v.ServerChain, []string{Fingerprint(p.oldIss.cert)}) {
+		t.Errorf("violation's roots %.12v and chain %.12v, want the new anchor %.12s and the old issuer %.12s",
+			v.ClientRoots, v.ServerChain, Fingerprint(p.newRoot.cert), Fingerprint(p.oldIss.cert))
+	}
+	if want := fmt.Sprintf("; roots [%.12s]; chain [%.12s]", Fingerprint(p.newRoot.cert), Fingerprint(p.oldIss.cert)); !strings.HasSuffix(v.String(), want) {
+		t.Errorf("violation %q does not end with %q", v, want)
 	}
 	if err := o.CheckNoViolationsSince(start); err == nil {
 		t.Error("CheckNoViolationsSince passed with a violation")

@@ -250,3 +250,23 @@ func TestRolloutsCountStatefulSetsAndTheControlPlaneApart(t *testing.T) {
 		t.Errorf("MaxConcurrent = %d, want 1: the control plane does not count", s.MaxConcurrent)
 	}
 }
+
+// TestAdmissionSkipsATerminatingInjector: a Service routes admission calls to ready endpoints,
+// and a terminating pod's is not ready: an injector whose pod is being deleted (during the
+// proxy-injector's rollout) takes no call while a new one runs, and takes them again only when it
+// is the last one left.
+func TestAdmissionSkipsATerminatingInjector(t *testing.T) {
+	old := &injectorProc{pod: PodRef{Name: "injector-old", UID: "a"}, bundle: "old bundle"}
+	cur := &injectorProc{pod: PodRef{Name: "injector-new", UID: "b"}, bundle: "new bundle"}
+	m := &Mesh{injectors: map[types.UID]*injectorProc{"a": old, "b": cur}, webhook: &webhook{}}
+	old.setTerminating()
+	for i := 0; i < 4; i++ {
+		if got := m.pickInjector(); got != cur {
+			t.Fatalf("call %d went to %s, want the running injector-new", i, got.pod.Name)
+		}
+	}
+	delete(m.injectors, "b")
+	if got := m.pickInjector(); got != old {
+		t.Fatalf("with injector-old alone, the call went to %v", got)
+	}
+}

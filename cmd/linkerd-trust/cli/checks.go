@@ -138,7 +138,18 @@ the extensions' sections then include their data-plane checks as well.`,
 				check: func(context.Context) error { return err },
 			}}}}
 		} else {
-			cats = newChecks(o, cl, env).categories()
+			c := newChecks(o, cl, env)
+			cats = c.categories()
+			if !o.pre {
+				var spec []v1alpha1.RemoteCluster
+				if tar, err := c.rotation.get(ctx); err == nil {
+					spec = tar.Spec.RemoteClusters
+				}
+				linked, linkErr := linkedClusters(ctx, cl, o.kube, spec, c.now)
+				if cat, ok := c.multiclusterCategory(linked, linkErr); ok {
+					cats = append(cats, cat)
+				}
+			}
 		}
 		var success bool
 		if o.output.value == "json" {

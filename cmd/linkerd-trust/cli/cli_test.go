@@ -38,6 +38,8 @@ func TestGolden(t *testing.T) {
 		"inspect-json":           {setup: (*fixture).midRotation, args: []string{"inspect", "-o", "json"}},
 		"inspect-synced-table":   {args: []string{"inspect"}},
 		"inspect-linked-table":   {setup: linkedMidRotation, args: []string{"inspect"}},
+		"plan-linked-text":       {setup: linkedLive, args: []string{"plan"}},
+		"check-linked-table":     {setup: linkedLive, args: []string{"check"}, wantCode: 1},
 		"plan-text":              {setup: (*fixture).midRotation, args: []string{"plan"}},
 		"plan-json":              {setup: (*fixture).midRotation, args: []string{"plan", "-o", "json"}},
 		"plan-yaml":              {setup: (*fixture).midRotation, args: []string{"plan", "-o", "yaml"}},
@@ -330,5 +332,42 @@ func TestHintsExist(t *testing.T) {
 	}
 	if n < 15 {
 		t.Errorf("only %d checks listed", n)
+	}
+}
+
+// TestCheckLinkedClusters: check says, naming the cluster, when a linked cluster has not
+// received the new anchor yet (a warning: the rotation waits for it), is on unrelated anchors,
+// has no TrustAnchorRotation, or has no operator reporting on it.
+func TestCheckLinkedClusters(t *testing.T) {
+	unrelated := strings.Repeat("ab", 32)
+	cases := map[string]struct {
+		remote   func(nw, old string) fakeRotations
+		want     string
+		wantCode int
+	}{
+		"behind": {remote: func(nw, old string) fakeRotations { return linkedRemote(old, old) },
+			want: "‼ cluster east: on the same trust anchor as this cluster\n    cluster east is still on trust anchor"},
+		"unrelated": {remote: func(nw, old string) fakeRotations { return linkedRemote(unrelated, old) }, wantCode: 1,
+			want: "× cluster east: on the same trust anchor as this cluster\n    cluster east is on trust anchors [abababababab (current)"},
+		"no rotation": {remote: func(nw, old string) fakeRotations { return fakeRotations{} }, wantCode: 1,
+			want: "cluster east has no TrustAnchorRotation cluster: install the trust-rotation operator there"},
+		"no operator": {remote: func(nw, old string) fakeRotations {
+			r := linkedRemote(nw, old)
+			r["cluster"].Status = v1alpha1.TrustAnchorRotationStatus{}
+			return r
+		}, wantCode: 1, want: "cluster east: TrustAnchorRotation cluster has no checkpoint in its status: is its trust-rotation operator running?"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			linkedLive(f)
+			f.rotations["cluster"].Spec.RemoteClusters = nil // east alone
+			nw, old := steps.Fingerprint(cert(t, "anchor-new")), steps.Fingerprint(cert(t, "anchor-old"))
+			f.remotes["east"] = tc.remote(nw, old)
+			out, _, code := f.run("check")
+			if code != tc.wantCode || !strings.Contains(out, tc.want) {
+				t.Errorf("exit code %d (want %d), output:\n%s\nwant it to hold %q", code, tc.wantCode, out, tc.want)
+			}
+		})
 	}
 }

@@ -23,9 +23,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	fakedynamic "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -78,6 +80,46 @@ func cert(t *testing.T, name string) *x509.Certificate {
 	return certs[0]
 }
 
+var linkGVR = observe.LinkGVR("v1alpha3")
+
+// linkedRemote is a linked cluster's TrustAnchorRotation whose operator reports anchors
+// [current, previous], its data plane converged on a bundle holding both.
+func linkedRemote(current, previous string) fakeRotations {
+	return fakeRotations{"cluster": {
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster", Generation: 1},
+		Status: v1alpha1.TrustAnchorRotationStatus{
+			ObservedGeneration: 1, Phase: v1alpha1.PhaseWaitingForRemoteClusters, PreviousAnchorFingerprint: previous,
+			SourceFingerprints:   []v1alpha1.SourceFingerprint{{Fingerprint: current}, {Fingerprint: previous}},
+			Checkpoint:           &v1alpha1.Checkpoint{Step: steps.StepWaitForRemoteTrustRoots, Rotation: current},
+			TrustBundle:          &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 5, TargetPods: 5, Anchors: []string{current, previous}},
+			WorkloadCertificates: &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 8, TargetPods: 8, Anchors: []string{previous}},
+		},
+	}}
+}
+
+// linkedLive is linkedMidRotation with the linked clusters behind it, every local pod restarted
+// onto the expanded bundle: a Link to east, whose TrustAnchorRotation reports its data plane
+// converged on the new anchor, and north in spec.remoteClusters, whose credentials Secret is
+// missing.
+func linkedLive(f *fixture) {
+	linkedMidRotation(f)
+	hash := steps.BundleHash(steps.RenderBundle(cert(f.t, "anchor-new"), cert(f.t, "anchor-old")))
+	for _, o := range f.kube {
+		if p, ok := o.(*corev1.Pod); ok {
+			p.Annotations[steps.TrustRootSHA256Annotation] = hash
+		}
+	}
+	nw, old := steps.Fingerprint(cert(f.t, "anchor-new")), steps.Fingerprint(cert(f.t, "anchor-old"))
+	f.rotations["cluster"].Status.PreviousAnchorFingerprint = old
+	f.rotations["cluster"].Spec.RemoteClusters = []v1alpha1.RemoteCluster{{Name: "north", KubeconfigSecret: v1alpha1.SecretKeyRef{Name: "north-kubeconfig", Key: "kubeconfig"}}}
+	f.links = append(f.links, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": linkGVR.GroupVersion().String(), "kind": "Link",
+		"metadata": map[string]any{"name": "east", "namespace": observe.DefaultMulticlusterNamespace},
+		"spec":     map[string]any{"targetClusterName": "east", "clusterCredentialsSecret": "cluster-credentials-east"},
+	}})
+	f.remotes = map[string]fakeRotations{"east": linkedRemote(nw, old)}
+}
+
 // fakeRotations serves TrustAnchorRotations from a map.
 type fakeRotations map[string]*v1alpha1.TrustAnchorRotation
 
@@ -104,6 +146,10 @@ type fixture struct {
 	forbid []string
 	// kubeClients are the Kubernetes clients the commands were given, with the requests they made.
 	kubeClients []*kubefake.Clientset
+	// links are the Links of linkerd-multicluster; remotes the TrustAnchorRotations of each
+	// linked cluster, by its name: a cluster not there has no credentials Secret.
+	links   []runtime.Object
+	remotes map[string]fakeRotations
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -324,7 +370,19 @@ func (f *fixture) env(out, errOut *bytes.Buffer) *Env {
 				})
 			}
 			f.kubeClients = append(f.kubeClients, kube)
-			return &Clients{Kube: kube, CertManager: cmfake.NewClientset(f.cm...), Rotations: f.rotations}, nil
+			cl := &Clients{Kube: kube, CertManager: cmfake.NewClientset(f.cm...), Rotations: f.rotations}
+			if len(f.links) > 0 {
+				kube.Resources = append(kube.Resources, &metav1.APIResourceList{GroupVersion: linkGVR.GroupVersion().String(),
+					APIResources: []metav1.APIResource{{Name: linkGVR.Resource, Namespaced: true, Kind: "Link"}}})
+				cl.Dynamic = fakedynamic.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{linkGVR: "LinkList"}, f.links...)
+			}
+			cl.Remote = func(_ context.Context, ns string, t observe.RemoteTarget) (observe.RotationGetter, error) {
+				if r, ok := f.remotes[t.Name]; ok {
+					return r, nil
+				}
+				return nil, fmt.Errorf("credentials Secret %s/%s not found", ns, t.Secret)
+			}
+			return cl, nil
 		},
 		IsTerminal: func() bool { return false },
 		NewAnchor: func(*x509.Certificate, time.Time) (*x509.Certificate, error) {

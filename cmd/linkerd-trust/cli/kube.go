@@ -10,6 +10,7 @@ import (
 	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -31,6 +32,8 @@ type KubeFlags struct {
 	APIAddr      string
 	Config       steps.Config
 	RotationName string
+	// MulticlusterNamespace holds Linkerd multicluster's Links and credentials Secrets.
+	MulticlusterNamespace string
 }
 
 func addKubeFlags(fs *pflag.FlagSet) *KubeFlags {
@@ -42,6 +45,7 @@ func addKubeFlags(fs *pflag.FlagSet) *KubeFlags {
 	fs.StringVar(&k.APIAddr, "api-addr", "", "override the kubeconfig and talk to the Kubernetes API at this address (for testing)")
 	k.Config.AddFlags(fs)
 	fs.StringVar(&k.RotationName, "rotation-name", k.RotationName, "name of the TrustAnchorRotation the operator drives")
+	fs.StringVar(&k.MulticlusterNamespace, "multicluster-namespace", observe.DefaultMulticlusterNamespace, "namespace of Linkerd multicluster's Links and their credentials Secrets, as the operator's flag (empty: no linked clusters)")
 	return k
 }
 
@@ -94,6 +98,11 @@ type Clients struct {
 	Kube        kubernetes.Interface
 	CertManager cmclient.Interface
 	Rotations   RotationReader
+	// Dynamic lists the Links of the multicluster namespace; nil: no Link is read.
+	Dynamic dynamic.Interface
+	// Remote makes a client of a linked cluster's TrustAnchorRotations from its credentials
+	// Secret in namespace; nil: observe.RemoteClient (tests use a fake).
+	Remote func(ctx context.Context, namespace string, t observe.RemoteTarget) (observe.RotationGetter, error)
 }
 
 // pkiReader reads the Linkerd PKI's certificates without reading a private key.
@@ -127,7 +136,11 @@ func NewClients(k *KubeFlags) (*Clients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the TrustAnchorRotation client: %w", err)
 	}
-	return &Clients{REST: cfg, Kube: kube, CertManager: cm, Rotations: tars}, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the dynamic client: %w", err)
+	}
+	return &Clients{REST: cfg, Kube: kube, CertManager: cm, Rotations: tars, Dynamic: dyn}, nil
 }
 
 func isTerminalFile(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

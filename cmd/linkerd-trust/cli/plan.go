@@ -250,6 +250,19 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	}
 	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(snap.Pods, results)
 	s.LiveChains = observe.LiveChains(snap.Pods, results)
+	// The linked clusters, read as the operator reads them, with its credentials: the remote
+	// gates below wait on them.
+	linked, err := linkedClusters(ctx, cl, kf, tar.Spec.RemoteClusters, s.Now)
+	if err != nil {
+		p.Notes = append(p.Notes, fmt.Sprintf("%v: the linked clusters below are spec.remoteClusters' alone", err))
+	}
+	for _, lc := range linked {
+		s.Remotes = append(s.Remotes, lc.Remote)
+		if lc.Remote.Problem != "" {
+			p.Notes = append(p.Notes, fmt.Sprintf("linked cluster %s (%s): this command cannot read its TrustAnchorRotation: %s; the remote gates count it as not converged (the operator reads it with the same credentials; status.remoteClusters in inspect shows what it last read)",
+				lc.Target.Name, lc.Target.Source, lc.Remote.Problem))
+		}
+	}
 
 	p.TrustAnchor = viewCert(s.Anchor)
 	p.TrustAnchor.Synthetic = assumeRenewed

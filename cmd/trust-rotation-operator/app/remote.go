@@ -4,46 +4,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sethvargo/go-retry"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
 
-// Linkerd multicluster's contract (linkerd2 multicluster/, controller/gen/apis/link): `linkerd
-// multicluster link` creates, in the multicluster namespace of the source cluster, a Link
-// (links.multicluster.linkerd.io) whose spec names the target cluster (targetClusterName) and the
-// Secret holding a kubeconfig for it (clusterCredentialsSecret, cluster-credentials-<link>), under
-// the data key "kubeconfig".
+// The Link API and the credentials' key, as observe reads them.
 const (
-	DefaultMulticlusterNamespace = "linkerd-multicluster"
-	LinkGroup                    = "multicluster.linkerd.io"
-	LinkResource                 = "links"
-	LinkCredentialsKey           = "kubeconfig"
-	linkCredentialsPrefix        = "cluster-credentials-"
+	DefaultMulticlusterNamespace = observe.DefaultMulticlusterNamespace
+	LinkGroup                    = observe.LinkGroup
+	LinkResource                 = observe.LinkResource
+	LinkCredentialsKey           = observe.LinkCredentialsKey
 	// SourceSpec is the source of a remote named in spec.remoteClusters.
-	SourceSpec = "spec.remoteClusters"
+	SourceSpec = observe.SourceSpec
 )
 
 // remotes finds the linked clusters — the Links of the multicluster namespace and the spec's
@@ -67,14 +58,9 @@ type remotes struct {
 	clusters map[string]*remoteWatch
 }
 
-// remoteTarget is how to read one remote cluster.
-type remoteTarget struct {
-	name, source, secret, key, rotation string
-}
-
 // remoteWatch is the watch on one remote cluster's TrustAnchorRotation and what it last saw.
 type remoteWatch struct {
-	target remoteTarget
+	target observe.RemoteTarget
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -97,21 +83,6 @@ func newRemotes(kube kubernetes.Interface, dyn dynamic.Interface, disco discover
 	return r
 }
 
-// linkVersion is the served version of the Link API the apiserver prefers, "" when Linkerd
-// multicluster is not installed.
-func linkVersion(disco discovery.DiscoveryInterface) (string, error) {
-	groups, err := disco.ServerGroups()
-	if err != nil {
-		return "", fmt.Errorf("discovering the %s API: %w", LinkGroup, err)
-	}
-	for _, g := range groups.Groups {
-		if g.Name == LinkGroup {
-			return g.PreferredVersion.Version, nil
-		}
-	}
-	return "", nil
-}
-
 // start finds the Link API and runs the Link informer (when discovery is on), and waits for
 // it; remote watches start at the first sync. Call it once elected.
 func (r *remotes) start(ctx context.Context) error {
@@ -123,7 +94,7 @@ func (r *remotes) start(ctx context.Context) error {
 		log.Info("Link discovery off: remote clusters come from spec.remoteClusters alone")
 		return nil
 	}
-	version, err := linkVersion(r.disco)
+	version, err := observe.LinkVersion(r.disco)
 	if err != nil {
 		return err
 	}
@@ -131,7 +102,7 @@ func (r *remotes) start(ctx context.Context) error {
 		log.Info("Link discovery off: the apiserver serves no " + LinkResource + "." + LinkGroup + " (Linkerd multicluster is not installed)")
 		return nil
 	}
-	gvr := schema.GroupVersionResource{Group: LinkGroup, Version: version, Resource: LinkResource}
+	gvr := observe.LinkGVR(version)
 	links := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.dyn, 0, r.namespace, nil).ForResource(gvr).Informer()
 	if _, err := links.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { r.poke() }, UpdateFunc: func(any, any) { r.poke() }, DeleteFunc: func(any) { r.poke() },
@@ -151,35 +122,18 @@ func (r *remotes) start(ctx context.Context) error {
 
 // targets are the remote clusters to watch: every Link, then spec.remoteClusters, which win
 // over a Link to a cluster of the same name.
-func (r *remotes) targets(spec []v1alpha1.RemoteCluster) map[string]remoteTarget {
-	out := map[string]remoteTarget{}
+func (r *remotes) targets(spec []v1alpha1.RemoteCluster) map[string]observe.RemoteTarget {
+	var links []observe.RemoteTarget
 	if r.links != nil {
 		for _, obj := range r.links.GetStore().List() {
-			u, ok := obj.(*unstructured.Unstructured)
-			if !ok {
-				continue
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				links = append(links, observe.LinkTarget(u))
 			}
-			name, _, _ := unstructured.NestedString(u.Object, "spec", "targetClusterName")
-			secret, _, _ := unstructured.NestedString(u.Object, "spec", "clusterCredentialsSecret")
-			if name == "" {
-				name = u.GetName()
-			}
-			if secret == "" {
-				secret = linkCredentialsPrefix + u.GetName()
-			}
-			out[name] = remoteTarget{name: name, source: fmt.Sprintf("Link %s/%s", u.GetNamespace(), u.GetName()),
-				secret: secret, key: LinkCredentialsKey, rotation: steps.DefaultRotationName}
 		}
 	}
-	for _, rc := range spec {
-		t := remoteTarget{name: rc.Name, source: SourceSpec, secret: rc.KubeconfigSecret.Name, key: rc.KubeconfigSecret.Key, rotation: rc.RotationName}
-		if t.key == "" {
-			t.key = LinkCredentialsKey
-		}
-		if t.rotation == "" {
-			t.rotation = steps.DefaultRotationName
-		}
-		out[rc.Name] = t
+	out := map[string]observe.RemoteTarget{}
+	for _, t := range observe.RemoteTargets(links, spec) {
+		out[t.Name] = t
 	}
 	return out
 }
@@ -197,7 +151,7 @@ func (r *remotes) sync(spec []v1alpha1.RemoteCluster) {
 		if t, ok := want[name]; !ok || t != w.target {
 			w.cancel()
 			delete(r.clusters, name)
-			klog.FromContext(r.ctx).Info("Stopped watching a remote cluster", "cluster", name, "source", w.target.source)
+			klog.FromContext(r.ctx).Info("Stopped watching a remote cluster", "cluster", name, "source", w.target.Source)
 		}
 	}
 	for name, t := range want {
@@ -207,8 +161,8 @@ func (r *remotes) sync(spec []v1alpha1.RemoteCluster) {
 		ctx, cancel := context.WithCancel(r.ctx)
 		w := &remoteWatch{target: t, cancel: cancel, done: make(chan struct{})}
 		r.clusters[name] = w
-		klog.FromContext(r.ctx).Info("Watching a remote cluster's TrustAnchorRotation", "cluster", name, "source", t.source,
-			"credentials", r.namespace+"/"+t.secret, "rotation", t.rotation)
+		klog.FromContext(r.ctx).Info("Watching a remote cluster's TrustAnchorRotation", "cluster", name, "source", t.Source,
+			"credentials", r.namespace+"/"+t.Secret, "rotation", t.Rotation)
 		go w.run(ctx, r)
 	}
 }
@@ -232,7 +186,7 @@ func (r *remotes) snapshot() []steps.Remote {
 func (w *remoteWatch) remote() steps.Remote {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	rm := steps.Remote{Name: w.target.name, Source: w.target.source, RotationName: w.target.rotation,
+	rm := steps.Remote{Name: w.target.Name, Source: w.target.Source, RotationName: w.target.Rotation,
 		Problem: w.problem, Found: w.found, LastObserved: w.lastObserved}
 	if w.obj != nil {
 		rm.Generation, rm.Status = w.obj.Generation, *w.obj.Status.DeepCopy()
@@ -263,7 +217,7 @@ func (w *remoteWatch) observed(obj *v1alpha1.TrustAnchorRotation, now time.Time,
 // the remote's problem (which holds the gates) and is retried with a backoff.
 func (w *remoteWatch) run(ctx context.Context, r *remotes) {
 	defer close(w.done)
-	log := klog.FromContext(ctx).WithValues("cluster", w.target.name)
+	log := klog.FromContext(ctx).WithValues("cluster", w.target.Name)
 	newBackoff := func() retry.Backoff {
 		return retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
 	}
@@ -294,25 +248,25 @@ func (w *remoteWatch) watchOnce(ctx context.Context, r *remotes) error {
 		return err
 	}
 	getCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	obj, err := tars.Get(getCtx, w.target.rotation)
+	obj, err := tars.Get(getCtx, w.target.Rotation)
 	cancel()
 	switch {
 	case apierrors.IsNotFound(err):
 		w.observed(nil, time.Now(), r.poke)
 		obj = nil
 	case err != nil:
-		return fmt.Errorf("reading TrustAnchorRotation %s: %w", w.target.rotation, err)
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", w.target.Rotation, err)
 	default:
 		w.observed(obj, time.Now(), r.poke)
 	}
 	timeout := int64(r.watchTimeout / time.Second)
-	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", w.target.rotation).String(), TimeoutSeconds: &timeout}
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", w.target.Rotation).String(), TimeoutSeconds: &timeout}
 	if obj != nil {
 		opts.ResourceVersion = obj.ResourceVersion
 	}
 	watcher, err := tars.Watch(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("watching TrustAnchorRotation %s: %w", w.target.rotation, err)
+		return fmt.Errorf("watching TrustAnchorRotation %s: %w", w.target.Rotation, err)
 	}
 	defer watcher.Stop()
 	for {
@@ -334,7 +288,7 @@ func (w *remoteWatch) watchOnce(ctx context.Context, r *remotes) error {
 				if st, ok := ev.Object.(*metav1.Status); ok && st.Code == 410 {
 					return nil // expired resource version: read again
 				}
-				return fmt.Errorf("watching TrustAnchorRotation %s: %v", w.target.rotation, apierrors.FromObject(ev.Object))
+				return fmt.Errorf("watching TrustAnchorRotation %s: %v", w.target.Rotation, apierrors.FromObject(ev.Object))
 			}
 		}
 	}
@@ -343,34 +297,7 @@ func (w *remoteWatch) watchOnce(ctx context.Context, r *remotes) error {
 // client builds a client for the remote cluster from the kubeconfig in the credentials Secret.
 func (w *remoteWatch) client(ctx context.Context, r *remotes) (*client.Client, error) {
 	if r.namespace == "" {
-		return nil, fmt.Errorf("the operator has no multicluster namespace (--multicluster-namespace) to read credentials Secret %s from", w.target.secret)
+		return nil, fmt.Errorf("the operator has no multicluster namespace (--multicluster-namespace) to read credentials Secret %s from", w.target.Secret)
 	}
-	ref := r.namespace + "/" + w.target.secret
-	sec, err := r.kube.CoreV1().Secrets(r.namespace).Get(ctx, w.target.secret, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("credentials Secret %s not found", ref)
-	case err != nil:
-		return nil, fmt.Errorf("reading credentials Secret %s: %w", ref, err)
-	}
-	data, ok := sec.Data[w.target.key]
-	if !ok || len(data) == 0 {
-		return nil, fmt.Errorf("credentials Secret %s has no key %q (keys: %s)", ref, w.target.key, strings.Join(secretKeys(sec), ", "))
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("credentials Secret %s, key %q: not a usable kubeconfig: %w", ref, w.target.key, err)
-	}
-	cfg.UserAgent = "trust-rotation-operator (remote read)"
-	cfg.QPS, cfg.Burst = 5, 10
-	return client.NewForConfig(cfg)
-}
-
-func secretKeys(sec *corev1.Secret) []string {
-	var keys []string
-	for k := range sec.Data {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	return observe.RemoteClient(ctx, r.kube, r.namespace, w.target, "trust-rotation-operator (remote read)")
 }

@@ -7,7 +7,8 @@
 // passes, then `linkerd trust check` and `linkerd trust inspect`. The mTLS oracle watches every
 // pod pair throughout. It stops everything it started.
 //
-// Run it with `make demo`.
+// Run it with `make demo`; `make demo-multicluster` (-clusters 2) rotates two linked clusters
+// (see multicluster.go).
 package main
 
 import (
@@ -42,6 +43,7 @@ func main() {
 	deployments := flag.Int("deployments", 4, "meshed Deployments, spread over the namespaces")
 	replicas := flag.Int("replicas", 2, "replicas per Deployment")
 	keep := flag.String("work-dir", "", "keep the cluster's files and logs here (default: a temp dir, removed)")
+	clusters := flag.Int("clusters", 1, "1: one cluster; 2: two linked clusters, west and east, rotated each at its own pace (see multicluster.go)")
 	klog.InitFlags(nil)
 	_ = flag.Set("v", "0")
 	_ = flag.Set("logtostderr", "false")
@@ -51,7 +53,16 @@ func main() {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	var result string
-	if err := run(ctx, *namespaces, *deployments, int32(*replicas), *keep, &result); err != nil {
+	play := run
+	switch *clusters {
+	case 1:
+	case 2:
+		play = runMulticluster
+	default:
+		fmt.Fprintln(os.Stderr, "demo: -clusters must be 1 or 2")
+		os.Exit(2)
+	}
+	if err := play(ctx, *namespaces, *deployments, int32(*replicas), *keep, &result); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -68,21 +79,11 @@ func say(format string, args ...any) {
 
 // run plays the demo and sets result to its closing line.
 func run(ctx context.Context, namespaces, deployments int, replicas int32, workDir string, result *string) error {
-	root, err := cluster.ModuleRoot()
+	bin, cleanup, err := buildBinaries(ctx)
 	if err != nil {
 		return err
 	}
-	bin, err := os.MkdirTemp("", "trust-rotation-demo-bin-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(bin)
-	say("building trust-rotation-operator and linkerd-trust")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin+"/", "./cmd/trust-rotation-operator", "./cmd/linkerd-trust")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("building: %w", err)
-	}
+	defer cleanup()
 
 	say("starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok, cert-manager)")
 	c, err := cluster.Start(ctx, cluster.Options{WorkDir: workDir})
@@ -224,6 +225,27 @@ func run(ctx context.Context, namespaces, deployments int, replicas int32, workD
 	return nil
 }
 
+// buildBinaries builds the operator and the CLI of this checkout into a temporary directory,
+// which cleanup removes.
+func buildBinaries(ctx context.Context) (bin string, cleanup func(), err error) {
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		return "", nil, err
+	}
+	if bin, err = os.MkdirTemp("", "trust-rotation-demo-bin-"); err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(bin) }
+	say("building trust-rotation-operator and linkerd-trust")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin+"/", "./cmd/trust-rotation-operator", "./cmd/linkerd-trust")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("building: %w", err)
+	}
+	return bin, cleanup, nil
+}
+
 func renew(ctx context.Context, c *cluster.Cluster, ns, name string) error {
 	sec, err := c.Kube().CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -265,8 +287,10 @@ func waitFor(ctx context.Context, tars *client.Client, what string, cond func(*v
 // and what it waits for.
 type phaseWatch struct {
 	tars *client.Client
-	done chan struct{}
-	quit chan struct{}
+	// prefix starts every line (the cluster's name, with two clusters).
+	prefix string
+	done   chan struct{}
+	quit   chan struct{}
 }
 
 func newPhaseWatch(tars *client.Client) *phaseWatch {
@@ -293,11 +317,11 @@ func (w *phaseWatch) run(ctx context.Context) {
 			continue
 		}
 		if t.Status.Phase != phase {
-			say("  phase %-26s (%s in %s)", t.Status.Phase, time.Since(since).Round(10*time.Millisecond), phase)
+			say("  %sphase %-26s (%s in %s)", w.prefix, t.Status.Phase, time.Since(since).Round(10*time.Millisecond), phase)
 			phase, since, message = t.Status.Phase, time.Now(), ""
 		}
 		if m := t.Status.BlockingMessage; m != "" && m != message {
-			say("    waiting: %s", m)
+			say("    %swaiting: %s", w.prefix, m)
 			message = m
 		}
 	}

@@ -2,7 +2,10 @@
 // Linkerd PKI issued by cert-manager (test/pki) and, with --mesh, the Linkerd mesh simulator. It
 // is what `make cluster-up` starts in the background for trying the product by hand.
 //
-//	testbed up [--dir .local] [--nodes 2] [--mesh]
+//	testbed up [--dir .local] [--nodes 2] [--mesh] [--clusters 2]
+//
+// With --clusters 2 it starts a second cluster, east, linked to the first, west (see
+// startLinked): <dir>/kubeconfig-east reaches it.
 //
 // Once everything is ready it writes <dir>/kubeconfig (admin), <dir>/testbed.json (server, pod
 // network, PIDs of every component, log directory) and last the marker <dir>/testbed.ready, which
@@ -25,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
 )
 
@@ -42,6 +46,7 @@ func main() {
 	fs := flag.CommandLine
 	fs.StringVar(&cfg.dir, "dir", "", "state directory for the kubeconfig, state file, ready marker and logs (default <repository>/.local)")
 	fs.IntVar(&cfg.nodes, "nodes", 2, "number of fake kwok nodes")
+	fs.IntVar(&cfg.clusters, "clusters", 1, "1, or 2 for a linked pair: the first cluster (west) and east, linked both ways as Linkerd multicluster links them (see startLinked)")
 	fs.BoolVar(&cfg.mesh, "mesh", false, "also start the Linkerd mesh simulator and a meshed sample app (see startMesh)")
 	fs.BoolVar(&cfg.proxyAsContainer, "proxy-as-container", false, "with --mesh, inject the proxy into spec.containers as Linkerd before edge-26.5.2 does (proxy.nativeSidecar: false), instead of as a native sidecar")
 	fs.DurationVar(&cfg.issuerDuration, "issuer-duration", 0, "lifetime of the identity issuer certificate (default 48h)")
@@ -60,7 +65,7 @@ func main() {
 
 type config struct {
 	dir                               string
-	nodes                             int
+	nodes, clusters                   int
 	mesh, proxyAsContainer            bool
 	issuerDuration, issuerRenewBefore time.Duration
 }
@@ -121,11 +126,16 @@ func up(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	bed := &Bed{Dir: cfg.dir, Cluster: c, Extra: map[string]string{}}
-	var stopMesh func() error
+	var stopMesh, stopLinked func() error
 	defer func() {
 		// Undo in reverse: first withdraw the marker so nobody uses a bed going down.
 		for _, f := range []string{paths.ready, paths.state, paths.kubeconfig} {
 			_ = os.Remove(f)
+		}
+		if stopLinked != nil {
+			if e := stopLinked(); e != nil {
+				err = errors.Join(err, fmt.Errorf("stopping cluster %s: %w", linkedName, e))
+			}
 		}
 		if stopMesh != nil {
 			if e := stopMesh(); e != nil {
@@ -151,6 +161,16 @@ func up(ctx context.Context, cfg config) (err error) {
 		if stopMesh, err = startMesh(ctx, bed, cfg.proxyAsContainer); err != nil {
 			return err
 		}
+	}
+
+	switch cfg.clusters {
+	case 1:
+	case 2:
+		if stopLinked, err = startLinked(ctx, bed, cfg.mesh, cfg.proxyAsContainer); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--clusters must be 1 or 2, not %d", cfg.clusters)
 	}
 
 	kubeconfig, err := os.ReadFile(c.Kubeconfig())
@@ -183,6 +203,15 @@ State (PIDs, pod network): %s
 Component logs: %s
 Stop it with SIGINT/SIGTERM (make cluster-down).
 `, time.Since(began).Round(100*time.Millisecond), os.Getpid(), paths.kubeconfig, paths.state, c.LogDir())
+	if stopLinked != nil {
+		fmt.Printf(`
+A linked pair: this cluster is west; east (its own cert-manager, the same trust anchor) is at
+  export KUBECONFIG=%s
+Each has a Link to the other in namespace %s. Install the charts in both with
+  --set multicluster.enabled=true --set multicluster.remoteAccess.enabled=true
+Renew the anchor in west, then copy Secret cert-manager/linkerd-trust-anchor to east.
+`, bed.Extra[linkedName+"Kubeconfig"], meshsim.MulticlusterNamespace)
+	}
 
 	<-ctx.Done()
 	klog.InfoS("Signal received; stopping the test bed")

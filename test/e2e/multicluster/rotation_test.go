@@ -2,7 +2,9 @@ package multicluster
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
-	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/e2e"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
@@ -34,6 +35,7 @@ type linked struct {
 	name string
 	c    *cluster.Cluster
 	env  *e2e.Env
+	op   *keeper
 }
 
 func startCluster(t *testing.T, ctx context.Context, name string) *cluster.Cluster {
@@ -120,55 +122,36 @@ func parkedOn(step, cluster, reason string) func(*v1alpha1.TrustAnchorRotation) 
 // With east's credentials revoked, west stays parked and says it cannot read east; restored, it
 // goes on.
 func TestMulticlusterRotation(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipping: starts two clusters")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel, p := pairTest(t, chartSet)
 	defer cancel()
-
-	oracle := meshsim.NewOracle(nil, 200*time.Millisecond, nil)
-	oracle.SetFlatNetwork(true)
-	octx, stopOracle := context.WithCancel(ctx)
-	defer stopOracle()
-	go oracle.Run(octx)
-
-	west := &linked{name: "west", c: startCluster(t, ctx, "west")}
-	east := &linked{name: "east", c: startCluster(t, ctx, "east")}
-	opts := e2e.EnvOptions{Namespaces: 1, Deployments: 2, Replicas: 2, ChartSet: chartSet, Oracle: oracle, Gateway: true}
-	for _, l := range []*linked{west, east} {
-		o := opts
-		o.ClusterName = l.name
-		if l == east {
-			// The anchor is renewed once, in west, and reaches east as a copy.
-			if _, err := pki.CopyAnchor(ctx, west.c.Kube(), east.c.Kube(), pki.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			o.PKI = pki.Options{CopiedAnchor: true}
-		}
-		l.env = e2e.NewEnv(t, ctx, l.c, o, func(rel *charts.Release) *e2e.Operator {
-			return e2e.StartChartOperator(t, rel)
-		})
-	}
-	link(t, ctx, west, east)
-	link(t, ctx, east, west)
-	for _, pair := range [][2]*linked{{west, east}, {east, west}} {
-		l, other := pair[0], pair[1]
-		l.wait(t, ctx, "reads "+other.name, func(tar *v1alpha1.TrustAnchorRotation) bool {
-			r := remoteEntry(tar, other.name)
-			return tar.Status.Phase == v1alpha1.PhaseSynced && r != nil && r.LastObserved != nil && r.Phase == v1alpha1.PhaseSynced &&
-				r.Source == "Link linkerd-multicluster/"+other.name && r.TrustBundle != nil
-		})
-	}
-	start := time.Now()
-	t.Logf("both clusters linked; the oracle judges %d pods", oracle.Status().Pods)
+	west, east := p.west, p.east
 
 	// West first: its anchor renewed, its workloads restarted onto the expanded bundle. It parks
 	// at the first remote gate: east does not even have the new anchor.
-	newAnchor := west.env.Renew(pki.DefaultCertManagerNamespace, pki.DefaultTrustAnchor)
-	west.waitPhase(t, ctx, v1alpha1.PhasePropagatingTrustRoots)
-	west.env.RestartApps()
+	newAnchor := p.renewAnchorInWest(t, ctx)
 	west.wait(t, ctx, "parked: east has not received the new anchor",
 		parkedOn(steps.StepWaitForRemoteTrustRoots, "east", steps.ReasonRemoteAnchorNotReceived))
+
+	t.Run("CLISeesTheLinkedCluster", func(t *testing.T) {
+		// The admin's check and plan in west read east as the operator does: through the Link's
+		// credentials.
+		out := west.cli(t, ctx, "check")
+		for _, want := range []string{
+			"√ cluster east: credentials Secret linkerd-multicluster/cluster-credentials-east is usable",
+			"√ cluster east: TrustAnchorRotation cluster is readable with those credentials",
+			"√ cluster east: its trust-rotation operator reports",
+			"‼ cluster east: on the same trust anchor as this cluster\n    cluster east is still on trust anchor ",
+			"which this cluster's new anchor " + steps.Fingerprint(newAnchor)[:12] + " replaces",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("linkerd trust check in west: no %q in\n%s", want, out)
+			}
+		}
+		out = west.cli(t, ctx, "plan")
+		if want := "now: Wait (RemoteAnchorNotReceived) Waiting for linked clusters: cluster east: its trust anchor Secret does not hold the new anchor"; !strings.Contains(out, want) {
+			t.Errorf("linkerd trust plan in west: no %q in\n%s", want, out)
+		}
+	})
 
 	t.Run("RevokedCredentialsKeepTheRotationParked", func(t *testing.T) {
 		crbs := east.c.Kube().RbacV1().ClusterRoleBindings()
@@ -202,10 +185,7 @@ func TestMulticlusterRotation(t *testing.T) {
 	})
 
 	// East, later: the anchor reaches it; west stays parked while east's pods are behind.
-	if _, err := pki.CopyAnchor(ctx, west.c.Kube(), east.c.Kube(), pki.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	east.waitPhase(t, ctx, v1alpha1.PhasePropagatingTrustRoots)
+	p.anchorToEast(t, ctx)
 	west.wait(t, ctx, "parked: east's data plane is behind", parkedOn(steps.StepWaitForRemoteTrustRoots, "east", steps.ReasonRemoteTrustBundlePending))
 	if restarts := identityRestarts(t, ctx, west); restarts != 0 {
 		t.Fatalf("west restarted identity %d time(s) before east's data plane trusted the new anchor", restarts)
@@ -218,32 +198,15 @@ func TestMulticlusterRotation(t *testing.T) {
 
 	// West's issuer and workloads move first; it parks at the second gate until east's pods
 	// present new-anchor certificates.
-	west.env.Renew(pki.DefaultLinkerdNamespace, pki.DefaultIdentityIssuer)
-	west.waitPhase(t, ctx, v1alpha1.PhaseRenewingWorkloadCerts)
-	west.env.RestartApps()
+	p.issuerInWest(t, ctx)
 	west.wait(t, ctx, "parked: east's certificates are on the old anchor",
 		parkedOn(steps.StepWaitForRemoteCertificates, "east", steps.ReasonRemoteCertificatesBehind))
 	if prev := west.env.SecretCert(pki.DefaultLinkerdNamespace, steps.DefaultPreviousAnchorSecret); steps.Fingerprint(prev) == steps.Fingerprint(newAnchor) {
 		t.Fatal("west retired the old anchor before east's pods presented new-anchor certificates")
 	}
 	eastCerts := time.Now()
-	east.env.Renew(pki.DefaultLinkerdNamespace, pki.DefaultIdentityIssuer)
-	east.waitPhase(t, ctx, v1alpha1.PhaseRenewingWorkloadCerts)
-	east.env.RestartApps()
-	for _, l := range []*linked{west, east} {
-		l.waitPhase(t, ctx, v1alpha1.PhaseRemovingOldTrustRoots)
-		l.env.RestartApps()
-	}
-	for _, l := range []*linked{west, east} {
-		tar := l.waitPhase(t, ctx, v1alpha1.PhaseSynced)
-		if tar.Status.PreviousAnchorFingerprint != steps.Fingerprint(newAnchor) {
-			t.Errorf("%s finished on previous anchor %s, want the new anchor", l.name, tar.Status.PreviousAnchorFingerprint)
-		}
-	}
-	if err := oracle.CheckNoViolationsSince(start); err != nil {
-		t.Fatalf("mTLS violations across the linked meshes: %v", err)
-	}
-	t.Logf("oracle: %+v", oracle.Status())
+	p.finish(t, ctx, newAnchor)
+	p.checkOracle(t)
 
 	// The order, from each operator's Events: a remote gate passed before identity restarted
 	// onto the expanded roots, and only after the other cluster's data plane was restarted.
@@ -270,7 +233,7 @@ func TestMulticlusterRotation(t *testing.T) {
 	// The metrics of the linked cluster: both groups converged once east's last restarted pods
 	// present their certificates (east reports them, west reads the report).
 	err := poll.Until(ctx, 2*time.Minute, "west's metrics of east", func(ctx context.Context) (bool, error) {
-		m, err := west.env.Operator.Metrics(ctx)
+		m, err := west.op.current().Metrics(ctx)
 		if err != nil {
 			return false, poll.Pending("%v", err)
 		}
@@ -288,6 +251,19 @@ func TestMulticlusterRotation(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
+}
+
+// cli runs linkerd-trust with args against l as its admin and returns its output, whatever its
+// exit code (check fails on the out-of-cluster operator's Deployment, which has no pods).
+func (l *linked) cli(t *testing.T, ctx context.Context, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, e2e.Binary(t, "linkerd-trust"), append(args, "--kubeconfig", l.c.Kubeconfig())...)
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("linkerd-trust %v: %v", args, err)
+	}
+	return string(out)
 }
 
 // e2eReasonRemoteConverged is the operator's Event reason for a passed remote gate.
