@@ -357,6 +357,10 @@ func (c *Controller) write(ctx context.Context, tar *v1alpha1.TrustAnchorRotatio
 
 // reconcile observes, advances the workflow by at most one act, and publishes the status. It
 // returns when to observe again if nothing changes before (zero: only when something changes).
+// conflictRecheck is how soon the operator observes again after its status write met a
+// conflict (see reconcile).
+const conflictRecheck = time.Second
+
 func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err error) {
 	log := klog.FromContext(ctx)
 	if err := c.markIgnored(ctx); err != nil {
@@ -431,7 +435,11 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		obj.Status = status
 		if _, err := c.write(ctx, obj); err != nil {
 			if apierrors.IsConflict(err) {
-				return s.Recheck(), nil // the cache will catch up and poke us
+				// Usually the cache catches up and the newer object's event pokes us; but a 409
+				// that no newer object follows (a proxy's, a webhook's) would leave the rotation
+				// waiting for an event that never comes: observe again shortly either way.
+				s.RecheckAt(now.Add(conflictRecheck))
+				return s.Recheck(), nil
 			}
 			return time.Time{}, err
 		}
