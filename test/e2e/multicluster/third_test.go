@@ -94,6 +94,7 @@ func TestMulticlusterThirdClusterLinkedAndUnlinked(t *testing.T) {
 	tar = west.wait(t, ctx, "parked on north alone, east caught up",
 		parkedOnlyOn(steps.StepWaitForRemoteTrustRoots, "north", steps.ReasonRemoteAnchorNotReceived))
 	wantMessage(t, tar, "cluster north")
+	t.Logf("west parked on north alone: %s", tar.Status.BlockingMessage)
 	if now := west.writes(t, ctx); now != frozen {
 		t.Errorf("west wrote while parked on north: %+v, then %+v", frozen, now)
 	}
@@ -123,8 +124,9 @@ func TestMulticlusterThirdClusterLinkedAndUnlinked(t *testing.T) {
 	east.waitPhase(t, ctx, v1alpha1.PhaseRenewingWorkloadCerts)
 	east.env.RestartApps()
 	east.waitPhase(t, ctx, v1alpha1.PhaseRemovingOldTrustRoots)
-	west.wait(t, ctx, "parked on north's certificates alone",
+	tar = west.wait(t, ctx, "parked on north's certificates alone",
 		parkedOnlyOn(steps.StepWaitForRemoteCertificates, "north", steps.ReasonRemoteCertificatesBehind))
+	t.Logf("west parked on north alone: %s", tar.Status.BlockingMessage)
 	if prev := west.env.SecretCert(pki.DefaultLinkerdNamespace, steps.DefaultPreviousAnchorSecret); steps.Fingerprint(prev) == steps.Fingerprint(newAnchor) {
 		t.Fatal("west retired the old anchor while north's pods presented old-anchor certificates")
 	}
@@ -142,6 +144,7 @@ func TestMulticlusterThirdClusterLinkedAndUnlinked(t *testing.T) {
 	if r := remoteEntry(tar, "east"); r == nil {
 		t.Error("west dropped east along with north")
 	}
+	t.Logf("north unlinked; west went on: remote clusters %d, phase %s", len(tar.Status.RemoteClusters), tar.Status.Phase)
 
 	// North, unlinked but still judged with the others, renews its issuer before any workload
 	// drops the old anchor; then every cluster's workloads restart onto the reduced bundle.
