@@ -1,6 +1,6 @@
-// Package multicluster runs the trust-anchor rotation end to end on two linked clusters side by
-// side (test/cluster), each with its own cert-manager, operator and simulated mesh, the meshes
-// linked as Linkerd multicluster links them and judged by one mTLS oracle.
+// Package multicluster runs the trust-anchor rotation end to end on two linked clusters (three in
+// one test) side by side (test/cluster), each with its own cert-manager, operator and simulated
+// mesh, the meshes linked as Linkerd multicluster links them and judged by one mTLS oracle.
 package multicluster
 
 import (
