@@ -6,15 +6,16 @@ import (
 	"slices"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/linkerd/trust-rotation/steps/observe"
 )
 
 // DescribeUnfinishedRollouts says, for every Deployment in namespaces whose rollout is not
-// complete (as `kubectl rollout status` judges it), its status and each of its pods: phase,
+// complete (as the operator judges it: observe.DeploymentFrom), its status and each of its pods: phase,
 // readiness, node, deletion, and the reason of a condition that is not true. A rotation that
 // waits on a rollout for minutes is stuck in the cluster, not in the operator; this says where.
 func DescribeUnfinishedRollouts(ctx context.Context, kube kubernetes.Interface, namespaces ...string) string {
@@ -27,7 +28,7 @@ func DescribeUnfinishedRollouts(ctx context.Context, kube kubernetes.Interface, 
 		}
 		for i := range deps.Items {
 			d := &deps.Items[i]
-			if rolledOut(d) {
+			if observe.DeploymentFrom(ns, d.Name, d).RolledOut {
 				continue
 			}
 			st := d.Status
@@ -54,16 +55,6 @@ func DescribeUnfinishedRollouts(ctx context.Context, kube kubernetes.Interface, 
 		return "every Deployment in " + strings.Join(namespaces, ", ") + " is rolled out"
 	}
 	return b.String()
-}
-
-func rolledOut(d *appsv1.Deployment) bool {
-	want := int32(1)
-	if d.Spec.Replicas != nil {
-		want = *d.Spec.Replicas
-	}
-	st := d.Status
-	return d.Generation <= st.ObservedGeneration && st.UpdatedReplicas >= want && st.Replicas <= st.UpdatedReplicas &&
-		st.AvailableReplicas >= st.UpdatedReplicas
 }
 
 func deletion(p *corev1.Pod) string {
