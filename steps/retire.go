@@ -1,0 +1,32 @@
+package steps
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/linkerd/trust-rotation/workflow"
+)
+
+func observeRetired(s *State, _ string) workflow.Decision {
+	if d := anchorProblem(s); d != nil {
+		return *d
+	}
+	if s.Previous.Fingerprint() == s.Anchor.Fingerprint() {
+		return workflow.Completed("PreviousAnchorRetired", fmt.Sprintf("Secret %s holds the current anchor %s", s.Previous.Ref(), ShortFingerprint(s.Anchor.Fingerprint())))
+	}
+	if a := s.FinishingOn(); a != nil {
+		// Retired, then the anchor was renewed again: writing the newer anchor now would drop
+		// the one every live certificate chains to from the reduced bundle.
+		return workflow.Completed("PreviousAnchorRetired", fmt.Sprintf("Secret %s holds the anchor %s this rotation moved to (the trust anchor was renewed again since, to %s: the next rotation starts once this one is done)",
+			s.Previous.Ref(), ShortFingerprint(Fingerprint(a)), ShortFingerprint(s.Anchor.Fingerprint())))
+	}
+	return workflow.ActNeeded("PreviousAnchorOutdated", fmt.Sprintf("Secret %s still holds the old anchor %s", s.Previous.Ref(), ShortFingerprint(s.Previous.Fingerprint())))
+}
+
+func actRetire(w Writer) func(context.Context, *State, string) error {
+	return func(ctx context.Context, s *State, _ string) error { return w.WritePreviousAnchor(ctx, s.Anchor.Cert) }
+}
+
+func describeRetire(s *State) []string {
+	return []string{fmt.Sprintf("write Secret %s: certificate %s -> %s (no key)", s.Previous.Ref(), ShortFingerprint(s.Previous.Fingerprint()), ShortFingerprint(s.Anchor.Fingerprint()))}
+}
