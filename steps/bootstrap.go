@@ -6,7 +6,17 @@ import (
 	"fmt"
 
 	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
+
+// bootstrapStep creates the previous-anchor Secret and the trust bundle when they are missing.
+func bootstrapStep(w Writer) Step {
+	return Step{Step: workflow.Step[*State]{
+		Name: StepBootstrap, Phase: string(v1alpha1.PhaseSynced),
+		Doc:     "Create linkerd-previous-anchor and linkerd-identity-trust-roots when they are missing.",
+		Observe: observeBootstrap, Act: actBootstrap(w), Describe: describeBootstrap,
+	}}
+}
 
 // bootstrapPrevious chooses the certificate to create linkerd-previous-anchor from when it is
 // missing: the anchor the existing bundle trusts besides the current one, so that an anchor

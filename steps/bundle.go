@@ -7,7 +7,32 @@ import (
 	"strings"
 
 	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
+
+// expandTrustBundleStep writes the expanded bundle, the first write of a rotation.
+func expandTrustBundleStep(w Writer) Step {
+	return Step{
+		Step:               writeBundleStep(w, StepExpandTrustBundle, "Write the expanded trust bundle: the new anchor and the previous one."),
+		BeforeIssuerSwitch: true, IdentityMustWait: true,
+	}
+}
+
+// reduceTrustBundleStep writes the reduced bundle once the previous anchor is retired.
+func reduceTrustBundleStep(w Writer) Step {
+	return Step{
+		Step:     writeBundleStep(w, StepReduceTrustBundle, "Write the reduced trust bundle: the new anchor alone."),
+		Retiring: true,
+	}
+}
+
+// writeBundleStep writes the bundle the rotation wants at the step (State.DesiredBundle).
+func writeBundleStep(w Writer, name, doc string) workflow.Step[*State] {
+	return workflow.Step[*State]{
+		Name: name, Phase: string(v1alpha1.PhaseRefreshingControlPlane), Doc: doc,
+		Observe: observeBundleWritten, Act: actWriteDesiredBundle(w), Describe: describeBundleWrite,
+	}
+}
 
 func observeBundleWritten(s *State, _ string) workflow.Decision {
 	if d := anchorProblem(s); d != nil {

@@ -6,7 +6,55 @@ import (
 	"strings"
 
 	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
+
+// refreshControlPlaneStep restarts the injector onto the expanded bundle.
+func refreshControlPlaneStep(w Writer) Step {
+	return Step{
+		Step: restartStep(w, StepRefreshControlPlane, v1alpha1.PhaseRefreshingControlPlane, destinationAndInjector,
+			"Restart linkerd-destination and linkerd-proxy-injector so the injector stamps the expanded bundle on new pods (identity is left alone: see restart-identity)."),
+		ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true, WritesMany: true,
+	}
+}
+
+// restartIdentityOnNewIssuerStep restarts identity once the issuer was renewed. Still
+// WaitingForIdentityRotation: RenewingWorkloadCerts tells users to restart their workloads,
+// which is only useful once every identity replica signs with the new issuer (a replica may not
+// have hot-reloaded it yet).
+func restartIdentityOnNewIssuerStep(w Writer) Step {
+	return Step{
+		Step: restartStep(w, StepRestartIdentityOnNewIssuer, v1alpha1.PhaseWaitingForIdentityRotation, identityOnly,
+			"Restart linkerd-identity so that every identity replica signs with the new issuer, its own proxy included."),
+		ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, UrgentProbes: true,
+	}
+}
+
+// refreshControlPlaneCertsStep moves the control plane's own proxies onto the new issuer.
+func refreshControlPlaneCertsStep(w Writer) Step {
+	return Step{
+		Step: restartStep(w, StepRefreshControlPlaneCerts, v1alpha1.PhaseRenewingWorkloadCerts, destinationAndInjector,
+			"Restart linkerd-destination and linkerd-proxy-injector so their proxies hold certificates from the new issuer."),
+		ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, UrgentProbes: true, WritesMany: true,
+	}
+}
+
+// refreshControlPlaneReducedStep restarts the control plane onto the reduced bundle.
+func refreshControlPlaneReducedStep(w Writer) Step {
+	return Step{
+		Step: restartStep(w, StepRefreshControlPlaneReduced, v1alpha1.PhaseRefreshingControlPlane, wholeControlPlane,
+			"Restart the whole control plane onto the reduced bundle, identity first."),
+		ReliesOnBundle: true, ReloadsBundle: true, Retiring: true, WritesMany: true,
+	}
+}
+
+// restartStep restarts the control-plane Deployments of the set, in order.
+func restartStep(w Writer, name string, ph v1alpha1.Phase, set restartSet, doc string) workflow.Step[*State] {
+	return workflow.Step[*State]{
+		Name: name, Phase: string(ph), Doc: doc,
+		Observe: observeRestart(set), Act: actRestart(w, set), Describe: describeRestart(set),
+	}
+}
 
 // A restart set picks control-plane Deployments from the config, in restart order.
 type restartSet func(Config) []string

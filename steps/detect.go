@@ -5,7 +5,18 @@ import (
 	"fmt"
 
 	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
+
+// detectAnchorRotationStep is where the rotation idles: it passes once the trust anchor was
+// renewed, and meanwhile restores the rendered trust bundle when it drifted.
+func detectAnchorRotationStep(w Writer) Step {
+	return Step{Step: workflow.Step[*State]{
+		Name: StepDetectAnchorRotation, Phase: string(v1alpha1.PhaseSynced),
+		Doc:     "Wait for cert-manager to renew the trust anchor; keep the trust bundle as rendered meanwhile.",
+		Observe: observeDetect, Act: actDetect(w), Describe: describeBundleWrite,
+	}}
+}
 
 func observeDetect(s *State, _ string) workflow.Decision {
 	if d := anchorProblem(s); d != nil {

@@ -206,13 +206,13 @@ func terminatingIdentityPod(name string) ControlPlanePod {
 func restartIdentityDriver(t *testing.T, s *State) (*fakeWriter, *workflow.Workflow[*State], *workflow.Checkpoint, func() workflow.Result) {
 	t.Helper()
 	w := &fakeWriter{s: s, restarts: map[string]int{}}
-	var st workflow.Step[*State]
+	var st Step
 	for _, x := range Rotation(w) {
 		if x.Name == StepRestartIdentity {
 			st = x
 		}
 	}
-	wf, err := workflow.New(st)
+	wf, err := NewWorkflow([]Step{st})
 	if err != nil {
 		t.Fatal(err)
 	}

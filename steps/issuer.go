@@ -8,6 +8,32 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
+// waitForIdentityIssuerStep waits for the identity issuer to be renewed onto the new anchor, or
+// renews it (spec.identityIssuerRenewal Automatic).
+func waitForIdentityIssuerStep(w Writer) Step {
+	return Step{
+		Step: workflow.Step[*State]{
+			Name: StepWaitForIdentityIssuer, Phase: string(v1alpha1.PhaseWaitingForIdentityRotation),
+			Doc:     "Wait for the identity issuer to be renewed onto the new anchor (cmctl renew -n linkerd linkerd-identity-issuer).",
+			Observe: observeIssuerRenewal, Act: actRenewIssuer(w), Describe: describeRenewIssuer, Token: issuerRenewalToken,
+		},
+		ReliesOnBundle: true, NeedsExpandedPods: true,
+		Manual: renewIssuer, Automated: issuerRenewalAutomated,
+	}
+}
+
+// renewIssuer is the command that renews the identity issuer: its cert-manager Certificate's.
+func renewIssuer(s *State) string {
+	return fmt.Sprintf("cmctl renew -n %s %s", s.Config.LinkerdNamespace, s.Config.IssuerCertificate)
+}
+
+func issuerRenewalAutomated(spec v1alpha1.TrustAnchorRotationSpec) string {
+	if spec.IdentityIssuerRenewal != v1alpha1.Automatic {
+		return ""
+	}
+	return "the operator renews the identity issuer, as cmctl renew does (spec.identityIssuerRenewal: Automatic)"
+}
+
 func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
 	if d := anchorProblem(s); d != nil {
 		return *d

@@ -8,6 +8,25 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
+// renewWorkloadCertificatesStep waits for every meshed pod to present a new-anchor certificate.
+func renewWorkloadCertificatesStep(w Writer) Step {
+	return Step{
+		Step: workflow.Step[*State]{
+			Name: StepRenewWorkloadCertificates, Phase: string(v1alpha1.PhaseRenewingWorkloadCerts),
+			Doc:     "Wait until every meshed pod presents a certificate that chains to the new anchor, from the new issuer or a later renewal of it (restart workloads, or let proxies refresh).",
+			Observe: observeCertificateRestarts, Act: actRestarts(w, renew), Describe: describeRestarts(renew),
+		},
+		ReliesOnBundle: true, NeedsExpandedPods: true, UrgentProbes: true,
+		Manual: func(*State) string { return "restart workloads, or let proxies refresh" },
+		Automated: func(spec v1alpha1.TrustAnchorRotationSpec) string {
+			if restartMethod(spec) == v1alpha1.Evict {
+				return restartsBehind(spec)
+			}
+			return automatedRestarts(spec, "restarts the workloads whose proxies have not refreshed onto the new anchor's issuer within twice the refresh interval")
+		},
+	}
+}
+
 func observeCertificatesRenewed(s *State, _ string) workflow.Decision {
 	if !s.IssuerOnCurrentAnchor() {
 		// cert-manager renewed the anchor again, or the issuer went back: not safe to go on.

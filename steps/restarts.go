@@ -22,11 +22,23 @@ func (s *State) evicts(w *Workload) bool {
 	return s.restartMethod() == v1alpha1.Evict || w.NoRollout != ""
 }
 
-func (s *State) restartMethod() v1alpha1.RestartMethod {
-	if s.Spec.DataPlaneRestart.Method == "" {
+func (s *State) restartMethod() v1alpha1.RestartMethod { return restartMethod(s.Spec) }
+
+// restartMethod is the spec's restart method, defaulted.
+func restartMethod(spec v1alpha1.TrustAnchorRotationSpec) v1alpha1.RestartMethod {
+	if spec.DataPlaneRestart.Method == "" {
 		return v1alpha1.RolloutRestart
 	}
-	return s.Spec.DataPlaneRestart.Method
+	return spec.DataPlaneRestart.Method
+}
+
+// automatedRestarts says, for a plan, that the operator does what, when the spec automates the
+// data-plane restarts; "" when it does not.
+func automatedRestarts(spec v1alpha1.TrustAnchorRotationSpec, what string) string {
+	if spec.DataPlaneRestart.Policy != v1alpha1.Automatic {
+		return ""
+	}
+	return fmt.Sprintf("the operator %s (spec.dataPlaneRestart: Automatic, %s)", what, restartMethod(spec))
 }
 
 // RefreshOverrides counts the workloads whose pod template carries the operator's accelerated

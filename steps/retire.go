@@ -5,7 +5,20 @@ import (
 	"fmt"
 
 	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
+
+// retirePreviousAnchorStep retires the old anchor once every pod is on the new one.
+func retirePreviousAnchorStep(w Writer) Step {
+	return Step{
+		Step: workflow.Step[*State]{
+			Name: StepRetirePreviousAnchor, Phase: string(v1alpha1.PhaseRefreshingControlPlane),
+			Doc:     "Copy the current anchor's certificate into linkerd-previous-anchor, retiring the old anchor.",
+			Observe: observeRetired, Act: actRetire(w), Describe: describeRetire,
+		},
+		ReliesOnBundle: true, NeedsExpandedPods: true, Retiring: true,
+	}
+}
 
 func observeRetired(s *State, _ string) workflow.Decision {
 	if d := anchorProblem(s); d != nil {

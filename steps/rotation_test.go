@@ -107,7 +107,7 @@ func rotatingState(p pki, opts ...stateOpt) *State {
 	return s
 }
 
-func stepNamed(t *testing.T, name string) workflow.Step[*State] {
+func stepNamed(t *testing.T, name string) Step {
 	t.Helper()
 	for _, st := range Rotation(nil) {
 		if st.Name == name {
@@ -115,7 +115,7 @@ func stepNamed(t *testing.T, name string) workflow.Step[*State] {
 		}
 	}
 	t.Fatalf("no step %q", name)
-	return workflow.Step[*State]{}
+	return Step{}
 }
 
 func TestObserve(t *testing.T) {
@@ -333,7 +333,7 @@ var errCrash = errors.New("crashed")
 // Advance from cp (which it moves), with saves that succeed and tokens a second apart.
 func driveRotation(t *testing.T, s *State) (*fakeWriter, *workflow.Checkpoint, func() workflow.Result) {
 	w := &fakeWriter{s: s, restarts: map[string]int{}}
-	wf, err := workflow.New(Rotation(w)...)
+	wf, err := NewWorkflow(Rotation(w))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"regexp"
 	"strings"
 	"time"
 
@@ -185,7 +184,8 @@ const placeholderToken = "<new token>"
 func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, assumeRenewed bool) (*plan, error) {
 	cfg := kf.Config
 	recorder := &apply.Recorder{Config: cfg}
-	wf, err := workflow.New(steps.Rotation(recorder)...)
+	rotation := steps.Rotation(recorder)
+	wf, err := steps.NewWorkflow(rotation)
 	if err != nil {
 		return nil, err
 	}
@@ -288,14 +288,13 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	if assumeRenewed {
 		p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s (assumed done)", cfg.CertManagerNamespace, cfg.AnchorSecret))
 	}
-	all, ahead := wf.Steps(), steps.PlanAhead(recorder)
-	first := len(all) - len(planned)
-	for i := 0; i < first; i++ {
-		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: all[i].Name, Phase: all[i].Phase, Doc: all[i].Doc, Status: stepDone})
+	first := len(rotation) - len(planned)
+	for i, st := range rotation[:first] {
+		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepDone})
 	}
 	next := false
 	for j, ps := range planned {
-		st := all[first+j]
+		st := rotation[first+j]
 		v := planStep{
 			Index: first + j + 1, Name: ps.Name, Phase: ps.Phase, Doc: ps.Doc, Status: stepPending,
 			Outcome: ps.Decision.Outcome.String(), Reason: ps.Decision.Reason, Message: ps.Decision.Message,
@@ -308,16 +307,19 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			p.Step, p.Phase = ps.Name, ps.Phase
 		default:
 			// A step after the next one: observed without the trust-bundle check (see
-			// steps.PlanAhead).
-			ps.Decision = ahead[first+j].Observe(s, "")
+			// steps.Step.ObserveAhead).
+			ps.Decision = st.ObserveAhead(s)
 			v.Outcome, v.Reason, v.Message = ps.Decision.Outcome.String(), ps.Decision.Reason, ps.Decision.Message
 		}
 		if v.Status != stepDone && ps.Decision.Outcome == workflow.Act {
 			v.Changes = ps.Changes
 		}
-		if st.Act == nil || steps.WaitsForUser(st.Name) {
-			v.Manual = manualAction(st.Doc)
-			if v.Automated = steps.AutomatedBy(st.Name, tar.Spec); v.Automated != "" {
+		if st.Manual != nil {
+			v.Manual = st.Manual(s)
+			if st.Automated != nil {
+				v.Automated = st.Automated(tar.Spec)
+			}
+			if v.Automated != "" {
 				v.Manual = ""
 			}
 			if v.Manual != "" && v.Status != stepDone {
@@ -342,7 +344,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 				}
 				v.Writes = recorder.Writes()[before:]
 			}
-			if waitsOnTrustBundle(ps.Name) && !s.TrustBundle.Done() {
+			if st.WaitsOnTrustBundle && !s.TrustBundle.Done() {
 				v.PodsToRestart = s.TrustBundle.Behind
 				v.MoreWorkloadsToRestart = max(s.TrustBundle.BehindWorkloads-len(s.TrustBundle.Behind), 0)
 			}
@@ -353,23 +355,6 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		p.Notes = append(p.Notes, "every step is done: the operator is idle until the trust anchor is renewed")
 	}
 	return p, nil
-}
-
-// waitsOnTrustBundle reports whether the step waits for pods to be injected with the trust
-// bundle, so that the plan names the workloads to restart.
-func waitsOnTrustBundle(step string) bool {
-	return step == steps.StepPropagateTrustRoots || step == steps.StepRemoveOldTrustRoots
-}
-
-var docAside = regexp.MustCompile(`\(([^()]*)\)\.?$`)
-
-// manualAction is the user's part in a step the operator only waits on: the aside at the end of
-// the step's Doc, e.g. "restart your workloads".
-func manualAction(doc string) string {
-	if m := docAside.FindStringSubmatch(doc); m != nil {
-		return m[1]
-	}
-	return ""
 }
 
 func viewCert(s steps.Source) certView {
