@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -369,5 +370,29 @@ func TestCheckLinkedClusters(t *testing.T) {
 				t.Errorf("exit code %d (want %d), output:\n%s\nwant it to hold %q", code, tc.wantCode, out, tc.want)
 			}
 		})
+	}
+}
+
+// TestPlanRenewsTheIssuerCertificate: the manual renewal of the identity issuer names its
+// cert-manager Certificate in the Linkerd namespace the flags give, whatever its Secret is called.
+func TestPlanRenewsTheIssuerCertificate(t *testing.T) {
+	f := newFixture(t)
+	f.midRotation()
+	out, errOut, code := f.run("plan", "-o", "json", "-L", "other", "--identity-issuer-certificate", "issuer-cert")
+	if code != ExitOK {
+		t.Fatalf("exit code %d: %s", code, errOut)
+	}
+	var p plan
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	const want = "cmctl renew -n other issuer-cert"
+	for _, st := range p.Steps {
+		if st.Name == steps.StepWaitForIdentityIssuer && st.Manual != want {
+			t.Errorf("step %s: manual %q, want %q", st.Name, st.Manual, want)
+		}
+	}
+	if !slices.Contains(p.ManualActions, want+" (step 8, "+steps.StepWaitForIdentityIssuer+")") {
+		t.Errorf("manual actions %q do not renew Certificate other/issuer-cert", p.ManualActions)
 	}
 }
