@@ -184,7 +184,11 @@ const placeholderToken = "<new token>"
 func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, assumeRenewed bool) (*plan, error) {
 	cfg := kf.Config
 	recorder := &apply.Recorder{Config: cfg}
-	rotation := steps.Rotation(recorder)
+	newRotation := env.Rotation
+	if newRotation == nil {
+		newRotation = steps.Rotation
+	}
+	rotation := newRotation(recorder)
 	wf, err := steps.NewWorkflow(rotation)
 	if err != nil {
 		return nil, err
