@@ -37,7 +37,9 @@ type BundleDrift struct {
 // CheckBundle compares the trust-roots ConfigMap with the bundle the rotation expects at step.
 // ok is false when it holds that bundle, when the step does not rely on it, or when the anchor
 // or the previous anchor is unusable (the steps wait on that themselves).
-func CheckBundle(s *State, step string) (drift BundleDrift, ok bool) { return checkBundle(s, named(step)) }
+func CheckBundle(s *State, step string) (drift BundleDrift, ok bool) {
+	return checkBundle(s, named(step))
+}
 
 func checkBundle(s *State, step Step) (drift BundleDrift, ok bool) {
 	if !step.ReliesOnBundle || anchorProblem(s) != nil || previousProblem(s) != nil {

@@ -215,19 +215,19 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	}
 	p.Step, p.Phase = at.Name, at.Phase
 
-	snap, err := observe.Read(ctx, cl.pkiReader(cfg), &tar.Status, env.now())
+	reading, err := observe.Read(ctx, cl.pkiReader(cfg), &tar.Status, env.now())
 	if err != nil {
 		return nil, err
 	}
-	for _, u := range snap.Unreadable() {
+	for _, u := range reading.Unreadable() {
 		p.Notes = append(p.Notes, u+": the steps below are observed without it")
 	}
 	if len(tar.Status.InFlightAnchors) > 0 {
-		if err := snap.SetInFlight(tar.Status.InFlightAnchors); err != nil {
+		if err := reading.SetInFlight(tar.Status.InFlightAnchors); err != nil {
 			return nil, fmt.Errorf("TrustAnchorRotation %s: %w", kf.RotationName, err)
 		}
 	}
-	s := snap.State
+	s := reading.State
 	if assumeRenewed {
 		if at.Phase != string(v1alpha1.PhaseSynced) || s.Rotating() {
 			return nil, fmt.Errorf("a rotation is already under way (TrustAnchorRotation %s is at step %s, phase %s): run plan without --assume-anchor-renewed", kf.RotationName, at.Name, at.Phase)
@@ -244,16 +244,16 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			return nil, fmt.Errorf("making a stand-in for the renewed trust anchor: %w", err)
 		}
 		s.Anchor.Cert = renewed
-		snap.Recount()
+		reading.Recount()
 		p.Notes = append(p.Notes, fmt.Sprintf("assuming `cmctl renew -n %s %s` just happened: the renewed trust anchor %s is a stand-in made in memory, written nowhere",
 			cfg.CertManagerNamespace, cfg.AnchorSecret, steps.ShortFingerprint(steps.Fingerprint(renewed))))
 	}
-	results, err := env.probe(ctx, cl, pf, snap.Pods, nil)
+	results, err := env.probe(ctx, cl, pf, reading.Pods, nil)
 	if err != nil {
 		return nil, err
 	}
-	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(snap.Pods, results)
-	s.LiveChains = observe.LiveChains(snap.Pods, results)
+	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(reading.Pods, results)
+	s.LiveChains = observe.LiveChains(reading.Pods, results)
 	// The linked clusters, read as the operator reads them, with its credentials: the remote
 	// gates below wait on them.
 	linked, err := linkedClusters(ctx, cl, kf, tar.Spec.RemoteClusters, s.Now)
