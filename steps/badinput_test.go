@@ -397,7 +397,7 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 			s := rotatingState(p, anchor(third), previous(p.newAnchor), issuer(p.newIssuer), bundleOf(tc.bundle...),
 				bundlePods(0, 4), certPods(4, 4))
 			w := &fakeWriter{s: s, restarts: map[string]int{}}
-			wf, err := workflow.New(Rotation(w)...)
+			wf, err := NewWorkflow(Rotation(w))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,28 +20,6 @@ import (
 // propagate-trust-roots to retire-previous-anchor every meshed pod must still be on the
 // expanded bundle, so pods injected with the drifted one count as behind again.
 
-// bundleSteps are the steps, after the bundle is written, that rely on it.
-var bundleSteps = map[string]bool{
-	StepRefreshControlPlane: true, StepPropagateTrustRoots: true, StepWaitForRemoteTrustRoots: true, StepRestartIdentity: true,
-	StepWaitForIdentityIssuer: true, StepRestartIdentityOnNewIssuer: true, StepRefreshControlPlaneCerts: true,
-	StepRenewWorkloadCertificates: true, StepWaitForRemoteCertificates: true, StepRetirePreviousAnchor: true,
-	StepRefreshControlPlaneReduced: true, StepRemoveOldTrustRoots: true,
-}
-
-// reloadSteps are the bundle steps whose act restarts pods, which load the bundle at start.
-var reloadSteps = map[string]bool{
-	StepRefreshControlPlane: true, StepPropagateTrustRoots: true, StepRestartIdentity: true,
-	StepRestartIdentityOnNewIssuer: true, StepRefreshControlPlaneCerts: true,
-	StepRefreshControlPlaneReduced: true, StepRemoveOldTrustRoots: true,
-}
-
-// expandedSteps are the steps after propagate-trust-roots at which every meshed pod must still
-// run with the expanded bundle: identity is restarted onto it, then the issuer switches.
-var expandedSteps = map[string]bool{
-	StepWaitForRemoteTrustRoots: true, StepRestartIdentity: true, StepWaitForIdentityIssuer: true, StepRestartIdentityOnNewIssuer: true,
-	StepRefreshControlPlaneCerts: true, StepRenewWorkloadCertificates: true, StepWaitForRemoteCertificates: true, StepRetirePreviousAnchor: true,
-}
-
 // BundleDrift is a trust bundle that does not hold what the rotation expects at a step.
 type BundleDrift struct {
 	// Reason and Message are the waiting decision's: the message names the field managers that
@@ -60,10 +38,14 @@ type BundleDrift struct {
 // ok is false when it holds that bundle, when the step does not rely on it, or when the anchor
 // or the previous anchor is unusable (the steps wait on that themselves).
 func CheckBundle(s *State, step string) (drift BundleDrift, ok bool) {
-	if !bundleSteps[step] || anchorProblem(s) != nil || previousProblem(s) != nil {
+	return checkBundle(s, named(step))
+}
+
+func checkBundle(s *State, step Step) (drift BundleDrift, ok bool) {
+	if !step.ReliesOnBundle || anchorProblem(s) != nil || previousProblem(s) != nil {
 		return BundleDrift{}, false
 	}
-	if step == StepRetirePreviousAnchor && (!s.Rotating() || s.FinishingOn() != nil) {
+	if step.Name == StepRetirePreviousAnchor && (!s.Rotating() || s.FinishingOn() != nil) {
 		// Retired (also when the anchor was renewed again since: the round finishes on the
 		// retired one): the bundle is reduced at the next step.
 		return BundleDrift{}, false
@@ -90,7 +72,7 @@ func CheckBundle(s *State, step string) (drift BundleDrift, ok bool) {
 		// pods restarted meanwhile loaded a bundle that keeps what must be kept.
 		return BundleDrift{Reason: d.Reason, Message: d.Message}, true
 	}
-	drift = BundleDrift{StartOver: reloadSteps[step]}
+	drift = BundleDrift{StartOver: step.ReloadsBundle}
 	if lost := droppedSigner(s); lost != nil {
 		drift.Reason = "TrustBundleDriftKept"
 		drift.Message = fmt.Sprintf("%s; it trusts anchor %s, which signs the identity issuer in Secret %s, and rewriting it would drop that anchor: renew the issuer from %s, or restore the %s bundle",
@@ -121,21 +103,21 @@ func describeWriters(b Bundle) string {
 // the ConfigMap does not hold the rotation's bundle, and, between the data-plane propagation
 // and the retirement of the previous anchor, while some meshed pod is not on the expanded
 // bundle (injected while the bundle had drifted); otherwise it observes as before.
-func guardBundle(step string, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
+func guardBundle(step Step, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
 	return func(s *State, token string) workflow.Decision {
-		if drift, ok := CheckBundle(s, step); ok {
-			return workflow.Waiting(drift.Reason, drift.Message+s.identityScaledDownNote(step, token))
+		if drift, ok := checkBundle(s, step); ok {
+			return workflow.Waiting(drift.Reason, drift.Message+s.identityScaledDownNote(step.Name, token))
 		}
 		// Once the round finishes on a retired anchor (FinishingOn), the desired bundle is the
 		// reduced one: pods on the expanded bundle are where they should be.
-		if expandedSteps[step] && s.Rotating() && s.FinishingOn() == nil && anchorProblem(s) == nil && !s.TrustBundle.Done() {
+		if step.NeedsExpandedPods && s.Rotating() && s.FinishingOn() == nil && anchorProblem(s) == nil && !s.TrustBundle.Done() {
 			c := s.TrustBundle
 			msg := fmt.Sprintf("Waiting for %d pod(s) to converge on the expanded trust bundle again: they were injected with another bundle (ConfigMap %s/%s changed after the data plane converged)",
 				c.Target-c.Converged, s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap)
 			if len(c.Behind) > 0 {
 				msg += "; restart: " + c.describeBehind(5)
 			}
-			return workflow.Waiting("TrustBundleRegressed", msg+s.identityScaledDownNote(step, token))
+			return workflow.Waiting("TrustBundleRegressed", msg+s.identityScaledDownNote(step.Name, token))
 		}
 		return observe(s, token)
 	}

@@ -57,8 +57,8 @@ func TestBundleStepsWaitOnADriftedBundle(t *testing.T) {
 			if !ok || drift.Rewrite != tc.want {
 				t.Fatalf("CheckBundle = %+v, %v; want a rewrite to the rotation's bundle", drift, ok)
 			}
-			if drift.StartOver != reloadSteps[tc.step] {
-				t.Errorf("StartOver = %v, want %v", drift.StartOver, reloadSteps[tc.step])
+			if want := stepNamed(t, tc.step).ReloadsBundle; drift.StartOver != want {
+				t.Errorf("StartOver = %v, want %v", drift.StartOver, want)
 			}
 			// Rewritten: the step observes as before.
 			s.Bundle = Bundle{Found: true, Data: tc.want}
@@ -175,7 +175,7 @@ func TestRevertAtEveryStep(t *testing.T) {
 				if cp.Step == at && !revertedAt {
 					revertedAt = true
 					reverted(p, "argocd-controller")(s)
-					if expandedSteps[at] || at == StepRemoveOldTrustRoots || at == StepPropagateTrustRoots {
+					if stepNamed(t, at).NeedsExpandedPods || at == StepRemoveOldTrustRoots || at == StepPropagateTrustRoots {
 						s.TrustBundle.Converged = min(s.TrustBundle.Converged, 3) // a pod injected meanwhile
 					}
 					before := w.restarts["linkerd-identity"] + w.restarts["linkerd-destination"] + len(w.deleted)
@@ -222,7 +222,7 @@ func TestRevertAtEveryStep(t *testing.T) {
 			if !parked {
 				t.Fatalf("the rotation never reached %s", at)
 			}
-			if expandedSteps[at] && !regressed {
+			if stepNamed(t, at).NeedsExpandedPods && !regressed {
 				t.Errorf("the pod injected with the reverted bundle did not hold the rotation")
 			}
 			if len(w.badRestarts) > 0 {

@@ -7,7 +7,22 @@ import (
 	"time"
 
 	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
+
+// restartIdentityStep restarts identity onto the expanded roots once the data plane trusts the
+// new anchor (see below).
+func restartIdentityStep(w Writer) Step {
+	return Step{
+		Step: workflow.Step[*State]{
+			Name: StepRestartIdentity, Phase: string(v1alpha1.PhasePropagatingTrustRoots),
+			Doc: "Restart linkerd-identity now that every pod trusts the new anchor: it loads the expanded roots, so it will accept the renewed issuer; " +
+				"with the issuer renewed already, identity is scaled to 0 and back instead, so that no old identity pod runs beside a new one, and issues no certificate meanwhile while those it issued stay valid.",
+			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestartIdentity, Token: restartIdentityToken,
+		},
+		ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, BeforeIssuerSwitch: true,
+	}
+}
 
 // --- identity ---------------------------------------------------------------------------------
 //
@@ -31,10 +46,6 @@ func (s *State) startedAfterExpansion(p ControlPlanePod) bool {
 	return !at.IsZero() && p.Started.Truncate(time.Second).After(at)
 }
 
-// earlyRestartSteps are the steps between the bundle's expansion and the data plane's
-// convergence on it, during which identity must not restart onto the expanded roots.
-var earlyRestartSteps = map[string]bool{StepExpandTrustBundle: true, StepRefreshControlPlane: true, StepPropagateTrustRoots: true}
-
 // IdentityRestartedEarly returns the identity pods ("namespace/name") that someone else restarted
 // too early, at the given step: pods that started after this rotation expanded the trust bundle
 // while the data plane has not converged on it, with the identity issuer already signed by the
@@ -45,7 +56,7 @@ var earlyRestartSteps = map[string]bool{StepExpandTrustBundle: true, StepRefresh
 // urgently (UrgentCertificates) and restarts the workloads behind first (planRestarts). nil
 // when there are none, and from restart-identity on (the data plane then trusts the new anchor).
 func (s *State) IdentityRestartedEarly(step string) []string {
-	if !earlyRestartSteps[step] || !s.Rotating() || !s.IssuerOnCurrentAnchor() || s.TrustBundle.Done() || s.expandedAt().IsZero() {
+	if !named(step).IdentityMustWait || !s.Rotating() || !s.IssuerOnCurrentAnchor() || s.TrustBundle.Done() || s.expandedAt().IsZero() {
 		return nil
 	}
 	var out []string

@@ -65,13 +65,36 @@ const (
 	GateCertificates
 )
 
-// remoteGates are the gate steps and their gates.
-var remoteGates = map[string]RemoteGate{StepWaitForRemoteTrustRoots: GateTrustRoots, StepWaitForRemoteCertificates: GateCertificates}
+// waitForRemoteTrustRootsStep is the first remote gate. It passes at once without linked
+// clusters: a single-cluster rotation never shows it.
+func waitForRemoteTrustRootsStep() Step {
+	return Step{
+		Step: remoteGateStep(StepWaitForRemoteTrustRoots, GateTrustRoots,
+			"Wait until every linked cluster's data plane runs with a trust bundle holding the new anchor; passes at once without linked clusters."),
+		Gate: GateTrustRoots, ReliesOnBundle: true, NeedsExpandedPods: true, BeforeIssuerSwitch: true,
+	}
+}
+
+// waitForRemoteCertificatesStep is the second remote gate.
+func waitForRemoteCertificatesStep() Step {
+	return Step{
+		Step: remoteGateStep(StepWaitForRemoteCertificates, GateCertificates,
+			"Wait until every linked cluster's meshed pods present certificates on the new anchor's path; passes at once without linked clusters."),
+		Gate: GateCertificates, ReliesOnBundle: true, NeedsExpandedPods: true,
+	}
+}
+
+func remoteGateStep(name string, gate RemoteGate, doc string) workflow.Step[*State] {
+	return workflow.Step[*State]{
+		Name: name, Phase: string(v1alpha1.PhaseWaitingForRemoteClusters), Doc: doc,
+		Observe: observeRemotes(gate), Describe: describeRemotes(gate),
+	}
+}
 
 // RemoteGateAt returns the gate a step is, and whether it is one.
 func RemoteGateAt(step string) (RemoteGate, bool) {
-	g, ok := remoteGates[step]
-	return g, ok
+	g := named(step).Gate
+	return g, g != 0
 }
 
 // Remote blocking reasons.

@@ -21,12 +21,6 @@ func RefreshInterval(spec v1alpha1.TrustAnchorRotationSpec) time.Duration {
 	return spec.WorkloadCertificateRefreshInterval.Duration
 }
 
-// syncedSteps are the steps at which no rotation is under way.
-var syncedSteps = map[string]bool{StepBootstrap: true, StepDetectAnchorRotation: true}
-
-// beforeIssuerSwitch are the steps during which a renewed issuer is ahead of the trust bundle.
-var beforeIssuerSwitch = map[string]bool{StepExpandTrustBundle: true, StepRefreshControlPlane: true, StepPropagateTrustRoots: true, StepWaitForRemoteTrustRoots: true, StepRestartIdentity: true}
-
 // Project computes the status to publish from the previous status, the snapshot the workflow
 // advanced over, and where it stopped. It is pure, so the operator writes status only when the
 // result differs from what is there.
@@ -72,7 +66,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 
 	// The checkpoint, with the rotation it belongs to.
 	cp := statusCheckpoint(res.Checkpoint)
-	if !syncedSteps[cp.Step] {
+	if !named(cp.Step).Idle() {
 		// A rotation that completed and went straight on into the next one (the anchor was
 		// renewed again meanwhile) is a new rotation.
 		if prev.Checkpoint != nil && prev.Checkpoint.Rotation != "" && !res.Completed {
@@ -96,7 +90,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	newRotation := cp.Rotation != "" && (prev.Checkpoint == nil || prev.Checkpoint.Rotation != cp.Rotation ||
 		existing != nil && cp.StartTime != nil && existing.LastTransitionTime.Before(cp.StartTime))
 	switch {
-	case beforeIssuerSwitch[cp.Step] && s.Rotating() && s.IssuerOnCurrentAnchor():
+	case named(cp.Step).BeforeIssuerSwitch && s.Rotating() && s.IssuerOnCurrentAnchor():
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: v1alpha1.ConditionOutOfOrderIssuerRotation, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonIssuerRotatedOutOfOrder, Message: v1alpha1.MessageIssuerRotatedOutOfOrder,
@@ -154,15 +148,6 @@ func BundleFingerprints(bundle string) []string {
 	return out
 }
 
-// stepIndex is each step's position in the rotation.
-var stepIndex = func() map[string]int {
-	m := map[string]int{}
-	for i, st := range Rotation(nil) {
-		m[st.Name] = i
-	}
-	return m
-}()
-
 // WorkflowCheckpoint is where the workflow resumes from the checkpoint a status saved: its
 // first step when none is saved. The operator and linkerd trust plan both resume from it.
 func WorkflowCheckpoint(c *v1alpha1.Checkpoint) workflow.Checkpoint {
@@ -187,10 +172,10 @@ func statusCheckpoint(cp workflow.Checkpoint) *v1alpha1.Checkpoint {
 // went round to an earlier step (it completed and the anchor had been renewed again).
 func SavedCheckpoint(prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *State, now time.Time) *v1alpha1.Checkpoint {
 	cp := statusCheckpoint(next)
-	if syncedSteps[next.Step] {
+	if named(next.Step).Idle() {
 		return cp
 	}
-	if prev != nil && prev.Rotation != "" && !syncedSteps[prev.Step] && stepIndex[prev.Step] <= stepIndex[next.Step] {
+	if prev != nil && prev.Rotation != "" && !named(prev.Step).Idle() && declared.index[prev.Step] <= declared.index[next.Step] {
 		cp.Rotation, cp.StartTime = prev.Rotation, prev.StartTime
 		return cp
 	}
@@ -199,13 +184,10 @@ func SavedCheckpoint(prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *Sta
 	return cp
 }
 
-// renewingSteps are the steps during which pods must move onto the new issuer.
-var renewingSteps = map[string]bool{StepRestartIdentityOnNewIssuer: true, StepRefreshControlPlaneCerts: true, StepRenewWorkloadCertificates: true}
-
 // UrgentCertificates reports whether, at the given step, the operator should probe pods that
 // have not converged on the active issuer's trust anchor often rather than rarely: the rotation
 // waits on them, or identity was restarted early (IdentityRestartedEarly) and those probes say
 // which pods already present a new-anchor certificate.
 func UrgentCertificates(s *State, step string) bool {
-	return renewingSteps[step] || len(s.IdentityRestartedEarly(step)) > 0
+	return named(step).UrgentProbes || len(s.IdentityRestartedEarly(step)) > 0
 }

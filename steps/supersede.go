@@ -44,7 +44,7 @@ func Supersede(st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) 
 		return fmt.Sprintf("trust anchor renewed again (%s) while pods moved onto the reduced bundle of %s at step %s; starting the next rotation at %s",
 			ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), cp.Step, StepDetectAnchorRotation), true
 	}
-	if cp == nil || cp.Rotation == "" || syncedSteps[cp.Step] || !s.Rotating() {
+	if cp == nil || cp.Rotation == "" || named(cp.Step).Idle() || !s.Rotating() {
 		return "", false
 	}
 	if cp.Rotation == s.Anchor.Fingerprint() || cp.Rotation == s.Previous.Fingerprint() {
@@ -110,15 +110,10 @@ func RecreatePrevious(s *State, step string) (*x509.Certificate, bool) {
 	return bootstrapPrevious(s)
 }
 
-// retiringSteps are the steps from the retirement of the previous anchor to the end of a round.
-var retiringSteps = map[string]bool{
-	StepRetirePreviousAnchor: true, StepReduceTrustBundle: true, StepRefreshControlPlaneReduced: true, StepRemoveOldTrustRoots: true,
-}
-
 // RetiringTo is State.Retiring for a checkpoint: the anchor its rotation moves to, from
 // retire-previous-anchor on; "" before that step, when Synced, or when cp is nil.
 func RetiringTo(cp *v1alpha1.Checkpoint) string {
-	if cp == nil || !retiringSteps[cp.Step] {
+	if cp == nil || !named(cp.Step).Retiring {
 		return ""
 	}
 	return cp.Rotation

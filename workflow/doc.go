@@ -1,17 +1,18 @@
 // Package workflow is a small engine that runs an ordered list of idempotent, resumable steps
-// over snapshots of cluster state. It knows nothing of Linkerd: the steps package gives it the
-// rotation, the operator gives it snapshots and a place to keep its checkpoint, and the CLI runs
-// the same steps in a dry run to print a plan.
+// over a state: plain data read from the cluster at one moment, of any type S. It knows nothing
+// of Linkerd: the steps package gives it the rotation and its state (steps.State), the operator
+// gives it states and a place to keep its checkpoint, and the CLI runs the same steps in a dry
+// run to print a plan.
 //
 // A step is a plain value (see Step): a stable kebab-case name, which is a public API — the
 // checkpoint key in the TrustAnchorRotation status, the line in a plan, the label of an event —
-// an Observe that decides from a snapshot, without side effects, whether the step is done, must
+// an Observe that decides from the state, without side effects, whether the step is done, must
 // wait, or must act; and an idempotent Act.
 //
 // Advance walks the steps from the checkpoint. Done steps are passed; the first step that must
 // wait stops the walk and says why; a step that must act first gets an idempotency token, which
 // is saved in the checkpoint BEFORE the act runs, so that an operator killed in the middle of an
 // act runs it again with the same token after a restart and changes nothing that had already
-// happened. After an act the caller takes a fresh snapshot and advances again: an act is never
+// happened. After an act the caller reads a fresh state and advances again: an act is never
 // assumed to have worked until its effect is observed.
 package workflow

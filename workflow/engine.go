@@ -27,7 +27,7 @@ type Result struct {
 	Phase string
 	// Decision is the last decision of the step at the checkpoint.
 	Decision Decision
-	// Acted is true when an act ran: take a fresh snapshot and advance again to observe it.
+	// Acted is true when an act ran: read a fresh state and advance again to observe it.
 	Acted bool
 	// Passed names the steps completed by this call, in order.
 	Passed []string
@@ -93,14 +93,14 @@ func (w *Workflow[S]) position(cp Checkpoint) (int, error) {
 	return i, nil
 }
 
-// Advance walks the workflow from cp over the snapshot: it passes every step that is done, and
+// Advance walks the workflow from cp over the state: it passes every step that is done, and
 // stops at the first step that waits, or after that step's act. It visits each step at most
 // once per call, so a workflow whose every step is done stops where it started.
 //
 // Before an act, the checkpoint (with a token from newToken when the step has none yet, passed
 // through the step's Token) is saved with save; the act runs only once that succeeded. Errors
 // carry the step name.
-func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, snap S, save SaveFunc, newToken func() string) (Result, error) {
+func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save SaveFunc, newToken func() string) (Result, error) {
 	i, err := w.position(cp)
 	if err != nil {
 		return Result{Checkpoint: cp}, err
@@ -111,7 +111,7 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, snap S, save S
 	res := Result{}
 	for range w.steps {
 		st := w.steps[i]
-		d := st.Observe(snap, cp.Token)
+		d := st.Observe(state, cp.Token)
 		res.Checkpoint, res.Phase, res.Decision = cp, st.Phase, d
 		switch d.Outcome {
 		case Done:
@@ -133,7 +133,7 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, snap S, save S
 				token = newToken()
 			}
 			if st.Token != nil {
-				token = st.Token(snap, token)
+				token = st.Token(state, token)
 			}
 			cp.Token = token
 			cp.Acts++
@@ -141,7 +141,7 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, snap S, save S
 				return res, fmt.Errorf("step %s: saving checkpoint before acting: %w", st.Name, err)
 			}
 			res.Checkpoint = cp
-			if err := st.Act(ctx, snap, cp.Token); err != nil {
+			if err := st.Act(ctx, state, cp.Token); err != nil {
 				return res, fmt.Errorf("step %s: %w", st.Name, err)
 			}
 			res.Acted = true
@@ -160,7 +160,7 @@ type PlannedStep struct {
 	Phase   string
 	Doc     string
 	Current bool
-	// Decision is the step's observation of the snapshot. For steps after the first one that
+	// Decision is the step's observation of the state. For steps after the first one that
 	// is not done, it describes the present, not the future state the step will see.
 	Decision Decision
 	// Changes are what the step's act would change, from its Describe.
@@ -168,8 +168,8 @@ type PlannedStep struct {
 }
 
 // Plan returns the steps from the checkpoint to the end of the workflow, each with its
-// observation of the snapshot and what it would change. It writes nothing and runs no act.
-func (w *Workflow[S]) Plan(cp Checkpoint, snap S) ([]PlannedStep, error) {
+// observation of the state and what it would change. It writes nothing and runs no act.
+func (w *Workflow[S]) Plan(cp Checkpoint, state S) ([]PlannedStep, error) {
 	i, err := w.position(cp)
 	if err != nil {
 		return nil, err
@@ -181,9 +181,9 @@ func (w *Workflow[S]) Plan(cp Checkpoint, snap S) ([]PlannedStep, error) {
 		if j == i {
 			token = cp.Token
 		}
-		p := PlannedStep{Name: st.Name, Phase: st.Phase, Doc: st.Doc, Current: j == i, Decision: st.Observe(snap, token)}
+		p := PlannedStep{Name: st.Name, Phase: st.Phase, Doc: st.Doc, Current: j == i, Decision: st.Observe(state, token)}
 		if st.Describe != nil {
-			p.Changes = st.Describe(snap)
+			p.Changes = st.Describe(state)
 		}
 		plan = append(plan, p)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// world is a toy snapshot: a counter per step, which the acts bump.
+// world is a toy state: a counter per step, which the acts bump.
 type world struct {
 	need  map[string]int // how many acts each step needs before it is done
 	acted map[string]int // acts seen so far
@@ -93,7 +93,7 @@ func TestAdvance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			snap := &world{need: tc.need, acted: map[string]int{}, wait: tc.wait}
+			state := &world{need: tc.need, acted: map[string]int{}, wait: tc.wait}
 			saves := 0
 			save := func(_ context.Context, cp Checkpoint) error {
 				saves++
@@ -102,7 +102,7 @@ func TestAdvance(t *testing.T) {
 				}
 				return nil
 			}
-			res, err := w.Advance(context.Background(), tc.from, snap, save, func() string { return "t1" })
+			res, err := w.Advance(context.Background(), tc.from, state, save, func() string { return "t1" })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,18 +117,18 @@ func TestAdvance(t *testing.T) {
 
 func TestAdvanceReusesTheTokenAfterARestart(t *testing.T) {
 	w, _ := New(toySteps("a", "b")...)
-	snap := &world{need: map[string]int{"a": 2}, acted: map[string]int{}}
+	state := &world{need: map[string]int{"a": 2}, acted: map[string]int{}}
 	var tokens []string
 	save := func(_ context.Context, cp Checkpoint) error { tokens = append(tokens, cp.Token); return nil }
 	n := 0
 	newToken := func() string { n++; return fmt.Sprint("t", n) }
 
-	res, err := w.Advance(context.Background(), Checkpoint{}, snap, save, newToken)
+	res, err := w.Advance(context.Background(), Checkpoint{}, state, save, newToken)
 	if err != nil || !res.Acted {
 		t.Fatalf("first advance: %v acted=%v", err, res.Acted)
 	}
 	// A restarted operator reads the saved checkpoint back: same step, same token.
-	res, err = w.Advance(context.Background(), res.Checkpoint, snap, save, newToken)
+	res, err = w.Advance(context.Background(), res.Checkpoint, state, save, newToken)
 	if err != nil || !res.Acted {
 		t.Fatalf("second advance: %v acted=%v", err, res.Acted)
 	}
@@ -142,11 +142,11 @@ func TestAdvanceReusesTheTokenAfterARestart(t *testing.T) {
 
 func TestAdvanceDoesNotActWhenTheCheckpointCannotBeSaved(t *testing.T) {
 	w, _ := New(toySteps("a")...)
-	snap := &world{need: map[string]int{"a": 1}, acted: map[string]int{}}
-	_, err := w.Advance(context.Background(), Checkpoint{}, snap,
+	state := &world{need: map[string]int{"a": 1}, acted: map[string]int{}}
+	_, err := w.Advance(context.Background(), Checkpoint{}, state,
 		func(context.Context, Checkpoint) error { return errors.New("conflict") }, func() string { return "t" })
-	if err == nil || snap.acted["a"] != 0 {
-		t.Fatalf("err = %v, acts = %d: the act must not run without a saved checkpoint", err, snap.acted["a"])
+	if err == nil || state.acted["a"] != 0 {
+		t.Fatalf("err = %v, acts = %d: the act must not run without a saved checkpoint", err, state.acted["a"])
 	}
 }
 
@@ -160,16 +160,16 @@ func TestAdvanceRejectsAnUnknownCheckpoint(t *testing.T) {
 
 func TestPlanWritesNothing(t *testing.T) {
 	w, _ := New(toySteps("a", "b", "c")...)
-	snap := &world{need: map[string]int{"b": 1, "c": 1}, acted: map[string]int{}}
-	plan, err := w.Plan(Checkpoint{Step: "b"}, snap)
+	state := &world{need: map[string]int{"b": 1, "c": 1}, acted: map[string]int{}}
+	plan, err := w.Plan(Checkpoint{Step: "b"}, state)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(plan) != 2 || plan[0].Name != "b" || !plan[0].Current || plan[1].Decision.Outcome != Act {
 		t.Fatalf("plan = %+v", plan)
 	}
-	if len(snap.acted) != 0 {
-		t.Fatalf("plan acted: %v", snap.acted)
+	if len(state.acted) != 0 {
+		t.Fatalf("plan acted: %v", state.acted)
 	}
 }
 
@@ -190,12 +190,12 @@ func TestAdvanceLetsTheStepExtendItsToken(t *testing.T) {
 		return act(ctx, s, token)
 	}
 	w, _ := New(steps...)
-	snap := &world{need: map[string]int{"a": 2}, acted: map[string]int{}}
+	state := &world{need: map[string]int{"a": 2}, acted: map[string]int{}}
 	var saved []string
 	save := func(_ context.Context, cp Checkpoint) error { saved = append(saved, cp.Token); return nil }
 	cp := Checkpoint{}
 	for range 2 {
-		res, err := w.Advance(context.Background(), cp, snap, save, func() string { return "t1" })
+		res, err := w.Advance(context.Background(), cp, state, save, func() string { return "t1" })
 		if err != nil || !res.Acted {
 			t.Fatalf("advance: %v acted=%v", err, res.Acted)
 		}

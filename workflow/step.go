@@ -42,7 +42,7 @@ func Completed(reason, message string) Decision { return Decision{Done, reason, 
 func Waiting(reason, message string) Decision   { return Decision{Wait, reason, message} }
 func ActNeeded(reason, message string) Decision { return Decision{Act, reason, message} }
 
-// Step is one idempotent, resumable unit of a workflow over snapshots of type S.
+// Step is one idempotent, resumable unit of a workflow over states of type S.
 type Step[S any] struct {
 	// Name is the step's stable kebab-case name: its checkpoint key and its name in plans,
 	// events and logs. Never rename a step: checkpoints in clusters refer to it.
@@ -51,7 +51,7 @@ type Step[S any] struct {
 	Phase string
 	// Doc is one sentence for plans and help: what the step makes true.
 	Doc string
-	// Observe decides from the snapshot alone — no I/O, no side effects — whether the step is
+	// Observe decides from the state alone — no I/O, no side effects — whether the step is
 	// done, must wait or must act. It is called by the operator and by dry runs alike. token is
 	// the idempotency token of the step's act in this pass ("" when it has not acted yet), so a
 	// step can tell its own effect (stamped with the token) from an older one.
@@ -60,7 +60,7 @@ type Step[S any] struct {
 	// in the checkpoint before calling Act, and calls Act again with the same token when an
 	// operator restarted before the act's effect was observed. Nil for steps that only wait.
 	Act func(ctx context.Context, s S, token string) error
-	// Describe says, for a plan, what Act would change given the snapshot. Optional.
+	// Describe says, for a plan, what Act would change given the state. Optional.
 	Describe func(s S) []string
 	// Token returns the token the step's next act runs under, before each act and before the
 	// checkpoint is saved: given a fresh unique stamp at the step's first act, or the token of

@@ -718,26 +718,26 @@ func (c *checks) dataPlaneBundle(ctx context.Context) error {
 	if tar, err := c.rotation.get(ctx); err == nil {
 		status = &tar.Status
 	}
-	snap, err := observe.Read(ctx, c.cl.pkiReader(c.cfg), status, c.now)
+	reading, err := observe.Read(ctx, c.cl.pkiReader(c.cfg), status, c.now)
 	if err != nil {
 		return err
 	}
 	if status != nil {
-		if err := snap.SetInFlight(status.InFlightAnchors); err != nil {
+		if err := reading.SetInFlight(status.InFlightAnchors); err != nil {
 			return fmt.Errorf("TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
 		}
 	}
-	if unreadable := snap.Unreadable(); len(unreadable) > 0 {
+	if unreadable := reading.Unreadable(); len(unreadable) > 0 {
 		return warnf("cannot tell which trust bundle meshed pods must carry: %s", strings.Join(unreadable, "; "))
 	}
-	desired := snap.State.DesiredBundle()
+	desired := reading.State.DesiredBundle()
 	if desired == "" {
-		return errors.New(snap.State.Anchor.Problem("trust-anchor Secret"))
+		return errors.New(reading.State.Anchor.Problem("trust-anchor Secret"))
 	}
 	hash := steps.BundleHash(desired)
 	var behind []string
 	total := 0
-	for _, p := range snap.Pods {
+	for _, p := range reading.Pods {
 		if !p.Meshed || !p.Alive || p.ControlPlane || (c.o.namespace != "" && p.Namespace != c.o.namespace) {
 			continue
 		}

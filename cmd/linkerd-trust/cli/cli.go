@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/spf13/pflag"
 )
 
@@ -45,6 +46,8 @@ type Env struct {
 	// Probe probes pods' live certificates; nil means observe.ProbeAll over the dialer the
 	// flags choose.
 	Probe prober
+	// Rotation returns the steps plan walks, writing to w; nil means steps.Rotation.
+	Rotation func(w steps.Writer) []steps.Step
 }
 
 func (e *Env) now() time.Time {

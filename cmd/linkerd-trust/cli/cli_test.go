@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -369,5 +372,71 @@ func TestCheckLinkedClusters(t *testing.T) {
 				t.Errorf("exit code %d (want %d), output:\n%s\nwant it to hold %q", code, tc.wantCode, out, tc.want)
 			}
 		})
+	}
+}
+
+// TestPlanRenewsTheIssuerCertificate: the manual renewal of the identity issuer names its
+// cert-manager Certificate in the Linkerd namespace the flags give, whatever its Secret is called.
+func TestPlanRenewsTheIssuerCertificate(t *testing.T) {
+	f := newFixture(t)
+	f.midRotation()
+	out, errOut, code := f.run("plan", "-o", "json", "-L", "other", "--identity-issuer-certificate", "issuer-cert")
+	if code != ExitOK {
+		t.Fatalf("exit code %d: %s", code, errOut)
+	}
+	var p plan
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	const want = "cmctl renew -n other issuer-cert"
+	for _, st := range p.Steps {
+		if st.Name == steps.StepWaitForIdentityIssuer && st.Manual != want {
+			t.Errorf("step %s: manual %q, want %q", st.Name, st.Manual, want)
+		}
+	}
+	if !slices.Contains(p.ManualActions, want+" (step 8, "+steps.StepWaitForIdentityIssuer+")") {
+		t.Errorf("manual actions %q do not renew Certificate other/issuer-cert", p.ManualActions)
+	}
+}
+
+// TestPlanShowsAnotherStep: a step added to the rotation is planned in its place, with its Doc,
+// its observation and the user's part, from the Step alone.
+func TestPlanShowsAnotherStep(t *testing.T) {
+	f := newFixture(t)
+	f.midRotation()
+	var out, errOut bytes.Buffer
+	env := f.env(&out, &errOut)
+	env.Rotation = func(w steps.Writer) []steps.Step {
+		list := steps.Rotation(w)
+		i := slices.IndexFunc(list, func(st steps.Step) bool { return st.Name == steps.StepRestartIdentity })
+		return slices.Insert(list, i+1, steps.Step{
+			Step: workflow.Step[*steps.State]{
+				Name: "verify-extra", Phase: string(v1alpha1.PhaseWaitingForIdentityRotation),
+				Doc: "Wait until the extra check passes.",
+				Observe: func(*steps.State, string) workflow.Decision {
+					return workflow.Waiting("ExtraCheckPending", "Waiting for the extra check")
+				},
+			},
+			Manual: func(s *steps.State) string { return "run the extra check in " + s.Config.LinkerdNamespace },
+		})
+	}
+	if code := Main(context.Background(), []string{"plan", "-o", "json"}, env); code != ExitOK {
+		t.Fatalf("exit code %d: %s", code, errOut.String())
+	}
+	var p plan
+	if err := json.Unmarshal(out.Bytes(), &p); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(p.Steps, func(st planStep) bool { return st.Name == "verify-extra" })
+	if i < 0 || p.Steps[i-1].Name != steps.StepRestartIdentity || p.Steps[i+1].Name != steps.StepWaitForIdentityIssuer {
+		t.Fatalf("plan lists %d steps, verify-extra at %d", len(p.Steps), i)
+	}
+	st := p.Steps[i]
+	if st.Index != i+1 || st.Doc != "Wait until the extra check passes." || st.Status != stepPending || st.Reason != "ExtraCheckPending" ||
+		st.Manual != "run the extra check in linkerd" {
+		t.Errorf("verify-extra planned as %+v", st)
+	}
+	if !slices.Contains(p.ManualActions, fmt.Sprintf("run the extra check in linkerd (step %d, verify-extra)", i+1)) {
+		t.Errorf("manual actions %q lack the step's", p.ManualActions)
 	}
 }

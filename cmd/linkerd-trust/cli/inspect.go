@@ -173,16 +173,16 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	if in.Found {
 		status = &tar.Status
 	}
-	snap, err := observe.Read(ctx, cl.pkiReader(kf.Config), status, env.now())
+	reading, err := observe.Read(ctx, cl.pkiReader(kf.Config), status, env.now())
 	if err != nil {
 		return nil, err
 	}
 	if in.Found {
-		if err := snap.SetInFlight(tar.Status.InFlightAnchors); err != nil {
+		if err := reading.SetInFlight(tar.Status.InFlightAnchors); err != nil {
 			return nil, fmt.Errorf("TrustAnchorRotation %s: %w", kf.RotationName, err)
 		}
 	}
-	s := snap.State
+	s := reading.State
 	hash := ""
 	if observe.Forbidden(s.Previous) {
 		in.Live.Problems = append(in.Live.Problems, s.Previous.Problem("previous-anchor Secret")+": the desired trust bundle is unknown")
@@ -197,7 +197,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	if active == "" {
 		in.Live.Problems = append(in.Live.Problems, s.Issuer.Problem("identity-issuer Secret")+": the active issuer is unknown")
 	}
-	results, err := env.probe(ctx, cl, pf, snap.Pods, progress)
+	results, err := env.probe(ctx, cl, pf, reading.Pods, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -205,11 +205,11 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		return nil, err
 	}
 	check := observe.NewCertificateCheck(s.CertificateRoot())
-	certs := check.Convergence(snap.Pods, results)
+	certs := check.Convergence(reading.Pods, results)
 	in.Live.WorkloadCertificates = count{certs.Converged, certs.Target}
 	in.Live.TrustBundle = count{s.TrustBundle.Converged, s.TrustBundle.Target}
 
-	for _, p := range snap.Pods {
+	for _, p := range reading.Pods {
 		if !p.Meshed || !p.Alive {
 			continue
 		}

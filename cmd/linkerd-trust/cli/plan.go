@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"regexp"
 	"strings"
 	"time"
 
@@ -185,7 +184,12 @@ const placeholderToken = "<new token>"
 func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, assumeRenewed bool) (*plan, error) {
 	cfg := kf.Config
 	recorder := &apply.Recorder{Config: cfg}
-	wf, err := workflow.New(steps.Rotation(recorder)...)
+	newRotation := env.Rotation
+	if newRotation == nil {
+		newRotation = steps.Rotation
+	}
+	rotation := newRotation(recorder)
+	wf, err := steps.NewWorkflow(rotation)
 	if err != nil {
 		return nil, err
 	}
@@ -211,19 +215,19 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	}
 	p.Step, p.Phase = at.Name, at.Phase
 
-	snap, err := observe.Read(ctx, cl.pkiReader(cfg), &tar.Status, env.now())
+	reading, err := observe.Read(ctx, cl.pkiReader(cfg), &tar.Status, env.now())
 	if err != nil {
 		return nil, err
 	}
-	for _, u := range snap.Unreadable() {
+	for _, u := range reading.Unreadable() {
 		p.Notes = append(p.Notes, u+": the steps below are observed without it")
 	}
 	if len(tar.Status.InFlightAnchors) > 0 {
-		if err := snap.SetInFlight(tar.Status.InFlightAnchors); err != nil {
+		if err := reading.SetInFlight(tar.Status.InFlightAnchors); err != nil {
 			return nil, fmt.Errorf("TrustAnchorRotation %s: %w", kf.RotationName, err)
 		}
 	}
-	s := snap.State
+	s := reading.State
 	if assumeRenewed {
 		if at.Phase != string(v1alpha1.PhaseSynced) || s.Rotating() {
 			return nil, fmt.Errorf("a rotation is already under way (TrustAnchorRotation %s is at step %s, phase %s): run plan without --assume-anchor-renewed", kf.RotationName, at.Name, at.Phase)
@@ -240,16 +244,16 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			return nil, fmt.Errorf("making a stand-in for the renewed trust anchor: %w", err)
 		}
 		s.Anchor.Cert = renewed
-		snap.Recount()
+		reading.Recount()
 		p.Notes = append(p.Notes, fmt.Sprintf("assuming `cmctl renew -n %s %s` just happened: the renewed trust anchor %s is a stand-in made in memory, written nowhere",
 			cfg.CertManagerNamespace, cfg.AnchorSecret, steps.ShortFingerprint(steps.Fingerprint(renewed))))
 	}
-	results, err := env.probe(ctx, cl, pf, snap.Pods, nil)
+	results, err := env.probe(ctx, cl, pf, reading.Pods, nil)
 	if err != nil {
 		return nil, err
 	}
-	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(snap.Pods, results)
-	s.LiveChains = observe.LiveChains(snap.Pods, results)
+	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(reading.Pods, results)
+	s.LiveChains = observe.LiveChains(reading.Pods, results)
 	// The linked clusters, read as the operator reads them, with its credentials: the remote
 	// gates below wait on them.
 	linked, err := linkedClusters(ctx, cl, kf, tar.Spec.RemoteClusters, s.Now)
@@ -288,14 +292,13 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	if assumeRenewed {
 		p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s (assumed done)", cfg.CertManagerNamespace, cfg.AnchorSecret))
 	}
-	all, ahead := wf.Steps(), steps.PlanAhead(recorder)
-	first := len(all) - len(planned)
-	for i := 0; i < first; i++ {
-		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: all[i].Name, Phase: all[i].Phase, Doc: all[i].Doc, Status: stepDone})
+	first := len(rotation) - len(planned)
+	for i, st := range rotation[:first] {
+		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepDone})
 	}
 	next := false
 	for j, ps := range planned {
-		st := all[first+j]
+		st := rotation[first+j]
 		v := planStep{
 			Index: first + j + 1, Name: ps.Name, Phase: ps.Phase, Doc: ps.Doc, Status: stepPending,
 			Outcome: ps.Decision.Outcome.String(), Reason: ps.Decision.Reason, Message: ps.Decision.Message,
@@ -308,16 +311,19 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			p.Step, p.Phase = ps.Name, ps.Phase
 		default:
 			// A step after the next one: observed without the trust-bundle check (see
-			// steps.PlanAhead).
-			ps.Decision = ahead[first+j].Observe(s, "")
+			// steps.Step.ObserveAhead).
+			ps.Decision = st.ObserveAhead(s)
 			v.Outcome, v.Reason, v.Message = ps.Decision.Outcome.String(), ps.Decision.Reason, ps.Decision.Message
 		}
 		if v.Status != stepDone && ps.Decision.Outcome == workflow.Act {
 			v.Changes = ps.Changes
 		}
-		if st.Act == nil || steps.WaitsForUser(st.Name) {
-			v.Manual = manualAction(st.Doc)
-			if v.Automated = steps.AutomatedBy(st.Name, tar.Spec); v.Automated != "" {
+		if st.Manual != nil {
+			v.Manual = st.Manual(s)
+			if st.Automated != nil {
+				v.Automated = st.Automated(tar.Spec)
+			}
+			if v.Automated != "" {
 				v.Manual = ""
 			}
 			if v.Manual != "" && v.Status != stepDone {
@@ -342,7 +348,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 				}
 				v.Writes = recorder.Writes()[before:]
 			}
-			if waitsOnTrustBundle(ps.Name) && !s.TrustBundle.Done() {
+			if st.WaitsOnTrustBundle && !s.TrustBundle.Done() {
 				v.PodsToRestart = s.TrustBundle.Behind
 				v.MoreWorkloadsToRestart = max(s.TrustBundle.BehindWorkloads-len(s.TrustBundle.Behind), 0)
 			}
@@ -353,23 +359,6 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		p.Notes = append(p.Notes, "every step is done: the operator is idle until the trust anchor is renewed")
 	}
 	return p, nil
-}
-
-// waitsOnTrustBundle reports whether the step waits for pods to be injected with the trust
-// bundle, so that the plan names the workloads to restart.
-func waitsOnTrustBundle(step string) bool {
-	return step == steps.StepPropagateTrustRoots || step == steps.StepRemoveOldTrustRoots
-}
-
-var docAside = regexp.MustCompile(`\(([^()]*)\)\.?$`)
-
-// manualAction is the user's part in a step the operator only waits on: the aside at the end of
-// the step's Doc, e.g. "restart your workloads".
-func manualAction(doc string) string {
-	if m := docAside.FindStringSubmatch(doc); m != nil {
-		return m[1]
-	}
-	return ""
 }
 
 func viewCert(s steps.Source) certView {

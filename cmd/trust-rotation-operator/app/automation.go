@@ -450,11 +450,6 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 	}
 }
 
-// idleSteps are the steps of a Synced rotation, at which automatic restarts need to know only
-// the workloads that still carry the refresh override; during a rotation they look at every
-// meshed workload (the workflow may pass into a restart step within one reconcile).
-var idleSteps = map[string]bool{steps.StepBootstrap: true, steps.StepDetectAnchorRotation: true}
-
 // fill adds to the State what the automations the spec enables need.
 func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, step string, index *observe.PodIndex) {
 	s.Spec = tar.Spec
@@ -470,7 +465,11 @@ func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.Tru
 		if cp := tar.Status.Checkpoint; cp != nil && cp.Step == step {
 			token = cp.Token
 		}
-		a.fillWorkloads(s, !idleSteps[step], index, token)
+		// At an idle step automatic restarts need to know only the workloads that still carry
+		// the refresh override; during a rotation they look at every meshed workload (the
+		// workflow may pass into a restart step within one reconcile).
+		at, _ := steps.Named(step)
+		a.fillWorkloads(s, !at.Idle(), index, token)
 	}
 }
 

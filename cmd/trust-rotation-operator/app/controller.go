@@ -157,7 +157,7 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 	restartNS := slices.Compact(slices.Sorted(slices.Values(opts.RestartNamespaces)))
 	c.auto = &automation{kube: kube, cm: opts.CertManager, cfg: opts.Config, poke: c.poke, restartNamespaces: restartNS}
 	c.writer = crashWriter(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto})
-	wf, err := workflow.New(steps.Rotation(c.writer)...)
+	wf, err := steps.NewWorkflow(steps.Rotation(c.writer))
 	if err != nil {
 		return nil, err
 	}

@@ -356,7 +356,7 @@ var stepsAfter = func() map[string][]string {
 	all := steps.Rotation(nil)
 	out := map[string][]string{}
 	for i, st := range all {
-		if _, ok := steps.RemoteGateAt(st.Name); ok {
+		if st.Gate != 0 {
 			for _, later := range all[i+1:] {
 				out[st.Name] = append(out[st.Name], later.Name)
 			}

@@ -19,24 +19,28 @@ import (
 //   - early/<point>:<step>@<n> with the identity issuer renewed right after the anchor, at the
 //     n-th act of the step: restart-identity then scales identity to 0 (act 1) and back (act 2),
 //     and the operator dies before and after each.
-func killPoints() []string {
-	acting := []string{
-		steps.StepExpandTrustBundle, steps.StepRefreshControlPlane, steps.StepRestartIdentity,
-		steps.StepRestartIdentityOnNewIssuer, steps.StepRefreshControlPlaneCerts, steps.StepRetirePreviousAnchor,
-		steps.StepReduceTrustBundle, steps.StepRefreshControlPlaneReduced,
-	}
-	multiWrite := map[string]bool{steps.StepRefreshControlPlane: true, steps.StepRefreshControlPlaneCerts: true, steps.StepRefreshControlPlaneReduced: true}
-	var out []string
-	for _, s := range acting {
-		out = append(out, "save:"+s)
-		if multiWrite[s] {
-			out = append(out, "write:"+s)
+func killPoints() []string { return killPointsOf(steps.Rotation(nil)) }
+
+// killPointsOf derives the kill points from the steps: save, write and acted at every step whose
+// act runs in every rotation (neither idle nor the user's part, which these rotations leave to
+// the test), write only where the act makes more than one; enter at every step that waits on the
+// user.
+func killPointsOf(rotation []steps.Step) []string {
+	var out, enter []string
+	for _, st := range rotation {
+		switch {
+		case st.Idle():
+		case st.Manual != nil:
+			enter = append(enter, "enter:"+st.Name)
+		case st.Act != nil:
+			out = append(out, "save:"+st.Name)
+			if st.WritesMany {
+				out = append(out, "write:"+st.Name)
+			}
+			out = append(out, "acted:"+st.Name)
 		}
-		out = append(out, "acted:"+s)
 	}
-	for _, s := range []string{steps.StepPropagateTrustRoots, steps.StepWaitForIdentityIssuer, steps.StepRenewWorkloadCertificates, steps.StepRemoveOldTrustRoots} {
-		out = append(out, "enter:"+s)
-	}
+	out = append(out, enter...)
 	for _, act := range []string{"1", "2"} {
 		out = append(out, earlyIssuer+"save:"+steps.StepRestartIdentity+"@"+act, earlyIssuer+"acted:"+steps.StepRestartIdentity+"@"+act)
 	}

@@ -76,8 +76,10 @@ func (run *soakRun) supervise(crash string, args ...string) (*supervisor, *e2e.O
 // rotationSteps are the steps a fault may be put at: every step of a rotation.
 func rotationSteps() []string {
 	var names []string
-	for _, st := range steps.Rotation(nil)[2:] {
-		names = append(names, st.Name)
+	for _, st := range steps.Rotation(nil) {
+		if !st.Idle() {
+			names = append(names, st.Name)
+		}
 	}
 	return names
 }

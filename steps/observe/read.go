@@ -13,15 +13,15 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// Snapshot is one round of reads of everything the rotation decides on: the State the operator
+// Reading is one round of reads of everything the rotation decides on: the State the operator
 // would build from its informers at the same moment, and the meshed pods behind its counts.
-type Snapshot struct {
+type Reading struct {
 	State *steps.State
 	// Pods are the meshed pods (control plane included), in the order the apiserver listed them.
 	Pods []*Pod
 }
 
-// Read builds a Snapshot with one GET per PKI object and control-plane Deployment and one LIST
+// Read builds a Reading with one GET per PKI object and control-plane Deployment and one LIST
 // of meshed pods (label selector linkerd.io/control-plane-ns), through the same converters the
 // operator's informers feed, so a CLI sees what the operator sees. The certificates come through
 // r (see PKIReader: no private key is read); status is the TrustAnchorRotation's (nil when there
@@ -32,7 +32,7 @@ type Snapshot struct {
 //
 // A missing object is not an error (the State says it is missing), nor is a Secret the user may
 // not read (the Source says so, see Forbidden); any other failed read is.
-func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotationStatus, now time.Time) (*Snapshot, error) {
+func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotationStatus, now time.Time) (*Reading, error) {
 	cfg, kube := r.Config, r.Kube
 	s := &steps.State{Config: cfg, Now: now, ControlPlane: map[string]steps.Deployment{}}
 	var err error
@@ -68,14 +68,14 @@ func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotation
 	if err != nil {
 		return nil, err
 	}
-	snap := &Snapshot{State: s, Pods: pods}
-	snap.Recount()
-	return snap, nil
+	reading := &Reading{State: s, Pods: pods}
+	reading.Recount()
+	return reading, nil
 }
 
 // Recount counts the trust-bundle convergence again against the State's desired bundle, after a
 // caller changed the State (a plan that pretends the anchor was renewed, say).
-func (s *Snapshot) Recount() {
+func (s *Reading) Recount() {
 	index := IndexOf(s.Pods)
 	s.State.TrustBundle = index.TrustBundle(steps.BundleHash(s.State.DesiredBundle()))
 	index.FillControlPlane(s.State)
@@ -95,7 +95,7 @@ func ReadBundle(ctx context.Context, kube kubernetes.Interface, cfg steps.Config
 
 // Unreadable describes the PKI sources a Secret read was forbidden for, for a command to show
 // as warnings.
-func (s *Snapshot) Unreadable() []string {
+func (s *Reading) Unreadable() []string {
 	var out []string
 	for _, src := range []struct {
 		kind string
@@ -140,7 +140,7 @@ func IndexOf(pods []*Pod) *PodIndex {
 // SetInFlight adds the anchors the TrustAnchorRotation keeps in flight (status.inFlightAnchors:
 // a rotation superseded by another renewal of the anchor) to the State and counts again, so the
 // desired bundle is the operator's, which keeps them until the previous anchor is retired.
-func (s *Snapshot) SetInFlight(pems []string) error {
+func (s *Reading) SetInFlight(pems []string) error {
 	inFlight, err := steps.ParseInFlight(pems)
 	if err != nil {
 		return err

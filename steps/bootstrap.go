@@ -1,0 +1,91 @@
+package steps
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// bootstrapStep creates the previous-anchor Secret and the trust bundle when they are missing.
+func bootstrapStep(w Writer) Step {
+	return Step{Step: workflow.Step[*State]{
+		Name: StepBootstrap, Phase: string(v1alpha1.PhaseSynced),
+		Doc:     "Create linkerd-previous-anchor and linkerd-identity-trust-roots when they are missing.",
+		Observe: observeBootstrap, Act: actBootstrap(w), Describe: describeBootstrap,
+	}}
+}
+
+// bootstrapPrevious chooses the certificate to create linkerd-previous-anchor from when it is
+// missing: the anchor the existing bundle trusts besides the current one, so that an anchor
+// renewed while the operator was away (or a deleted previous-anchor) is never dropped; or the
+// current anchor on a fresh install. ok is false when the bundle is ambiguous.
+func bootstrapPrevious(s *State) (cert *x509.Certificate, ok bool) {
+	skip := map[string]bool{s.Anchor.Fingerprint(): true}
+	for _, a := range s.InFlight {
+		skip[Fingerprint(a)] = true // kept in the bundle in their own right
+	}
+	var others []*x509.Certificate
+	for _, c := range s.Bundle.Certs {
+		if !skip[Fingerprint(c)] {
+			others = append(others, c)
+		}
+	}
+	switch len(others) {
+	case 0:
+		return s.Anchor.Cert, true
+	case 1:
+		return others[0], true
+	}
+	return nil, false
+}
+
+func observeBootstrap(s *State, _ string) workflow.Decision {
+	if d := anchorProblem(s); d != nil {
+		return *d
+	}
+	if !s.Previous.Found {
+		if _, ok := bootstrapPrevious(s); !ok {
+			return workflow.Waiting("AmbiguousTrustBundle", fmt.Sprintf(
+				"Secret %s is missing and ConfigMap %s/%s trusts %d anchors besides the current one; recreate %s with the anchor to keep",
+				s.Previous.Ref(), s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, len(s.Bundle.Certs)-1, s.Previous.Ref()))
+		}
+		return workflow.ActNeeded("PreviousAnchorMissing", fmt.Sprintf("Secret %s is missing", s.Previous.Ref()))
+	}
+	if !s.Previous.Usable() {
+		return workflow.Waiting("PreviousAnchorInvalid", s.Previous.Problem("previous-anchor Secret")+"; fix or delete it")
+	}
+	if !s.Bundle.Found {
+		return workflow.ActNeeded("TrustRootsMissing", fmt.Sprintf("ConfigMap %s/%s is missing", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+	}
+	return workflow.Completed("Bootstrapped", "previous anchor and trust bundle exist")
+}
+
+func actBootstrap(w Writer) func(context.Context, *State, string) error {
+	return func(ctx context.Context, s *State, _ string) error {
+		if !s.Previous.Found {
+			prev, ok := bootstrapPrevious(s)
+			if !ok {
+				return fmt.Errorf("cannot choose a previous anchor from ConfigMap %s", s.Config.TrustRootsConfigMap)
+			}
+			// The bundle is created on the next pass, from the previous anchor just written.
+			return w.WritePreviousAnchor(ctx, prev)
+		}
+		return w.WriteTrustRoots(ctx, s.DesiredBundle())
+	}
+}
+
+func describeBootstrap(s *State) []string {
+	var out []string
+	if !s.Previous.Found {
+		if prev, ok := bootstrapPrevious(s); ok {
+			out = append(out, fmt.Sprintf("create Secret %s with certificate %s (no key)", s.Previous.Ref(), Fingerprint(prev)))
+		}
+	}
+	if !s.Bundle.Found && s.Anchor.Usable() {
+		out = append(out, fmt.Sprintf("create ConfigMap %s/%s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+	}
+	return out
+}

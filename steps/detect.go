@@ -1,0 +1,63 @@
+package steps
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// detectAnchorRotationStep is where the rotation idles: it passes once the trust anchor was
+// renewed, and meanwhile restores the rendered trust bundle when it drifted.
+func detectAnchorRotationStep(w Writer) Step {
+	return Step{Step: workflow.Step[*State]{
+		Name: StepDetectAnchorRotation, Phase: string(v1alpha1.PhaseSynced),
+		Doc:     "Wait for cert-manager to renew the trust anchor; keep the trust bundle as rendered meanwhile.",
+		Observe: observeDetect, Act: actDetect(w), Describe: describeBundleWrite,
+	}}
+}
+
+func observeDetect(s *State, _ string) workflow.Decision {
+	if d := anchorProblem(s); d != nil {
+		return *d
+	}
+	if d := previousProblem(s); d != nil {
+		return *d
+	}
+	if s.Rotating() {
+		return workflow.Completed("TrustAnchorRenewed", fmt.Sprintf("trust anchor %s differs from the previous anchor %s", ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint())))
+	}
+	if s.RenewedInPlace() {
+		return workflow.ActNeeded("TrustAnchorRenewedSameKey", fmt.Sprintf(
+			"trust anchor %s was renewed with the key and subject of %s (rotationPolicy Never): no rotation needed; updating Secret %s and ConfigMap %s/%s in place",
+			ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), s.Previous.Ref(), s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
+	}
+	if s.Bundle.Data != s.DesiredBundle() {
+		if lost := droppedSigner(s); lost != nil {
+			return workflow.Waiting("TrustBundleDriftKept", fmt.Sprintf(
+				"ConfigMap %s/%s was edited by hand and trusts anchor %s, which signs the identity issuer in Secret %s; restoring the rendered bundle would drop it: renew the issuer from %s, or restore the ConfigMap",
+				s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, ShortFingerprint(Fingerprint(lost)), s.Issuer.Ref(), s.Anchor.Ref()))
+		}
+		if d := KeptAnchorProblem(s, s.DesiredBundle()); d != nil {
+			return *d
+		}
+		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle (changed by %s)",
+			s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeWriters(s.Bundle)))
+	}
+	// Synced: nothing to wait for, so no blocking message.
+	return workflow.Waiting("TrustAnchorUnchanged", "")
+}
+
+func actDetect(w Writer) func(context.Context, *State, string) error {
+	write := actWriteDesiredBundle(w)
+	return func(ctx context.Context, s *State, token string) error {
+		if s.RenewedInPlace() {
+			// The previous anchor first: the bundle then renders from the renewed anchor alone.
+			if err := w.WritePreviousAnchor(ctx, s.Anchor.Cert); err != nil {
+				return err
+			}
+		}
+		return write(ctx, s, token)
+	}
+}

@@ -1,0 +1,77 @@
+package steps
+
+import (
+	"fmt"
+
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// propagateTrustRootsStep waits for the data plane to be injected with the expanded bundle.
+func propagateTrustRootsStep(w Writer) Step {
+	return Step{
+		Step: bundleRestartsStep(w, StepPropagateTrustRoots, v1alpha1.PhasePropagatingTrustRoots, propagate, "expanded",
+			"Wait until every meshed pod was injected with the expanded bundle (restart your workloads)."),
+		ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true,
+		Manual: restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true,
+	}
+}
+
+// removeOldTrustRootsStep waits for the data plane to be injected with the reduced bundle.
+func removeOldTrustRootsStep(w Writer) Step {
+	return Step{
+		Step: bundleRestartsStep(w, StepRemoveOldTrustRoots, v1alpha1.PhaseRemovingOldTrustRoots, reduce, "reduced",
+			"Wait until every meshed pod was injected with the reduced bundle (restart your workloads)."),
+		ReliesOnBundle: true, ReloadsBundle: true, Retiring: true,
+		Manual: restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true,
+	}
+}
+
+func bundleRestartsStep(w Writer, name string, ph v1alpha1.Phase, p restartPurpose, which, doc string) workflow.Step[*State] {
+	return workflow.Step[*State]{
+		Name: name, Phase: string(ph), Doc: doc,
+		Observe: observeBundleRestarts(p, which), Act: actRestarts(w, p), Describe: describeRestarts(p),
+	}
+}
+
+func restartYourWorkloads(*State) string { return "restart your workloads" }
+
+func restartsBehind(spec v1alpha1.TrustAnchorRotationSpec) string {
+	return automatedRestarts(spec, "restarts the workloads whose pods are behind")
+}
+
+func observePropagated(which string) func(*State, string) workflow.Decision {
+	return func(s *State, _ string) workflow.Decision {
+		c := s.TrustBundle
+		if c.Done() {
+			return workflow.Completed("TrustBundleConverged", fmt.Sprintf("%d of %d meshed pod(s) run with the %s trust bundle", c.Converged, c.Target, which))
+		}
+		msg := fmt.Sprintf("Waiting for %d pod(s) to converge on the %s trust bundle", c.Target-c.Converged, which)
+		if len(c.Behind) > 0 {
+			msg += "; restart: " + c.describeBehind(5)
+		}
+		return workflow.Waiting("TrustBundleConverging", msg)
+	}
+}
+
+// observeBundleRestarts is the Observe of the steps that wait for the data plane to be injected
+// with the desired bundle (propagate-trust-roots, remove-old-trust-roots): the user restarts
+// workloads (Manual), or the operator does (Automatic).
+func observeBundleRestarts(p restartPurpose, which string) func(*State, string) workflow.Decision {
+	manual := observePropagated(which)
+	return func(s *State, token string) workflow.Decision {
+		d := manual(s, token)
+		if !s.automaticRestarts() {
+			return d
+		}
+		c := s.TrustBundle
+		behind := fmt.Sprintf("Waiting for %d pod(s) to converge on the %s trust bundle", c.Target-c.Converged, which)
+		if d.Outcome == workflow.Done {
+			if p != reduce || s.Workloads != nil && s.RefreshOverrides() == 0 {
+				return d
+			}
+			behind = fmt.Sprintf("%d workload(s) still carry the accelerated refresh interval", s.RefreshOverrides())
+		}
+		return s.observeRestarts(p, token, behind)
+	}
+}

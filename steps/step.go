@@ -1,0 +1,123 @@
+package steps
+
+import (
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// Step is one step of the rotation: the engine's step (its name, phase, Doc, Observe, Act,
+// Describe and Token) with what the operator, the CLI and the tests need to know of it besides.
+// Each step's file declares all of it, and Rotation lists the steps in order: nothing else keeps
+// a list of steps by name, so a new step is an entry in Rotation and a file of its own.
+type Step struct {
+	workflow.Step[*State]
+
+	// Manual says what the user must do for the step to pass, for plans: set on the steps that
+	// wait on the user (restarts, the issuer renewal) unless the spec automates their part; nil
+	// on the others.
+	Manual func(*State) string
+	// Automated says what the operator does instead of the user when the spec automates the
+	// user's part (spec.dataPlaneRestart, spec.identityIssuerRenewal); "" when the user does it.
+	// Optional, with Manual.
+	Automated func(v1alpha1.TrustAnchorRotationSpec) string
+	// WaitsOnTrustBundle: the step waits for meshed pods to be injected with the trust bundle, so
+	// a plan names the workloads whose pods are behind.
+	WaitsOnTrustBundle bool
+
+	// ReliesOnBundle: the step comes after the trust bundle is written and relies on the
+	// ConfigMap holding it: the step checks it first, and waits while the operator rewrites a
+	// drifted one (see CheckBundle).
+	ReliesOnBundle bool
+	// ReloadsBundle: the step's act restarts pods that load the trust bundle when they start, so
+	// the step starts over once a drifted bundle is rewritten (BundleDrift.StartOver).
+	ReloadsBundle bool
+	// NeedsExpandedPods: every meshed pod must still run with the expanded bundle at the step
+	// (from after propagate-trust-roots to retire-previous-anchor): identity is restarted onto
+	// it, then the issuer switches. Pods injected with a drifted bundle count as behind again.
+	NeedsExpandedPods bool
+	// BeforeIssuerSwitch: an identity issuer already signed by the new anchor at the step is
+	// ahead of the trust bundle (condition OutOfOrderIssuerRotation).
+	BeforeIssuerSwitch bool
+	// IdentityMustWait: the step comes between the bundle's expansion and the data plane's
+	// convergence on it, when identity must not restart onto the expanded roots; an identity pod
+	// restarted meanwhile by someone else is reported (IdentityRestartedEarly).
+	IdentityMustWait bool
+	// UrgentProbes: pods must move onto the new issuer at the step, so the live certificates of
+	// those that have not are probed often (UrgentCertificates).
+	UrgentProbes bool
+	// Retiring: the rotation's anchor is in linkerd-previous-anchor from this step on (RetiringTo).
+	Retiring bool
+	// Gate is the remote gate the step is, 0 when it is none.
+	Gate RemoteGate
+	// WritesMany: the step's act makes more than one write, so an operator may stop between them
+	// (the fault suite kills it there too).
+	WritesMany bool
+
+	// ahead is the step's Observe without the trust-bundle check (see ObserveAhead).
+	ahead func(*State, string) workflow.Decision
+}
+
+// Idle reports whether no rotation is under way at the step: its phase is Synced.
+func (st Step) Idle() bool { return st.Phase == string(v1alpha1.PhaseSynced) }
+
+// ObserveAhead is the step's observation for a plan's view of the steps after the next one: the
+// rotation reaches them only once the steps before are done, and the trust-bundle check then
+// applies to the bundle those leave (expand-trust-bundle writes it), not to the bundle of
+// today's state, so it is left out.
+func (st Step) ObserveAhead(s *State) workflow.Decision {
+	if st.ahead != nil {
+		return st.ahead(s, "")
+	}
+	return st.Observe(s, "")
+}
+
+// guarded returns the steps with the trust-bundle check in the Observe of each step that relies
+// on the bundle (see guardBundle).
+func guarded(list []Step) []Step {
+	out := append([]Step(nil), list...)
+	for i, st := range out {
+		if st.ReliesOnBundle && st.ahead == nil {
+			out[i].ahead = st.Observe
+			out[i].Observe = guardBundle(st, st.Observe)
+		}
+	}
+	return out
+}
+
+// NewWorkflow returns the engine that runs the steps in order.
+func NewWorkflow(list []Step) (*workflow.Workflow[*State], error) {
+	engine := make([]workflow.Step[*State], len(list))
+	for i, st := range list {
+		engine[i] = st.Step
+	}
+	return workflow.New(engine...)
+}
+
+// declared indexes the steps of Rotation by name, for the facts the operator and the CLI look up
+// by a checkpoint's step name. It is set by init, not by an initializer: the steps' own
+// functions read it.
+var declared struct {
+	byName map[string]Step
+	index  map[string]int
+}
+
+func init() { declare(rotation(nil)) }
+
+func declare(list []Step) {
+	declared.byName = make(map[string]Step, len(list))
+	declared.index = make(map[string]int, len(list))
+	for i, st := range list {
+		declared.byName[st.Name] = st
+		declared.index[st.Name] = i
+	}
+}
+
+// Named returns the rotation's step of that name; ok is false, and the Step zero (none of its
+// facts holds), for a name the rotation does not have.
+func Named(name string) (st Step, ok bool) {
+	st, ok = declared.byName[name]
+	return st, ok
+}
+
+// named is Named without ok.
+func named(name string) Step { return declared.byName[name] }
