@@ -16,12 +16,12 @@ import (
 // CrashEnv names the environment variable of a test-only fault hook: the end-to-end tests set
 // it to "<point>:<step>" to make the operator kill itself with SIGKILL, as a crash would, at
 // that point of that step — "save" (right after the checkpoint is saved, before the act),
-// "write" (right after the act's first write: the middle of an act that writes more than once)
-// or "acted" (right after the act returned, before the status is projected).
-// "<point>:<step>@<n>" names the n-th act of the step under one token (the checkpoint's acts),
-// for a step that acts more than once, such as restart-identity scaling identity down and back
-// up. The operator's main reads it at start-up into Options.CrashAt;
-// when unset the hooks do nothing.
+// "write" (right after the act's first write, whichever Writer method made it, the automations'
+// included: the middle of an act that writes more than once) or "acted" (right after the act
+// returned, before the status is projected). "<point>:<step>@<n>" names the n-th act of the
+// step under one token (the checkpoint's acts), for a step that acts more than once, such as
+// restart-identity scaling identity down and back up. The operator's main reads it at start-up
+// into Options.CrashAt; when unset the hooks do nothing.
 const CrashEnv = "TRUST_ROTATION_TEST_CRASH_AT"
 
 // crashHook is the test-only fault hook of one controller (Options.CrashAt and Options.Crash).
@@ -70,8 +70,8 @@ func (h *crashHook) writer(w steps.Writer) steps.Writer {
 	return writeHook{Writer: w, hook: h}
 }
 
-// writeHook passes the "write" crash point after the Writer's writes, whether they failed or
-// not.
+// writeHook passes the "write" crash point after every write of the Writer, whether it failed
+// or not: every method of steps.Writer is wrapped (TestWriteHookCoversEveryWriterMethod).
 type writeHook struct {
 	steps.Writer
 	hook *crashHook
@@ -103,4 +103,21 @@ func (h writeHook) DeletePods(ctx context.Context, namespace string, names []str
 
 func (h writeHook) ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error {
 	return h.wrote(h.Writer.ScaleDeployment(ctx, namespace, name, replicas))
+}
+
+func (h writeHook) RestartWorkload(ctx context.Context, w steps.WorkloadRef, token string, annotations map[string]*string) error {
+	return h.wrote(h.Writer.RestartWorkload(ctx, w, token, annotations))
+}
+
+func (h writeHook) AnnotateWorkload(ctx context.Context, w steps.WorkloadRef, annotations map[string]string) error {
+	return h.wrote(h.Writer.AnnotateWorkload(ctx, w, annotations))
+}
+
+func (h writeHook) EvictPods(ctx context.Context, w steps.WorkloadRef, names []string) (int, error) {
+	n, err := h.Writer.EvictPods(ctx, w, names)
+	return n, h.wrote(err)
+}
+
+func (h writeHook) RenewCertificate(ctx context.Context, namespace, name string) error {
+	return h.wrote(h.Writer.RenewCertificate(ctx, namespace, name))
 }
