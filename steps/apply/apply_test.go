@@ -2,15 +2,10 @@ package apply
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"maps"
-	"math/big"
 	"reflect"
 	"slices"
 	"strings"
@@ -33,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/pki"
 )
 
 // testConfig names every object otherwise than the defaults: the writers must follow it.
@@ -44,17 +40,7 @@ func testConfig() steps.Config {
 
 func testCert(t *testing.T) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "root"}, IsCA: true, BasicConstraintsValid: true,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
+	c, _, _, err := pki.SelfSigned("root", true, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

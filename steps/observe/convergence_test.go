@@ -15,6 +15,20 @@ func podOf(workload, name, uid, hash string) *Pod {
 		TrustRootHash: hash, Meshed: true, Alive: true, Running: true}
 }
 
+// controlPlanePod is an alive, running, meshed pod of a Linkerd Deployment.
+func controlPlanePod(deployment, name, uid, hash string) *Pod {
+	p := podOf("", name, uid, hash)
+	p.Namespace, p.Workload, p.ControlPlane = "linkerd", "linkerd/Deployment/"+deployment, true
+	return p
+}
+
+// endedPod is a pod of the Job job that ended: it no longer counts.
+func endedPod(name, uid, hash string) *Pod {
+	p := podOf("job", name, uid, hash)
+	p.Alive = false
+	return p
+}
+
 // TrustBundle counts the alive meshed data-plane pods on the wanted hash, out of all of them:
 // control-plane pods, pods that ended and pods without a proxy do not count; an update or a
 // deletion moves the counts, and asking for another hash counts against that one.
@@ -24,12 +38,8 @@ func TestTrustBundleCounts(t *testing.T) {
 	x.Upsert(podOf("web", "web-1", "2", "old"))
 	x.Upsert(podOf("web", "web-2", "3", "old"))
 	x.Upsert(podOf("api", "api-0", "4", ""))
-	cp := podOf("x", "linkerd-destination-0", "5", "old")
-	cp.Namespace, cp.Workload, cp.ControlPlane = "linkerd", "linkerd/Deployment/linkerd-destination", true
-	x.Upsert(cp)
-	ended := podOf("job", "job-0", "6", "old")
-	ended.Alive = false
-	x.Upsert(ended)
+	x.Upsert(controlPlanePod("linkerd-destination", "linkerd-destination-0", "5", "old"))
+	x.Upsert(endedPod("job-0", "6", "old"))
 	plain := podOf("plain", "plain-0", "7", "old")
 	plain.Meshed = false
 	x.Upsert(plain)
@@ -87,15 +97,12 @@ func TestCertificatesCounts(t *testing.T) {
 		pods[p.Name] = p
 		x.Upsert(p)
 	}
-	cp := podOf("x", "linkerd-identity-0", "6", "")
-	cp.Namespace, cp.Workload, cp.ControlPlane = "linkerd", "linkerd/Deployment/linkerd-identity", true
+	cp := controlPlanePod("linkerd-identity", "linkerd-identity-0", "6", "")
 	x.Upsert(cp)
 	pending := podOf("api", "api-2", "7", "")
 	pending.Running = false
 	x.Upsert(pending)
-	ended := podOf("job", "job-0", "8", "")
-	ended.Alive = false
-	x.Upsert(ended)
+	x.Upsert(endedPod("job-0", "8", ""))
 
 	ctx := t.Context()
 	tr.record(ctx, pods["web-0"], []*x509.Certificate{issuer}, nil)

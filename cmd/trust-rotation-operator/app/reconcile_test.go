@@ -2,13 +2,10 @@ package app
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -32,6 +29,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
@@ -42,25 +40,15 @@ type testCA struct {
 	key  *ecdsa.PrivateKey
 }
 
-// newCA makes a CA certificate valid for a day, signed by parent (self-signed when nil).
+// newCA makes a CA certificate valid for another day, signed by parent (self-signed when nil).
 func newCA(t *testing.T, cn string, parent *testCA) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	signer, signerKey := tmpl, key
+	var pc *x509.Certificate
+	var pk crypto.Signer
 	if parent != nil {
-		signer, signerKey = parent.cert, parent.key
+		pc, pk = parent.cert, parent.key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
+	c, key, err := pki.Issued(cn, true, time.Now().Add(24*time.Hour), pc, pk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,12 +240,30 @@ func (b *bed) drainEvents() []string {
 	}
 }
 
-// pki is a mesh's certificates: anchors A, B and C, and the identity issuer on A.
-type pki struct{ a, b, c, issuerA *testCA }
+// meshPKI is a mesh's certificates: anchors A, B and C, and the identity issuer on A.
+type meshPKI struct{ a, b, c, issuerA *testCA }
 
-func newPKI(t *testing.T) pki {
+func newPKI(t *testing.T) meshPKI {
 	a := newCA(t, "anchor-a", nil)
-	return pki{a: a, b: newCA(t, "anchor-b", nil), c: newCA(t, "anchor-c", nil), issuerA: newCA(t, "issuer-a", a)}
+	return meshPKI{a: a, b: newCA(t, "anchor-b", nil), c: newCA(t, "anchor-c", nil), issuerA: newCA(t, "issuer-a", a)}
+}
+
+// syncedBed is a bed of a mesh on anchor A alone, and renewedBed of one whose anchor was
+// renewed to B; both with a TrustAnchorRotation of an empty status.
+func syncedBed(t *testing.T, opts Options) (*bed, meshPKI) { return meshBed(t, opts, false) }
+
+func renewedBed(t *testing.T, opts Options) (*bed, meshPKI) { return meshBed(t, opts, true) }
+
+func meshBed(t *testing.T, opts Options, renewed bool) (*bed, meshPKI) {
+	p := newPKI(t)
+	b := newBed(t, opts)
+	anchor := p.a
+	if renewed {
+		anchor = p.b
+	}
+	b.mesh(anchor, p.a, p.issuerA, p.a)
+	b.rotation(v1alpha1.TrustAnchorRotationStatus{})
+	return b, p
 }
 
 func bundleOf(cas ...*testCA) string {
@@ -294,10 +300,7 @@ func TestReconcileCreatesTheRotation(t *testing.T) {
 
 // With nothing to do, the operator publishes the status and writes nothing to the cluster.
 func TestReconcileSyncedWritesOnlyTheStatus(t *testing.T) {
-	p := newPKI(t)
-	b := newBed(t, Options{})
-	b.mesh(p.a, p.a, p.issuerA, p.a)
-	b.rotation(v1alpha1.TrustAnchorRotationStatus{})
+	b, p := syncedBed(t, Options{})
 	recheck := b.reconcile()
 	if w := b.writes(); len(w) != 0 {
 		t.Errorf("wrote %v while synced", w)
@@ -321,10 +324,7 @@ func TestReconcileSyncedWritesOnlyTheStatus(t *testing.T) {
 // A renewed anchor: the checkpoint is saved at expand-trust-bundle, then the expanded bundle is
 // written, then the status projected, with an Event of the act.
 func TestReconcileActsOnARenewedAnchor(t *testing.T) {
-	p := newPKI(t)
-	b := newBed(t, Options{})
-	b.mesh(p.b, p.a, p.issuerA, p.a)
-	b.rotation(v1alpha1.TrustAnchorRotationStatus{})
+	b, p := renewedBed(t, Options{})
 	b.reconcile()
 	if got, want := b.trustRoots(), bundleOf(p.b, p.a); got != want {
 		t.Errorf("trust bundle %q, want the expanded bundle %q", got, want)
@@ -351,10 +351,7 @@ func TestReconcileActsOnARenewedAnchor(t *testing.T) {
 
 // A failed act publishes nothing but the checkpoint saved before it, with a Warning Event.
 func TestReconcileFailedAct(t *testing.T) {
-	p := newPKI(t)
-	b := newBed(t, Options{})
-	b.mesh(p.b, p.a, p.issuerA, p.a)
-	b.rotation(v1alpha1.TrustAnchorRotationStatus{})
+	b, _ := renewedBed(t, Options{})
 	b.kube.PrependReactor("patch", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("down")
 	})
@@ -373,10 +370,7 @@ func TestReconcileFailedAct(t *testing.T) {
 // A status write that meets a conflict is not an error: the operator observes again within
 // conflictRecheck.
 func TestReconcileStatusConflictObservesAgainSoon(t *testing.T) {
-	p := newPKI(t)
-	b := newBed(t, Options{})
-	b.mesh(p.a, p.a, p.issuerA, p.a)
-	b.rotation(v1alpha1.TrustAnchorRotationStatus{})
+	b, _ := syncedBed(t, Options{})
 	b.tars.conflict = true
 	start := time.Now()
 	recheck := b.reconcile()
@@ -387,10 +381,7 @@ func TestReconcileStatusConflictObservesAgainSoon(t *testing.T) {
 
 // Every other TrustAnchorRotation is marked Ignored, once.
 func TestReconcileMarksOtherRotationsIgnored(t *testing.T) {
-	p := newPKI(t)
-	b := newBed(t, Options{})
-	b.mesh(p.a, p.a, p.issuerA, p.a)
-	b.rotation(v1alpha1.TrustAnchorRotationStatus{})
+	b, _ := syncedBed(t, Options{})
 	b.store(b.c.rotation, b.tars.put(&v1alpha1.TrustAnchorRotation{ObjectMeta: metav1.ObjectMeta{Name: "other"}}))
 	b.reconcile()
 	other := b.tars.get("other")
@@ -555,20 +546,18 @@ type crashed struct{}
 // before the status projection and its Event. A restarted operator acts again under the saved
 // token.
 func TestReconcileCrashPoints(t *testing.T) {
-	p := newPKI(t)
-	expanded := bundleOf(p.b, p.a)
 	for _, tc := range []struct {
 		point   string
-		written string // the bundle written when it crashed
+		written bool // whether the expanded bundle was written when it crashed
 	}{
-		{"save", ""},
-		{"write", expanded},
-		{"acted", expanded},
+		{"save", false},
+		{"write", true},
+		{"acted", true},
 	} {
 		t.Run(tc.point, func(t *testing.T) {
-			b := newBed(t, Options{CrashAt: tc.point + ":" + steps.StepExpandTrustBundle, Crash: func() { panic(crashed{}) }})
-			b.mesh(p.b, p.a, p.issuerA, p.a)
-			b.rotation(v1alpha1.TrustAnchorRotationStatus{})
+			b, p := renewedBed(t, Options{CrashAt: tc.point + ":" + steps.StepExpandTrustBundle, Crash: func() { panic(crashed{}) }})
+			expanded := bundleOf(p.b, p.a)
+			written := map[bool]string{true: expanded}[tc.written]
 			func() {
 				defer func() {
 					if r := recover(); r != (crashed{}) {
@@ -577,8 +566,8 @@ func TestReconcileCrashPoints(t *testing.T) {
 				}()
 				_, _ = b.c.reconcile(context.Background())
 			}()
-			if got := b.trustRoots(); got != tc.written {
-				t.Errorf("trust bundle at the crash %q, want %q", got, tc.written)
+			if got := b.trustRoots(); got != written {
+				t.Errorf("trust bundle at the crash %q, want %q", got, written)
 			}
 			if len(b.tars.writes) != 1 || b.tars.writes[0].Status.Checkpoint.Step != steps.StepExpandTrustBundle || b.tars.writes[0].Status.Phase != "" {
 				t.Fatalf("status writes at the crash %d, want the checkpoint alone", len(b.tars.writes))
