@@ -58,7 +58,8 @@ type options struct {
 }
 
 func main() {
-	o := options{app: app.Options{Config: steps.DefaultConfig()}}
+	// The end-to-end tests' fault hook comes from the environment, never from a flag.
+	o := options{app: app.Options{Config: steps.DefaultConfig(), CrashAt: os.Getenv(app.CrashEnv)}}
 	fs := pflag.NewFlagSet("trust-rotation-operator", pflag.ExitOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "trust-rotation-operator rotates Linkerd's trust anchor on top of cert-manager.\n\nUsage:\n  trust-rotation-operator [flags]\n\nFlags:\n%s", fs.FlagUsages())

@@ -1,6 +1,6 @@
 // Package apply implements steps.Writer: KubeWriter makes the rotation's writes on a cluster,
-// Recorder records them for a dry run. The steps never branch on dry-run: they are given one
-// or the other.
+// DryRun records them instead, for a dry run. The steps never branch on dry-run: they are given
+// one or the other.
 package apply
 
 import (
@@ -119,7 +119,7 @@ func (w *KubeWriter) ScaleDeployment(ctx context.Context, namespace, name string
 	return nil
 }
 
-// Write is one write a Recorder saw.
+// Write is one write a DryRun recorded.
 type Write struct {
 	// Verb is "apply", "restart", "delete" or "scale".
 	Verb      string `json:"verb"`
@@ -130,16 +130,16 @@ type Write struct {
 	Detail string `json:"detail"`
 }
 
-// Recorder records writes instead of making them.
-type Recorder struct {
+// DryRun records writes instead of making them: it applies nothing. Writes returns them.
+type DryRun struct {
 	Config steps.Config
 	mu     sync.Mutex
 	writes []Write
 }
 
-var _ steps.Writer = (*Recorder)(nil)
+var _ steps.Writer = (*DryRun)(nil)
 
-func (r *Recorder) record(w Write) error {
+func (r *DryRun) record(w Write) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.writes = append(r.writes, w)
@@ -147,21 +147,21 @@ func (r *Recorder) record(w Write) error {
 }
 
 // Writes returns what was recorded, in order.
-func (r *Recorder) Writes() []Write {
+func (r *DryRun) Writes() []Write {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Write(nil), r.writes...)
 }
 
-func (r *Recorder) WritePreviousAnchor(_ context.Context, cert *x509.Certificate) error {
+func (r *DryRun) WritePreviousAnchor(_ context.Context, cert *x509.Certificate) error {
 	return r.record(Write{"apply", "Secret", r.Config.LinkerdNamespace, r.Config.PreviousAnchorSecret, "certificate " + steps.Fingerprint(cert)})
 }
 
-func (r *Recorder) WriteTrustRoots(_ context.Context, bundle string) error {
+func (r *DryRun) WriteTrustRoots(_ context.Context, bundle string) error {
 	return r.record(Write{"apply", "ConfigMap", r.Config.LinkerdNamespace, r.Config.TrustRootsConfigMap, "bundle sha256 " + steps.BundleHash(bundle)})
 }
 
-func (r *Recorder) DeletePods(_ context.Context, namespace string, names []string) error {
+func (r *DryRun) DeletePods(_ context.Context, namespace string, names []string) error {
 	for _, n := range names {
 		if err := r.record(Write{"delete", "Pod", namespace, n, "replaced by its ReplicaSet"}); err != nil {
 			return err
@@ -170,11 +170,11 @@ func (r *Recorder) DeletePods(_ context.Context, namespace string, names []strin
 	return nil
 }
 
-func (r *Recorder) ScaleDeployment(_ context.Context, namespace, name string, replicas int32) error {
+func (r *DryRun) ScaleDeployment(_ context.Context, namespace, name string, replicas int32) error {
 	return r.record(Write{"scale", "Deployment", namespace, name, fmt.Sprintf("replicas %d", replicas)})
 }
 
-func (r *Recorder) RestartDeployment(_ context.Context, namespace, name, token string) error {
+func (r *DryRun) RestartDeployment(_ context.Context, namespace, name, token string) error {
 	return r.record(Write{"restart", "Deployment", namespace, name, "restartedAt " + token})
 }
 
@@ -254,9 +254,9 @@ func (w *KubeWriter) RenewCertificate(ctx context.Context, namespace, name strin
 	return RenewCertificate(ctx, w.CertManager, namespace, name)
 }
 
-// Recorder's versions of the automation writes.
+// DryRun's versions of the automation writes.
 
-func (r *Recorder) RestartWorkload(_ context.Context, ref steps.WorkloadRef, token string, annotations map[string]*string) error {
+func (r *DryRun) RestartWorkload(_ context.Context, ref steps.WorkloadRef, token string, annotations map[string]*string) error {
 	detail := "restartedAt " + token
 	keys := make([]string, 0, len(annotations))
 	for k := range annotations {
@@ -273,7 +273,7 @@ func (r *Recorder) RestartWorkload(_ context.Context, ref steps.WorkloadRef, tok
 	return r.record(Write{"restart", ref.Kind, ref.Namespace, ref.Name, detail})
 }
 
-func (r *Recorder) AnnotateWorkload(_ context.Context, ref steps.WorkloadRef, annotations map[string]string) error {
+func (r *DryRun) AnnotateWorkload(_ context.Context, ref steps.WorkloadRef, annotations map[string]string) error {
 	keys := make([]string, 0, len(annotations))
 	for k, v := range annotations {
 		keys = append(keys, k+"="+v)
@@ -282,7 +282,7 @@ func (r *Recorder) AnnotateWorkload(_ context.Context, ref steps.WorkloadRef, an
 	return r.record(Write{"annotate", ref.Kind, ref.Namespace, ref.Name, strings.Join(keys, ", ")})
 }
 
-func (r *Recorder) EvictPods(_ context.Context, ref steps.WorkloadRef, names []string) (int, error) {
+func (r *DryRun) EvictPods(_ context.Context, ref steps.WorkloadRef, names []string) (int, error) {
 	for i, n := range names {
 		if err := r.record(Write{"evict", "Pod", ref.Namespace, n, "Eviction API (respects PodDisruptionBudgets)"}); err != nil {
 			return i, err
@@ -291,6 +291,6 @@ func (r *Recorder) EvictPods(_ context.Context, ref steps.WorkloadRef, names []s
 	return len(names), nil
 }
 
-func (r *Recorder) RenewCertificate(_ context.Context, namespace, name string) error {
+func (r *DryRun) RenewCertificate(_ context.Context, namespace, name string) error {
 	return r.record(Write{"renew", "Certificate", namespace, name, "Issuing=True, ManuallyTriggered"})
 }

@@ -183,7 +183,7 @@ const placeholderToken = "<new token>"
 // buildPlan reads the cluster once and walks the operator's steps over it with workflow.Plan.
 func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, assumeRenewed bool) (*plan, error) {
 	cfg := kf.Config
-	recorder := &apply.Recorder{Config: cfg}
+	recorder := &apply.DryRun{Config: cfg}
 	newRotation := env.Rotation
 	if newRotation == nil {
 		newRotation = steps.Rotation

@@ -99,6 +99,11 @@ type Options struct {
 	// stale; RemoteWatchTimeout bounds one watch of a remote (its renewal is a read).
 	RemoteStaleAfter   time.Duration
 	RemoteWatchTimeout time.Duration
+	// CrashAt is a test-only fault hook, "<point>:<step>[@<n>]" (see CrashEnv): the operator
+	// crashes at that point of that step. Empty: never.
+	CrashAt string
+	// Crash is how it crashes at CrashAt; nil kills the process with SIGKILL. Unit tests set it.
+	Crash func()
 }
 
 // Controller runs the rotation.
@@ -108,6 +113,7 @@ type Controller struct {
 	tars     *client.Client
 	wf       *workflow.Workflow[*steps.State]
 	writer   steps.Writer
+	crash    *crashHook
 	metrics  *Metrics
 	recorder record.EventRecorder
 	trigger  chan struct{}
@@ -148,7 +154,7 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, kube: kube, tars: tars, metrics: metrics, trigger: make(chan struct{}, 1)}
+	c := &Controller{opts: opts, kube: kube, tars: tars, metrics: metrics, trigger: make(chan struct{}, 1), crash: newCrashHook(opts.CrashAt, opts.Crash)}
 	for _, ns := range opts.RestartNamespaces {
 		if ns == "" {
 			return nil, fmt.Errorf("--restart-namespaces %q names an empty namespace", strings.Join(opts.RestartNamespaces, ","))
@@ -156,7 +162,7 @@ func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts 
 	}
 	restartNS := slices.Compact(slices.Sorted(slices.Values(opts.RestartNamespaces)))
 	c.auto = &automation{kube: kube, cm: opts.CertManager, cfg: opts.Config, poke: c.poke, restartNamespaces: restartNS}
-	c.writer = crashWriter(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto})
+	c.writer = c.crash.writer(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto})
 	wf, err := steps.NewWorkflow(steps.Rotation(c.writer))
 	if err != nil {
 		return nil, err
@@ -399,7 +405,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		out, err := c.write(ctx, obj)
 		if err == nil {
 			base = out
-			crashPoint("save", next.Step, next.Acts)
+			c.crash.point("save", next.Step, next.Acts)
 		}
 		return err
 	}
@@ -415,7 +421,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		}
 	}
 	if res.Acted {
-		crashPoint("acted", res.Checkpoint.Step, res.Checkpoint.Acts)
+		c.crash.point("acted", res.Checkpoint.Step, res.Checkpoint.Acts)
 		c.metrics.acts.WithLabelValues(res.Checkpoint.Step).Inc()
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, actReason(res.Decision.Reason), "step %s: %s", res.Checkpoint.Step, res.Decision.Message)
 		log.Info("Acted", "step", res.Checkpoint.Step, "reason", res.Decision.Reason, "message", res.Decision.Message, "token", res.Checkpoint.Token)

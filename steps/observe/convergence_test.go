@@ -1,0 +1,155 @@
+package observe
+
+import (
+	"crypto/x509"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+// podOf is an alive, running, meshed data-plane pod of the Deployment web or api in app.
+func podOf(workload, name, uid, hash string) *Pod {
+	return &Pod{Namespace: "app", Name: name, UID: uid, Workload: "app/Deployment/" + workload,
+		TrustRootHash: hash, Meshed: true, Alive: true, Running: true}
+}
+
+// controlPlanePod is an alive, running, meshed pod of a Linkerd Deployment.
+func controlPlanePod(deployment, name, uid, hash string) *Pod {
+	p := podOf("", name, uid, hash)
+	p.Namespace, p.Workload, p.ControlPlane = "linkerd", "linkerd/Deployment/"+deployment, true
+	return p
+}
+
+// endedPod is a pod of the Job job that ended: it no longer counts.
+func endedPod(name, uid, hash string) *Pod {
+	p := podOf("job", name, uid, hash)
+	p.Alive = false
+	return p
+}
+
+// TrustBundle counts the alive meshed data-plane pods on the wanted hash, out of all of them:
+// control-plane pods, pods that ended and pods without a proxy do not count; an update or a
+// deletion moves the counts, and asking for another hash counts against that one.
+func TestTrustBundleCounts(t *testing.T) {
+	x := NewPodIndex(nil)
+	x.Upsert(podOf("web", "web-0", "1", "new"))
+	x.Upsert(podOf("web", "web-1", "2", "old"))
+	x.Upsert(podOf("web", "web-2", "3", "old"))
+	x.Upsert(podOf("api", "api-0", "4", ""))
+	x.Upsert(controlPlanePod("linkerd-destination", "linkerd-destination-0", "5", "old"))
+	x.Upsert(endedPod("job-0", "6", "old"))
+	plain := podOf("plain", "plain-0", "7", "old")
+	plain.Meshed = false
+	x.Upsert(plain)
+
+	check := func(what, hash string, want steps.Convergence) {
+		t.Helper()
+		if got := x.TrustBundle(hash); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: TrustBundle(%q) =\n  %+v\nwant\n  %+v", what, hash, got, want)
+		}
+	}
+	wrong := func(name, has, want string) steps.PodProblem {
+		return steps.PodProblem{Namespace: "app", Name: name, Reason: "trust-root-sha256 " + has + ", want " + want}
+	}
+	check("at first", "new", steps.Convergence{Converged: 1, Target: 4,
+		Behind:          []steps.WorkloadCount{{Workload: "app/Deployment/web", Pods: 2}, {Workload: "app/Deployment/api", Pods: 1}},
+		BehindWorkloads: 2,
+		Pods:            []steps.PodProblem{wrong("api-0", "(none)", "new"), wrong("web-1", "old", "new"), wrong("web-2", "old", "new")}})
+	if got := x.MeshedPods(); got != 5 {
+		t.Errorf("MeshedPods = %d, want 5 (the control plane's included, the ended and unmeshed pods not)", got)
+	}
+
+	x.Upsert(podOf("web", "web-1", "2", "new")) // restarted onto the new bundle
+	x.Delete("app/api-0")
+	check("after an update and a deletion", "new", steps.Convergence{Converged: 2, Target: 3,
+		Behind: []steps.WorkloadCount{{Workload: "app/Deployment/web", Pods: 1}}, BehindWorkloads: 1,
+		Pods: []steps.PodProblem{wrong("web-2", "old", "new")}})
+
+	check("against the other hash", "old", steps.Convergence{Converged: 1, Target: 3,
+		Behind: []steps.WorkloadCount{{Workload: "app/Deployment/web", Pods: 2}}, BehindWorkloads: 1,
+		Pods: []steps.PodProblem{wrong("web-0", "new", "old"), wrong("web-1", "new", "old")}})
+
+	x.Upsert(podOf("web", "web-2", "3", "new"))
+	check("converged", "new", steps.Convergence{Converged: 3, Target: 3})
+}
+
+// Certificates counts the alive meshed pods, the control plane's included, whose last probe
+// presented a chain to the root, and says why each pod it names is behind: not running, not
+// probed yet, its probe failed, or its issuer is off the root's path. A pod replaced under the
+// same name starts over; a change of root judges every result again.
+func TestCertificatesCounts(t *testing.T) {
+	anchor, anchorKey := newCert(t, "root", true, nil, nil)
+	other, otherKey := newCert(t, "other-root", true, nil, nil)
+	issuer, _ := newCert(t, "identity", true, anchor, anchorKey)
+	stranger, _ := newCert(t, "stranger", true, other, otherKey)
+
+	var tr *CertTracker
+	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	tr = NewCertTracker(x, nil, 1, 0, nil)
+	tr.SetActive(anchor, false)
+	pods := map[string]*Pod{}
+	for _, p := range []*Pod{
+		podOf("web", "web-0", "1", ""), podOf("web", "web-1", "2", ""), podOf("web", "web-2", "3", ""),
+		podOf("api", "api-0", "4", ""), podOf("api", "api-1", "5", ""),
+	} {
+		pods[p.Name] = p
+		x.Upsert(p)
+	}
+	cp := controlPlanePod("linkerd-identity", "linkerd-identity-0", "6", "")
+	x.Upsert(cp)
+	pending := podOf("api", "api-2", "7", "")
+	pending.Running = false
+	x.Upsert(pending)
+	x.Upsert(endedPod("job-0", "8", ""))
+
+	ctx := t.Context()
+	tr.record(ctx, pods["web-0"], []*x509.Certificate{issuer}, nil)
+	tr.record(ctx, pods["web-1"], []*x509.Certificate{issuer}, nil)
+	tr.record(ctx, pods["web-2"], []*x509.Certificate{stranger}, nil)
+	tr.record(ctx, pods["api-0"], nil, errors.New("connection refused"))
+	tr.record(ctx, cp, []*x509.Certificate{issuer}, nil)
+	offPath := "certificate issued by " + steps.ShortFingerprint(steps.Fingerprint(stranger)) +
+		", which does not chain to " + steps.ShortFingerprint(steps.Fingerprint(anchor)) + ", the active issuer's trust anchor"
+
+	check := func(what string, want steps.Convergence) {
+		t.Helper()
+		if got := tr.Certificates(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Certificates() =\n  %+v\nwant\n  %+v", what, got, want)
+		}
+	}
+	check("at first", steps.Convergence{Converged: 3, Target: 7,
+		Behind:          []steps.WorkloadCount{{Workload: "app/Deployment/api", Pods: 3}, {Workload: "app/Deployment/web", Pods: 1}},
+		BehindWorkloads: 2,
+		Pods: []steps.PodProblem{
+			{Namespace: "app", Name: "api-0", Reason: "probe failed: connection refused"},
+			{Namespace: "app", Name: "api-1", Reason: "not probed yet"},
+			{Namespace: "app", Name: "api-2", Reason: "not running"},
+			{Namespace: "app", Name: "web-2", Reason: offPath},
+		}})
+
+	// web-0 replaced under the same name: the new pod has not been probed; api-1 and api-2 gone.
+	x.Upsert(podOf("web", "web-0", "9", ""))
+	x.Delete("app/api-1")
+	x.Delete("app/api-2")
+	check("after a replacement and deletions", steps.Convergence{Converged: 2, Target: 5,
+		Behind:          []steps.WorkloadCount{{Workload: "app/Deployment/web", Pods: 2}, {Workload: "app/Deployment/api", Pods: 1}},
+		BehindWorkloads: 2,
+		Pods: []steps.PodProblem{
+			{Namespace: "app", Name: "api-0", Reason: "probe failed: connection refused"},
+			{Namespace: "app", Name: "web-0", Reason: "not probed yet"},
+			{Namespace: "app", Name: "web-2", Reason: offPath},
+		}})
+
+	// On the other root, only web-2 converges.
+	tr.SetActive(other, false)
+	if c := tr.Certificates(); c.Converged != 1 || c.Target != 5 || c.BehindWorkloads != 3 {
+		t.Errorf("on the other root: %d of %d, %d workloads behind; want 1 of 5, 3", c.Converged, c.Target, c.BehindWorkloads)
+	}
+	tr.SetActive(anchor, false)
+	tr.record(ctx, x.pods["app/web-0"], []*x509.Certificate{issuer}, nil)
+	tr.record(ctx, pods["web-2"], []*x509.Certificate{issuer}, nil)
+	tr.record(ctx, pods["api-0"], []*x509.Certificate{issuer}, nil)
+	check("converged", steps.Convergence{Converged: 5, Target: 5})
+}
