@@ -24,6 +24,7 @@ import (
 	"github.com/linkerd/trust-rotation/cmd/linkerd-trust/cli"
 	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
@@ -370,7 +371,11 @@ func (e *e2e) startOperator() *operator {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctrl, err := app.New(e.kube, tars, app.NewMetrics(), app.Options{
+	clients, err := kube.NewForConfig(e.c.RESTConfig())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctrl, err := app.New(clients, tars, app.NewMetrics(), app.Options{
 		Config: steps.DefaultConfig(), RotationName: steps.DefaultRotationName,
 		ProbeConcurrency: 10, ProbeTimeout: 2 * time.Second,
 	})

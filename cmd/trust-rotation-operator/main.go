@@ -19,21 +19,18 @@ import (
 	"syscall"
 	"time"
 
-	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/cmd/internal/version"
 	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
 
@@ -138,7 +135,7 @@ func run(ctx context.Context, o options) error {
 	if o.countAPIRequests {
 		metrics.CountAPIRequests(cfg)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	clients, err := kube.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -147,25 +144,29 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	// The cert-manager client renews the identity issuer (spec.identityIssuerRenewal).
-	if o.app.CertManager, err = cmclient.NewForConfig(cfg); err != nil {
-		return err
-	}
+	o.app.CertManager = clients
 	if o.app.MulticlusterNamespace != "" {
 		// Links are found through their API's discovery and read as unstructured objects.
 		if o.app.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
 			return err
 		}
-		o.app.Discovery = kube.Discovery()
+		o.app.Discovery = clients
 	}
-	ctrl, err := app.New(kube, tars, metrics, o.app)
+	ctrl, err := app.New(clients, tars, metrics, o.app)
 	if err != nil {
 		return err
 	}
 
 	// The watchdog fails /healthz when the leader stops renewing its lease, so a wedged leader
 	// gets restarted by its liveness probe.
-	watchdog := leaderelection.NewLeaderHealthzAdaptor(5 * time.Second)
-	srv, err := serveAdmin(ctx, o.adminAddr, metrics, watchdog, o.pprof)
+	var election *app.Election
+	healthy := func() error {
+		if election == nil {
+			return nil
+		}
+		return election.Check(5 * time.Second)
+	}
+	srv, err := serveAdmin(ctx, o.adminAddr, metrics, healthy, o.pprof)
 	if err != nil {
 		return err
 	}
@@ -181,40 +182,38 @@ func run(ctx context.Context, o options) error {
 		host, _ := os.Hostname()
 		o.identity = fmt.Sprintf("%s_%d", host, os.Getpid())
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaseNamespace, o.leaseName,
-		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: o.identity})
-	if err != nil {
-		return err
-	}
 	lost := make(chan struct{})
 	runErr := make(chan error, 1)
 	// electCtx ends the election when the controller fails, releasing the lease at once.
 	electCtx, stopElection := context.WithCancel(ctx)
 	defer stopElection()
-	leaderelection.RunOrDie(electCtx, leaderelection.LeaderElectionConfig{
-		Lock:            lock,
+	e := &app.Election{
+		Leases:          clients.CoordinationV1().Leases(o.leaseNamespace),
 		Name:            o.leaseName,
+		Identity:        o.identity,
 		LeaseDuration:   o.leaseDuration,
 		RenewDeadline:   o.renewDeadline,
 		RetryPeriod:     o.retryPeriod,
 		ReleaseOnCancel: true,
-		WatchDog:        watchdog,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				log.Info("Became leader", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", o.identity)
-				if err := ctrl.Run(ctx); err != nil {
-					runErr <- err
-					stopElection()
-				}
-			},
-			OnStoppedLeading: func() { close(lost) },
-			OnNewLeader: func(id string) {
-				if id != o.identity {
-					log.Info("Following leader", "leader", id)
-				}
-			},
+		OnStartedLeading: func(ctx context.Context) {
+			log.Info("Became leader", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", o.identity)
+			if err := ctrl.Run(ctx); err != nil {
+				runErr <- err
+				stopElection()
+			}
 		},
-	})
+		OnStoppedLeading: func() { close(lost) },
+		OnNewLeader: func(id string) {
+			if id != o.identity {
+				log.Info("Following leader", "leader", id)
+			}
+		},
+	}
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	election = e
+	e.Run(electCtx)
 	select {
 	case err := <-runErr:
 		return err
@@ -251,7 +250,8 @@ func restConfig(kubeconfig, kubeContext string) (*rest.Config, string, error) {
 	return cfg, ns, nil
 }
 
-func serveAdmin(ctx context.Context, addr string, m *app.Metrics, watchdog *leaderelection.HealthzAdaptor, profiling bool) (*http.Server, error) {
+// serveAdmin serves /metrics, /readyz, and /healthz, which fails while healthy does.
+func serveAdmin(ctx context.Context, addr string, m *app.Metrics, healthy func() error, profiling bool) (*http.Server, error) {
 	mux := http.NewServeMux()
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -262,7 +262,7 @@ func serveAdmin(ctx context.Context, addr string, m *app.Metrics, watchdog *lead
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := watchdog.Check(r); err != nil {
+		if err := healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}

@@ -12,18 +12,15 @@ import (
 	"strings"
 	"sync"
 
-	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
-
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube"
 )
 
 // FieldManager owns the fields the operator writes.
@@ -32,10 +29,10 @@ const FieldManager = steps.FieldManager
 // KubeWriter writes to the apiserver. Secret and ConfigMap writes are server-side applies of
 // exactly the operator's fields, so they are idempotent and leave other owners' fields alone.
 type KubeWriter struct {
-	Client kubernetes.Interface
+	Client kube.Interface
 	// CertManager renews the identity issuer (spec.identityIssuerRenewal Automatic); may be nil
 	// otherwise.
-	CertManager cmclient.Interface
+	CertManager kube.CertManager
 	Config      steps.Config
 }
 
@@ -48,11 +45,13 @@ func managedLabels() map[string]string {
 // WritePreviousAnchor applies the previous-anchor Secret with the certificate alone.
 func (w *KubeWriter) WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error {
 	ns, name := w.Config.LinkerdNamespace, w.Config.PreviousAnchorSecret
-	sec := corev1ac.Secret(name, ns).
-		WithLabels(managedLabels()).
-		WithType(corev1.SecretTypeOpaque).
-		WithData(map[string][]byte{steps.CertificateKey: steps.EncodePEM(cert)})
-	if _, err := w.Client.CoreV1().Secrets(ns).Apply(ctx, sec, applyOptions()); err != nil {
+	sec := &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: managedLabels()},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{steps.CertificateKey: steps.EncodePEM(cert)},
+	}
+	if err := serverSideApply(ctx, w.Client.CoreV1().Secrets(ns), sec); err != nil {
 		return fmt.Errorf("applying Secret %s/%s: %w", ns, name, err)
 	}
 	return nil
@@ -61,10 +60,12 @@ func (w *KubeWriter) WritePreviousAnchor(ctx context.Context, cert *x509.Certifi
 // WriteTrustRoots applies the trust-roots ConfigMap's bundle.
 func (w *KubeWriter) WriteTrustRoots(ctx context.Context, bundle string) error {
 	ns, name := w.Config.LinkerdNamespace, w.Config.TrustRootsConfigMap
-	cm := corev1ac.ConfigMap(name, ns).
-		WithLabels(managedLabels()).
-		WithData(map[string]string{steps.TrustRootsKey: bundle})
-	if _, err := w.Client.CoreV1().ConfigMaps(ns).Apply(ctx, cm, applyOptions()); err != nil {
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: managedLabels()},
+		Data:       map[string]string{steps.TrustRootsKey: bundle},
+	}
+	if err := serverSideApply(ctx, w.Client.CoreV1().ConfigMaps(ns), cm); err != nil {
 		return fmt.Errorf("applying ConfigMap %s/%s: %w", ns, name, err)
 	}
 	return nil

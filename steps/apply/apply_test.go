@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/test/pki"
 )
 
@@ -72,7 +73,7 @@ func patches(t *testing.T, kube *fake.Clientset, resource, subresource string) [
 func TestKubeWriterAppliesTheAnchorAndTheBundle(t *testing.T) {
 	ctx := context.Background()
 	kube := fake.NewClientset()
-	w := &KubeWriter{Client: kube, Config: testConfig()}
+	w := &KubeWriter{Client: clientset.Kube(kube), Config: testConfig()}
 	cert := testCert(t)
 	if err := w.WritePreviousAnchor(ctx, cert); err != nil {
 		t.Fatal(err)
@@ -121,7 +122,7 @@ func TestKubeWriterRestartsAndScalesDeployments(t *testing.T) {
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](3), Template: corev1.PodTemplateSpec{
 			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"keep": "me"}}}}}
 	kube := fake.NewClientset(dep)
-	w := &KubeWriter{Client: kube, Config: testConfig()}
+	w := &KubeWriter{Client: clientset.Kube(kube), Config: testConfig()}
 	if err := w.RestartDeployment(ctx, "mesh", "linkerd-identity", "token-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestKubeWriterDeletesPodsAtOnce(t *testing.T) {
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh", Name: "b"}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh", Name: "c"}},
 	)
-	w := &KubeWriter{Client: kube, Config: testConfig()}
+	w := &KubeWriter{Client: clientset.Kube(kube), Config: testConfig()}
 	// A pod already gone is fine.
 	if err := w.DeletePods(ctx, "mesh", []string{"a", "gone", "b"}); err != nil {
 		t.Fatal(err)
@@ -192,7 +193,7 @@ func TestKubeWriterRestartsAndAnnotatesWorkloads(t *testing.T) {
 			Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{
 				Annotations: map[string]string{"drop": old, "other": "kept"}}}}},
 	)
-	w := &KubeWriter{Client: kube, Config: testConfig()}
+	w := &KubeWriter{Client: clientset.Kube(kube), Config: testConfig()}
 	set := "value"
 	for _, kind := range []string{"Deployment", "StatefulSet", "DaemonSet"} {
 		name := map[string]string{"Deployment": "web", "StatefulSet": "db", "DaemonSet": "agent"}[kind]
@@ -251,7 +252,7 @@ func TestKubeWriterEvictsPods(t *testing.T) {
 		}
 		return true, ev, nil
 	})
-	w := &KubeWriter{Client: kube, Config: testConfig()}
+	w := &KubeWriter{Client: clientset.Kube(kube), Config: testConfig()}
 	ref := steps.WorkloadRef{Namespace: "app", Kind: "Deployment", Name: "web"}
 	n, err := w.EvictPods(ctx, ref, []string{"a", "kept", "gone", "b"})
 	if n != 2 || err != nil {
@@ -278,7 +279,7 @@ func TestKubeWriterRenewsCertificates(t *testing.T) {
 	if err := (&KubeWriter{Config: testConfig()}).RenewCertificate(ctx, "mesh", "issuer"); err == nil {
 		t.Error("renewed without a cert-manager client")
 	}
-	w := &KubeWriter{Client: fake.NewClientset(), CertManager: cm, Config: testConfig()}
+	w := &KubeWriter{Client: clientset.Kube(fake.NewClientset()), CertManager: clientset.CertManager(cm), Config: testConfig()}
 	if err := w.RenewCertificate(ctx, "mesh", "issuer"); err != nil {
 		t.Fatal(err)
 	}

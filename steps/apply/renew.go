@@ -6,9 +6,10 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
-	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/linkerd/trust-rotation/steps/kube"
 )
 
 // The condition `cmctl renew` sets (cert-manager/cmctl pkg/renew).
@@ -21,7 +22,7 @@ const (
 // status subresource, the condition Issuing=True with reason ManuallyTriggered. cmctl gives up on
 // a write conflict; this re-reads and retries, which ends in the same state. Setting the
 // condition again while it is already True changes nothing cert-manager acts on.
-func RenewCertificate(ctx context.Context, cm cmclient.Interface, namespace, name string) error {
+func RenewCertificate(ctx context.Context, cm kube.CertManager, namespace, name string) error {
 	certs := cm.CertmanagerV1().Certificates(namespace)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		crt, err := certs.Get(ctx, name, metav1.GetOptions{})

@@ -6,13 +6,12 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/cert-manager/cert-manager/pkg/util/predicate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -35,8 +34,8 @@ import (
 // an error. The operator, which writes the previous anchor and needs the Secrets anyway, reads
 // them through its informers.
 type PKIReader struct {
-	Kube        kubernetes.Interface
-	CertManager cmclient.Interface
+	Kube        kube.Interface
+	CertManager kube.CertManager
 	Config      steps.Config
 }
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -85,7 +86,7 @@ func (w *pkiWorld) reader(t *testing.T) (PKIReader, *kubefake.Clientset) {
 			return true, nil, apierrors.NewForbidden(cmapi.Resource(a.GetResource().Resource), "", errors.New("RBAC: no"))
 		})
 	}
-	return PKIReader{Kube: kube, CertManager: cm, Config: steps.DefaultConfig()}, kube
+	return PKIReader{Kube: clientset.Kube(kube), CertManager: clientset.CertManager(cm), Config: steps.DefaultConfig()}, kube
 }
 
 // selfSigned makes a CA certificate valid until notAfter.
@@ -237,7 +238,7 @@ func TestPKIReaderPrevious(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			kube := kubefake.NewClientset(prevSecret)
-			r := PKIReader{Kube: kube, CertManager: cmfake.NewClientset(), Config: steps.DefaultConfig()}
+			r := PKIReader{Kube: clientset.Kube(kube), CertManager: clientset.CertManager(cmfake.NewClientset()), Config: steps.DefaultConfig()}
 			src, err := r.Previous(context.Background(), bundle, tc.status)
 			if err != nil {
 				t.Fatal(err)

@@ -7,9 +7,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -82,7 +82,7 @@ func (s *Reading) Recount() {
 }
 
 // ReadBundle reads the trust-roots ConfigMap; a missing one is a Bundle that is not Found.
-func ReadBundle(ctx context.Context, kube kubernetes.Interface, cfg steps.Config) (steps.Bundle, error) {
+func ReadBundle(ctx context.Context, kube kube.Interface, cfg steps.Config) (steps.Bundle, error) {
 	cm, err := kube.CoreV1().ConfigMaps(cfg.LinkerdNamespace).Get(ctx, cfg.TrustRootsConfigMap, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -110,7 +110,7 @@ func (s *Reading) Unreadable() []string {
 
 // ListMeshedPods lists the meshed pods of every namespace (label linkerd.io/control-plane-ns) in
 // pages, in their slim form.
-func ListMeshedPods(ctx context.Context, kube kubernetes.Interface, cfg steps.Config) ([]*Pod, error) {
+func ListMeshedPods(ctx context.Context, kube kube.Interface, cfg steps.Config) ([]*Pod, error) {
 	var out []*Pod
 	opts := metav1.ListOptions{LabelSelector: MeshedPodSelector, Limit: 500}
 	for {

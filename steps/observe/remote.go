@@ -13,12 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
@@ -83,9 +82,14 @@ func RemoteTargets(links []RemoteTarget, spec []v1alpha1.RemoteCluster) []Remote
 	return out
 }
 
+// GroupLister lists the API groups an apiserver serves: a discovery client, or kube.Clients.
+type GroupLister interface {
+	ServerGroups() (*metav1.APIGroupList, error)
+}
+
 // LinkVersion is the served version of the Link API the apiserver prefers, "" when Linkerd
 // multicluster is not installed.
-func LinkVersion(disco discovery.DiscoveryInterface) (string, error) {
+func LinkVersion(disco GroupLister) (string, error) {
 	groups, err := disco.ServerGroups()
 	if err != nil {
 		return "", fmt.Errorf("discovering the %s API: %w", LinkGroup, err)
@@ -105,7 +109,7 @@ func LinkGVR(version string) schema.GroupVersionResource {
 
 // ListLinkTargets lists the Links of namespace once (for a CLI; the operator watches them):
 // none when the apiserver serves no Link API.
-func ListLinkTargets(ctx context.Context, dyn dynamic.Interface, disco discovery.DiscoveryInterface, namespace string) ([]RemoteTarget, error) {
+func ListLinkTargets(ctx context.Context, dyn dynamic.Interface, disco GroupLister, namespace string) ([]RemoteTarget, error) {
 	version, err := LinkVersion(disco)
 	if err != nil || version == "" {
 		return nil, err
@@ -123,7 +127,7 @@ func ListLinkTargets(ctx context.Context, dyn dynamic.Interface, disco discovery
 
 // RemoteClient builds a client for the linked cluster from the kubeconfig in its credentials
 // Secret, in namespace.
-func RemoteClient(ctx context.Context, kube kubernetes.Interface, namespace string, t RemoteTarget, userAgent string) (*client.Client, error) {
+func RemoteClient(ctx context.Context, kube kube.Interface, namespace string, t RemoteTarget, userAgent string) (*client.Client, error) {
 	if namespace == "" {
 		return nil, fmt.Errorf("no multicluster namespace to read credentials Secret %s from", t.Secret)
 	}

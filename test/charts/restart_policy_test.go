@@ -18,6 +18,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/apply"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 )
@@ -65,7 +66,7 @@ func TestRestartPermissions(t *testing.T) {
 	policy := rel.Deployment.Name + "-restart"
 	as := kubernetes.NewForConfigOrDie(rel.RESTConfig)
 	p := &patcher{t: t, ctx: ctx, as: as, admin: admin, user: rel.User, policy: policy,
-		writer: &apply.KubeWriter{Client: as, Config: steps.DefaultConfig()}}
+		writer: &apply.KubeWriter{Client: clientset.Kube(as), Config: steps.DefaultConfig()}}
 	p.waitForPolicy(restartNSA)
 
 	t.Run("Cluster", func(t *testing.T) {

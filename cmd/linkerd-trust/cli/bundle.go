@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -101,7 +102,7 @@ func renderBundle(ctx context.Context, cl *Clients, cfg steps.Config, rotation s
 	}
 	// The trust bundle only serves to find the previous anchor in: one you may not read is one
 	// without it, and the previous-anchor Secret is read instead.
-	bundle, err := observe.ReadBundle(ctx, cl.Kube, cfg)
+	bundle, err := observe.ReadBundle(ctx, clientset.Kube(cl.Kube), cfg)
 	if err != nil && !apierrors.IsForbidden(err) {
 		return "", err
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -216,7 +217,7 @@ func newChecks(o *checkOptions, cl *Clients, env *Env) *checks {
 	c.anchor = &cached[steps.Source]{read: pki.Anchor}
 	c.issuer = &cached[steps.Source]{read: pki.Issuer}
 	c.bundle = &cached[steps.Bundle]{read: func(ctx context.Context) (steps.Bundle, error) {
-		return observe.ReadBundle(ctx, cl.Kube, cfg)
+		return observe.ReadBundle(ctx, clientset.Kube(cl.Kube), cfg)
 	}}
 	c.rotation = &cached[*v1alpha1.TrustAnchorRotation]{read: func(ctx context.Context) (*v1alpha1.TrustAnchorRotation, error) {
 		return cl.Rotations.Get(ctx, o.kube.RotationName)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
@@ -107,7 +108,7 @@ type Clients struct {
 
 // pkiReader reads the Linkerd PKI's certificates without reading a private key.
 func (cl *Clients) pkiReader(cfg steps.Config) observe.PKIReader {
-	return observe.PKIReader{Kube: cl.Kube, CertManager: cl.CertManager, Config: cfg}
+	return observe.PKIReader{Kube: clientset.Kube(cl.Kube), CertManager: clientset.CertManager(cl.CertManager), Config: cfg}
 }
 
 // clients builds the clients from the flags, through env.Clients when set.

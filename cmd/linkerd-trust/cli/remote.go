@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -51,7 +52,7 @@ func (cl *Clients) remoteRotations(ctx context.Context, namespace string, t obse
 	if namespace == "" {
 		return nil, fmt.Errorf("no multicluster namespace (--multicluster-namespace) to read credentials Secret %s from", t.Secret)
 	}
-	c, err := observe.RemoteClient(ctx, cl.Kube, namespace, t, binary+" (remote read)")
+	c, err := observe.RemoteClient(ctx, clientset.Kube(cl.Kube), namespace, t, binary+" (remote read)")
 	if err != nil {
 		return nil, err
 	}

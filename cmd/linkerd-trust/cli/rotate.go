@@ -12,6 +12,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/apply"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -134,7 +135,7 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients) error {
 			return errReported
 		}
 	}
-	if err := apply.RenewCertificate(ctx, cl.CertManager, ns, name); err != nil {
+	if err := apply.RenewCertificate(ctx, clientset.CertManager(cl.CertManager), ns, name); err != nil {
 		return err
 	}
 	fmt.Fprintf(env.Out, "Triggered the renewal of Certificate %s/%s (as cmctl renew does): cert-manager issues a new trust anchor and the operator rotates onto it.\nFollow it with: %s inspect --watch\n", ns, name, binary)

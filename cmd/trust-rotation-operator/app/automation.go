@@ -9,7 +9,6 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
-	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -20,10 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -34,8 +33,8 @@ import (
 // informers start the first time the spec asks for them, so an operator whose RBAC grants none
 // of this (the chart's default) never lists any of it.
 type automation struct {
-	kube kubernetes.Interface
-	cm   cmclient.Interface
+	kube kube.Interface
+	cm   kube.CertManager
 	cfg  steps.Config
 	poke func()
 	// restartNamespaces are the only namespaces whose workloads automatic restarts watch and

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -93,7 +94,7 @@ func TestEvictedWorkloadWithoutPodsStaysInTheState(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a := &automation{kube: kube, cfg: steps.DefaultConfig(), poke: func() {}}
+	a := &automation{kube: clientset.Kube(kube), cfg: steps.DefaultConfig(), poke: func() {}}
 	spec := v1alpha1.TrustAnchorRotationSpec{DataPlaneRestart: v1alpha1.DataPlaneRestart{Policy: v1alpha1.Automatic, Method: v1alpha1.Evict}}
 	a.ensure(ctx, spec)
 	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets, a.namespaces, a.pdbs} {
@@ -145,7 +146,7 @@ func TestRestartNamespacesWatchOnlyThere(t *testing.T) {
 	forbidClusterWideLists(kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a := &automation{kube: kube, cfg: steps.DefaultConfig(), poke: func() {}, restartNamespaces: []string{"a"}}
+	a := &automation{kube: clientset.Kube(kube), cfg: steps.DefaultConfig(), poke: func() {}, restartNamespaces: []string{"a"}}
 	spec := v1alpha1.TrustAnchorRotationSpec{DataPlaneRestart: v1alpha1.DataPlaneRestart{Policy: v1alpha1.Automatic, Method: v1alpha1.Evict}}
 	a.ensure(ctx, spec)
 	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets, a.namespaces, a.pdbs} {
@@ -178,7 +179,7 @@ func TestForbiddenClusterWideListIsExplained(t *testing.T) {
 	forbidClusterWideLists(kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a := &automation{kube: kube, cfg: steps.DefaultConfig(), poke: func() {}}
+	a := &automation{kube: clientset.Kube(kube), cfg: steps.DefaultConfig(), poke: func() {}}
 	spec := v1alpha1.TrustAnchorRotationSpec{DataPlaneRestart: v1alpha1.DataPlaneRestart{Policy: v1alpha1.Automatic}}
 	a.ensure(ctx, spec)
 	want := []string{"cannot watch deployments cluster-wide", "is forbidden", "--restart-namespaces", "dataPlaneRestart.rbacScope=Namespaces"}

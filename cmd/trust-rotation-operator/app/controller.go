@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	cmclient "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned"
 	"github.com/sethvargo/go-retry"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,18 +22,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/apply"
+	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -84,17 +81,17 @@ type Options struct {
 	// Dial reaches pods' admin ports; nil dials directly.
 	Dial observe.DialFunc
 	// CertManager renews the identity issuer when spec.identityIssuerRenewal is Automatic.
-	CertManager cmclient.Interface
+	CertManager kube.CertManager
 	// RestartNamespaces limits automatic restarts (spec.dataPlaneRestart.policy Automatic) to the
 	// workloads of these namespaces, watched there alone, for an operator whose RBAC grants
 	// restarts in those namespaces only; empty means every namespace (watched cluster-wide).
 	RestartNamespaces []string
 	// MulticlusterNamespace is where Linkerd multicluster keeps its Links and their credentials
 	// Secrets, and where spec.remoteClusters' kubeconfig Secrets live. Links are discovered there
-	// when Dynamic and Discovery are set.
+	// when Dynamic and Discovery are set (Discovery: a discovery client, or kube.Clients).
 	MulticlusterNamespace string
 	Dynamic               dynamic.Interface
-	Discovery             discovery.DiscoveryInterface
+	Discovery             observe.GroupLister
 	// RemoteStaleAfter is how old a remote cluster's last read may be before its report is
 	// stale; RemoteWatchTimeout bounds one watch of a remote (its renewal is a read).
 	RemoteStaleAfter   time.Duration
@@ -109,7 +106,7 @@ type Options struct {
 // Controller runs the rotation.
 type Controller struct {
 	opts     Options
-	kube     kubernetes.Interface
+	kube     kube.Interface
 	tars     *client.Client
 	wf       *workflow.Workflow[*steps.State]
 	writer   steps.Writer
@@ -150,7 +147,7 @@ type Controller struct {
 }
 
 // New wires a controller; Run starts it.
-func New(kube kubernetes.Interface, tars *client.Client, metrics *Metrics, opts Options) (*Controller, error) {
+func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Options) (*Controller, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
@@ -582,14 +579,31 @@ func namedInformer(rc cache.Getter, resource, ns, name string, obj runtime.Objec
 	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
 }
 
-func newRecorder(ctx context.Context, kube kubernetes.Interface) record.EventRecorder {
+func newRecorder(ctx context.Context, clients kube.Interface) record.EventRecorder {
 	// client-go's spam filter lets 25 events of one object through, then one per 5 minutes: a
 	// rotation with automatic restarts, or a writer fighting the trust bundle, emits more than
 	// that, and the events that matter most (RotationComplete) came last and were dropped.
 	b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{BurstSize: 200, QPS: 0.1}))
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	b.StartRecordingToSink(eventSink{clients.CoreV1()})
 	s := runtime.NewScheme()
-	must(scheme.AddToScheme(s))
+	must(kube.AddToScheme(s))
 	must(v1alpha1.AddToScheme(s))
 	return b.NewRecorder(s, corev1.EventSource{Component: "trust-rotation-operator"})
+}
+
+// eventSink writes a recorder's Events into their own namespaces, as client-go's
+// EventSinkImpl does (with no deadline of its own: the broadcaster stops with the recorder's
+// context).
+type eventSink struct{ core kube.CoreV1 }
+
+func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	return s.core.Events(e.Namespace).Create(context.TODO(), e, metav1.CreateOptions{})
+}
+
+func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	return s.core.Events(e.Namespace).Update(context.TODO(), e, metav1.UpdateOptions{})
+}
+
+func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	return s.core.Events(e.Namespace).Patch(context.TODO(), e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 }

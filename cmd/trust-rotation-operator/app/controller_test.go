@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
 
@@ -20,7 +21,7 @@ func TestRunStopsCleanlyBeforeTheCachesSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(fake.NewClientset(), tars, NewMetrics(), Options{Config: steps.DefaultConfig(), RotationName: steps.DefaultRotationName,
+	c, err := New(clientset.Kube(fake.NewClientset()), tars, NewMetrics(), Options{Config: steps.DefaultConfig(), RotationName: steps.DefaultRotationName,
 		ProbeConcurrency: 1, ProbeTimeout: time.Second, MaxPollInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)

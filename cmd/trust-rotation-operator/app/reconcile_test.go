@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -147,7 +148,7 @@ func newBed(t *testing.T, opts Options) *bed {
 	opts.Config, opts.RotationName = steps.DefaultConfig(), steps.DefaultRotationName
 	opts.ProbeConcurrency, opts.ProbeTimeout = 1, time.Second
 	kube := fake.NewClientset()
-	c, err := New(kube, tars, NewMetrics(), opts)
+	c, err := New(clientset.Kube(kube), tars, NewMetrics(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

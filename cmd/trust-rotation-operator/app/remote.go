@@ -14,14 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
@@ -43,13 +41,13 @@ const (
 // (field selector metadata.name), renewed when the apiserver ends it; never a write, never a
 // list. Each change pokes the controller.
 type remotes struct {
-	kube      kubernetes.Interface
+	kube      kube.Interface
 	namespace string
 	poke      func()
 	// watchTimeout bounds one remote watch; its renewal is a read that keeps the report fresh.
 	watchTimeout time.Duration
 	dyn          dynamic.Interface
-	disco        discovery.DiscoveryInterface
+	disco        observe.GroupLister
 	// links watches the Links; nil when Link discovery is off.
 	links cache.SharedIndexInformer
 
@@ -74,9 +72,9 @@ type remoteWatch struct {
 // newRemotes sets up the remote watches. dyn and disco find and watch the Links of namespace;
 // either nil, or namespace empty, turns Link discovery off (spec.remoteClusters still work, but
 // for an empty namespace have no Secret to read).
-func newRemotes(kube kubernetes.Interface, dyn dynamic.Interface, disco discovery.DiscoveryInterface, namespace string,
+func newRemotes(clients kube.Interface, dyn dynamic.Interface, disco observe.GroupLister, namespace string,
 	watchTimeout time.Duration, poke func()) *remotes {
-	r := &remotes{kube: kube, dyn: dyn, disco: disco, namespace: namespace, poke: poke, watchTimeout: watchTimeout, clusters: map[string]*remoteWatch{}}
+	r := &remotes{kube: clients, dyn: dyn, disco: disco, namespace: namespace, poke: poke, watchTimeout: watchTimeout, clusters: map[string]*remoteWatch{}}
 	if r.watchTimeout <= 0 {
 		r.watchTimeout = time.Minute
 	}
@@ -103,7 +101,11 @@ func (r *remotes) start(ctx context.Context) error {
 		return nil
 	}
 	gvr := observe.LinkGVR(version)
-	links := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.dyn, 0, r.namespace, nil).ForResource(gvr).Informer()
+	// What a dynamic informer factory builds, without its package, which imports every typed
+	// informer client-go has (see package kube).
+	res := r.dyn.Resource(gvr).Namespace(r.namespace)
+	links := cache.NewSharedIndexInformer(listWatch(res.List, res.Watch, nil), &unstructured.Unstructured{}, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if _, err := links.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { r.poke() }, UpdateFunc: func(any, any) { r.poke() }, DeleteFunc: func(any) { r.poke() },
 	}); err != nil {

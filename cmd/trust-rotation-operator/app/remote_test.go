@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -53,7 +54,7 @@ func TestRemotesFromLinksAndSpec(t *testing.T) {
 	gvr := schema.GroupVersionResource{Group: LinkGroup, Version: "v1alpha3", Resource: LinkResource}
 	dyn := fakedynamic.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "LinkList"},
 		link("east", "east", "east-creds"), link("north", "", ""), link("south-link", "south", ""))
-	r := newRemotes(kube, dyn, disco, DefaultMulticlusterNamespace, time.Minute, func() {})
+	r := newRemotes(clientset.Kube(kube), dyn, disco, DefaultMulticlusterNamespace, time.Minute, func() {})
 	if err := r.start(ctx); err != nil {
 		t.Fatal(err)
 	}
