@@ -103,18 +103,19 @@ func setReadiness(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.TrustAn
 			stalledOn = reason
 		}
 		set(v1alpha1.ConditionStalled, metav1.ConditionTrue, stalledOn, fmt.Sprintf(
-			"blocked in phase %s since %s, longer than %s: %s", st.Phase, since.UTC().Format(time.RFC3339), shortDuration(limit), st.BlockingMessage))
+			"blocked in phase %s since %s, longer than %s: %s", st.Phase, since.UTC().Format(time.RFC3339), CompactDuration(limit), st.BlockingMessage))
 		return
 	}
 	if waiting && st.BlockingMessage != "" {
 		recheck(since.Add(limit + time.Second))
 	}
 	set(v1alpha1.ConditionStalled, metav1.ConditionFalse, v1alpha1.ReasonNotStalled, fmt.Sprintf(
-		"in phase %s since %s; stalled after %s", st.Phase, since.UTC().Format(time.RFC3339), shortDuration(limit)))
+		"in phase %s since %s; stalled after %s", st.Phase, since.UTC().Format(time.RFC3339), CompactDuration(limit)))
 }
 
-// shortDuration writes 1h for 1h0m0s and 1h30m for 1h30m0s.
-func shortDuration(d time.Duration) string {
+// CompactDuration is time.Duration's String without zero trailing units: "1h" for 1h0m0s,
+// "1h30m" for 1h30m0s, "90s".
+func CompactDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")

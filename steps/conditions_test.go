@@ -106,13 +106,13 @@ func TestReadinessConditions(t *testing.T) {
 			within := Project(inPhase(c.phase, now.Add(-c.stalledAfter+time.Minute)), spec, gen, s, res, now)
 			checkCondition(t, within, v1alpha1.ConditionReady, gen, want{metav1.ConditionFalse, string(c.phase), "Waiting for 2 pod(s)"})
 			checkCondition(t, within, v1alpha1.ConditionReconciling, gen, want{metav1.ConditionTrue, string(c.phase), "Waiting for 2 pod(s)"})
-			checkCondition(t, within, v1alpha1.ConditionStalled, gen, want{metav1.ConditionFalse, "NotStalled", "stalled after " + shortDuration(c.stalledAfter)})
+			checkCondition(t, within, v1alpha1.ConditionStalled, gen, want{metav1.ConditionFalse, "NotStalled", "stalled after " + CompactDuration(c.stalledAfter)})
 
 			beyond := Project(inPhase(c.phase, now.Add(-c.stalledAfter-time.Minute)), spec, gen, s, res, now)
 			checkCondition(t, beyond, v1alpha1.ConditionReconciling, gen, want{metav1.ConditionTrue, string(c.phase), ""})
 			checkCondition(t, beyond, v1alpha1.ConditionStalled, gen, want{metav1.ConditionTrue, c.waitReason,
 				"blocked in phase " + string(c.phase) + " since " + now.Add(-c.stalledAfter-time.Minute).Format(time.RFC3339) +
-					", longer than " + shortDuration(c.stalledAfter) + ": Waiting for 2 pod(s)"})
+					", longer than " + CompactDuration(c.stalledAfter) + ": Waiting for 2 pod(s)"})
 			checkCondition(t, beyond, v1alpha1.ConditionReady, gen, want{metav1.ConditionFalse, string(c.phase), ""})
 		})
 	}
@@ -169,8 +169,8 @@ func TestReadinessConditions(t *testing.T) {
 
 func TestShortDuration(t *testing.T) {
 	for d, want := range map[time.Duration]string{time.Hour: "1h", 24 * time.Hour: "24h", 90 * time.Minute: "1h30m", 10 * time.Minute: "10m", 5 * time.Second: "5s", 61 * time.Second: "1m1s"} {
-		if got := shortDuration(d); got != want {
-			t.Errorf("shortDuration(%v) = %q, want %q", d, got, want)
+		if got := CompactDuration(d); got != want {
+			t.Errorf("CompactDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

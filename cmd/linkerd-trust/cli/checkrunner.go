@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/linkerd/trust-rotation/steps"
 )
 
 // HintBase is where every check's hint points: an anchor of the project's troubleshooting page.
@@ -200,17 +202,5 @@ func age(d time.Duration) string {
 	if d >= time.Hour {
 		d = d.Round(time.Minute)
 	}
-	return compactDuration(d)
-}
-
-// compactDuration is time.Duration's String without zero trailing units: "1h", "1h30m", "90s".
-func compactDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+	return steps.CompactDuration(d)
 }

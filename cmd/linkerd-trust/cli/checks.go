@@ -798,5 +798,5 @@ func (d *duration) String() string {
 	if v > 0 && v%(24*time.Hour) == 0 {
 		return fmt.Sprintf("%dd", v/(24*time.Hour))
 	}
-	return compactDuration(v)
+	return steps.CompactDuration(v)
 }

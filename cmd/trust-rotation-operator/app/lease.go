@@ -100,8 +100,8 @@ func (e *Election) acquire(ctx context.Context) bool {
 			log.Info("Acquired the leader lease", "lease", e.Name)
 			return true
 		}
-		wait := e.RetryPeriod + time.Duration(rand.Float64()*jitterFactor*float64(e.RetryPeriod))
-		if !pause(ctx, wait) {
+		next := e.RetryPeriod + time.Duration(rand.Float64()*jitterFactor*float64(e.RetryPeriod))
+		if !wait(ctx, next) {
 			return false
 		}
 	}
@@ -118,7 +118,7 @@ func (e *Election) renew(ctx context.Context) {
 			}
 			return
 		}
-		if !pause(ctx, e.RetryPeriod) {
+		if !wait(ctx, e.RetryPeriod) {
 			return
 		}
 	}
@@ -133,21 +133,9 @@ func (e *Election) renewWithin(ctx context.Context) bool {
 		if ok {
 			return true
 		}
-		if !pause(ctx, e.RetryPeriod) {
+		if !wait(ctx, e.RetryPeriod) {
 			return false
 		}
-	}
-}
-
-// pause waits d, or until ctx ends (false).
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
