@@ -42,7 +42,7 @@ func (s *State) Rotating() bool {
 //
 // The round goes on reducing to that anchor alone — the bundle it was reducing to, the one
 // every live certificate chains to — and restarts the control plane onto it; the next round
-// then starts at detect-anchor-rotation (see Supersede) and is the first to write a bundle with
+// then starts at detect-anchor-rotation (see superseded) and is the first to write a bundle with
 // the newer anchor. Reducing to the current anchor and the retired one instead, the next
 // round's expanded bundle, would restart identity onto roots that hold the newer anchor before
 // any data-plane pod trusts it: identity would then accept a newer-anchor issuer (cert-manager's

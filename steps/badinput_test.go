@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"math/big"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -157,9 +158,35 @@ func TestDesiredBundle(t *testing.T) {
 	}
 }
 
+// advanceOnce runs the workflow once from st's checkpoint over s, as the operator does: the
+// state holds what the status says of the rotation, and a checkpoint the engine saves goes
+// into st (SaveCheckpoint). It returns the result and the checkpoints saved.
+func advanceOnce(t *testing.T, st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) (workflow.Result, []workflow.Checkpoint) {
+	t.Helper()
+	s.Retiring, s.Rotation = RetiringTo(st.Checkpoint), "" // as the controller's snapshot sets them
+	if st.Checkpoint != nil {
+		s.Rotation = st.Checkpoint.Rotation
+	}
+	wf, err := NewWorkflow(Rotation(&fakeWriter{s: s, restarts: map[string]int{}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved []workflow.Checkpoint
+	save := func(_ context.Context, next workflow.Checkpoint) error {
+		saved = append(saved, next)
+		SaveCheckpoint(st, next, s, now)
+		return nil
+	}
+	res, err := wf.Advance(context.Background(), WorkflowCheckpoint(st.Checkpoint), s, save, func() string { return "t1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, saved
+}
+
 // TestSupersedeAtRemoval: the anchor renewed again while pods move onto the reduced bundle. The
 // desired bundle is then the next round's, which only that round writes; the soak found
-// remove-old-trust-roots waiting for it forever.
+// remove-old-trust-roots waiting for it forever. The workflow jumps to the next round.
 func TestSupersedeAtRemoval(t *testing.T) {
 	p := newPKI(t)
 	third := anchorCA(t, "third-anchor")
@@ -175,25 +202,29 @@ func TestSupersedeAtRemoval(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := v1alpha1.TrustAnchorRotationStatus{Checkpoint: &v1alpha1.Checkpoint{Step: StepRemoveOldTrustRoots, Token: "t", Rotation: retired}}
-			msg, restarted := Supersede(&st, tc.state, now)
-			if restarted != tc.wantRestart {
-				t.Fatalf("restarted = %v (%q), want %v", restarted, msg, tc.wantRestart)
+			res, saved := advanceOnce(t, &st, tc.state, now)
+			if restarted := res.Jumped != nil; restarted != tc.wantRestart {
+				t.Fatalf("jumped %v (%v), want a jump %v", res.Jumped, res.Decision, tc.wantRestart)
 			}
-			if !restarted {
-				if st.Checkpoint.Step != StepRemoveOldTrustRoots {
-					t.Errorf("checkpoint moved to %s", st.Checkpoint.Step)
+			if !tc.wantRestart {
+				// The step observes as it would: it waits, or passes on to the idle steps.
+				if len(saved) != 0 || res.Decision.Outcome == workflow.Jump {
+					t.Errorf("saved %v, decided %v: the checkpoint jumped", saved, res.Decision)
 				}
 				return
 			}
-			if st.Checkpoint.Step != StepDetectAnchorRotation || st.Checkpoint.Token != "" || st.Checkpoint.Rotation != "" {
-				t.Errorf("checkpoint = %+v, want a fresh one at %s", st.Checkpoint, StepDetectAnchorRotation)
+			if j := res.Jumped; j.From != StepRemoveOldTrustRoots || j.To != StepDetectAnchorRotation || j.Reason != ReasonRotationSuperseded {
+				t.Errorf("jump %v, want %s -> %s (%s)", j, StepRemoveOldTrustRoots, StepDetectAnchorRotation, ReasonRotationSuperseded)
 			}
-			if !strings.Contains(msg, "renewed again") || len(st.InFlightAnchors) != 0 {
-				t.Errorf("message %q, in flight %d", msg, len(st.InFlightAnchors))
+			if len(saved) != 1 || st.Checkpoint.Step != StepDetectAnchorRotation || st.Checkpoint.Token != "" || st.Checkpoint.Rotation != "" || st.Checkpoint.StartTime != nil {
+				t.Errorf("saved %d checkpoints, the last %+v; want one fresh at %s", len(saved), st.Checkpoint, StepDetectAnchorRotation)
+			}
+			if !strings.Contains(res.Jumped.Message, "renewed again") || len(st.InFlightAnchors) != 0 {
+				t.Errorf("message %q, in flight %d", res.Jumped.Message, len(st.InFlightAnchors))
 			}
 			// The next round takes it from there: detect sees the renewal.
-			if d := stepNamed(t, StepDetectAnchorRotation).Observe(tc.state, ""); d.Outcome != workflow.Done {
-				t.Errorf("detect-anchor-rotation then decides %v (%s), want Done", d.Outcome, d.Reason)
+			if res, _ := advanceOnce(t, &st, tc.state, now); res.Jumped != nil || !slices.Contains(res.Passed, StepDetectAnchorRotation) {
+				t.Errorf("after the jump: jumped %v, passed %v; want detect-anchor-rotation passed", res.Jumped, res.Passed)
 			}
 		})
 	}
@@ -250,12 +281,17 @@ func TestSupersede(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			st := *tc.status.DeepCopy()
-			tc.state.Retiring = RetiringTo(st.Checkpoint) // as the controller's snapshot sets it
-			msg, restarted := Supersede(&st, tc.state, now)
+			res, saved := advanceOnce(t, &st, tc.state, now)
+			restarted := res.Jumped != nil
 			if restarted != tc.wantRestart || len(st.InFlightAnchors) != tc.wantInFlight {
-				t.Fatalf("restarted %v with %d in flight (%q); want %v with %d", restarted, len(st.InFlightAnchors), msg, tc.wantRestart, tc.wantInFlight)
+				t.Fatalf("jumped %v with %d in flight (%v); want a jump %v with %d", res.Jumped, len(st.InFlightAnchors), res.Decision, tc.wantRestart, tc.wantInFlight)
 			}
 			if !restarted {
+				for _, cp := range saved {
+					if cp.Jump != nil {
+						t.Errorf("saved a jump %v", cp.Jump)
+					}
+				}
 				if tc.wantBundle != nil {
 					var certs []*x509.Certificate
 					for _, c := range tc.wantBundle {
@@ -267,16 +303,84 @@ func TestSupersede(t *testing.T) {
 				}
 				return
 			}
+			// One save, the jump's, with the in-flight anchor: nothing acted before it.
+			if len(saved) != 1 || saved[0].Jump == nil || len(res.Passed) != 0 || res.Acted {
+				t.Fatalf("saved %+v, passed %v, acted %v; want the jump's checkpoint alone", saved, res.Passed, res.Acted)
+			}
 			if st.Checkpoint.Step != StepExpandTrustBundle || st.Checkpoint.Token != "" || st.Checkpoint.Rotation != Fingerprint(third.cert) || !st.Checkpoint.StartTime.Time.Equal(now) {
 				t.Errorf("checkpoint = %+v, want a new rotation at %s", st.Checkpoint, StepExpandTrustBundle)
 			}
-			if !strings.Contains(msg, "renewed again") {
-				t.Errorf("message %q", msg)
+			if !strings.Contains(res.Jumped.Message, "renewed again") || res.Jumped.Reason != ReasonRotationSuperseded || res.Jumped.From != tc.status.Checkpoint.Step {
+				t.Errorf("jump %v", res.Jumped)
 			}
 			if kept, err := ParseInFlight(st.InFlightAnchors); err != nil || len(kept) > 0 && Fingerprint(kept[0]) != newFP {
 				t.Errorf("in flight = %v, %v", kept, err)
 			}
+			// The next pass, over the state the saved status gives, expands the bundle towards
+			// the third anchor, keeping the in-flight one.
+			if err := tc.state.FromStatus(&st); err != nil {
+				t.Fatal(err)
+			}
+			want := RenderBundle(third.cert, p.oldAnchor.cert)
+			if tc.wantInFlight > 0 {
+				want = RenderBundle(third.cert, p.newAnchor.cert, p.oldAnchor.cert)
+			}
+			if res, _ := advanceOnce(t, &st, tc.state, now); res.Jumped != nil || !res.Acted || res.Checkpoint.Step != StepExpandTrustBundle || tc.state.Bundle.Data != want {
+				t.Errorf("after the jump: jumped %v, acted %v at %s, bundle %s; want %s written", res.Jumped, res.Acted, res.Checkpoint.Step,
+					fingerprintsOf(tc.state.Bundle.Data), fingerprintsOf(want))
+			}
 		})
+	}
+}
+
+// Superseded while restart-identity holds identity at 0 (a scale token): the workflow waits for
+// its pods to go, then scales it back as the step's own act, under its checkpoint, and only then
+// jumps.
+func TestSupersedeScalesIdentityBackFirst(t *testing.T) {
+	p := newPKI(t)
+	third := anchorCA(t, "third-anchor")
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	token := NewActStamp(now.Add(-time.Minute)) + " scale 3"
+	st := v1alpha1.TrustAnchorRotationStatus{Checkpoint: &v1alpha1.Checkpoint{Step: StepRestartIdentity, Token: token, Acts: 1, Rotation: Fingerprint(p.newAnchor.cert)}}
+	s := rotatingState(p, anchor(third), issuer(p.newIssuer))
+	identity := s.ControlPlane["linkerd-identity"]
+	identity.Replicas, identity.Members = 0, []ControlPlanePod{{Name: "linkerd-identity-old", Terminating: true}}
+	s.ControlPlane["linkerd-identity"] = identity
+
+	res, saved := advanceOnce(t, &st, s, now)
+	if res.Jumped != nil || res.Acted || len(saved) != 0 || res.Decision.Outcome != workflow.Wait || !strings.Contains(res.Decision.Message, "renewed again") {
+		t.Fatalf("with an identity pod left: jumped %v acted %v saved %d decision %v; want a wait naming the renewal", res.Jumped, res.Acted, len(saved), res.Decision)
+	}
+
+	identity.Members = nil
+	s.ControlPlane["linkerd-identity"] = identity
+	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	wf, err := NewWorkflow(Rotation(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Rotation = st.Checkpoint.Rotation
+	var cps []workflow.Checkpoint
+	res, err = wf.Advance(context.Background(), WorkflowCheckpoint(st.Checkpoint), s, func(_ context.Context, next workflow.Checkpoint) error {
+		cps = append(cps, next)
+		SaveCheckpoint(&st, next, s, now)
+		return nil
+	}, func() string { return "unused" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Acted || res.Jumped != nil || len(cps) != 1 || cps[0].Step != StepRestartIdentity || cps[0].Token != token+" up" || cps[0].Acts != 2 {
+		t.Fatalf("acted %v jumped %v, checkpoints %+v; want restart-identity's act 2 under %q", res.Acted, res.Jumped, cps, token+" up")
+	}
+	if !slices.Equal(w.scales, []string{"linkerd-identity=3"}) {
+		t.Errorf("scales %v, want identity back to 3", w.scales)
+	}
+
+	identity.Replicas = 3
+	s.ControlPlane["linkerd-identity"] = identity
+	res, saved = advanceOnce(t, &st, s, now)
+	if res.Jumped == nil || res.Jumped.To != StepExpandTrustBundle || len(saved) != 1 || st.Checkpoint.Token != "" {
+		t.Errorf("identity back: jumped %v, saved %d, checkpoint %+v; want the jump to %s", res.Jumped, len(saved), st.Checkpoint, StepExpandTrustBundle)
 	}
 }
 
@@ -406,15 +510,17 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 			st := v1alpha1.TrustAnchorRotationStatus{Checkpoint: &cp}
 			n := 0
 			for range 30 {
-				s.Retiring = RetiringTo(st.Checkpoint)
-				if _, ok := Supersede(&st, s, now); ok {
-					continue
+				if err := s.FromStatus(&st); err != nil {
+					t.Fatal(err)
 				}
 				res, err := wf.Advance(context.Background(), WorkflowCheckpoint(st.Checkpoint), s,
-					func(context.Context, workflow.Checkpoint) error { return nil },
+					func(_ context.Context, next workflow.Checkpoint) error { SaveCheckpoint(&st, next, s, now); return nil },
 					func() string { n++; return time.Unix(int64(n), 0).String() })
 				if err != nil {
 					t.Fatal(err)
+				}
+				if res.Jumped != nil {
+					continue
 				}
 				st = Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, now)
 				if !res.Acted && res.Decision.Outcome == workflow.Wait && res.Checkpoint.Step == StepPropagateTrustRoots {

@@ -71,7 +71,7 @@ func setReadiness(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.TrustAn
 	message := st.BlockingMessage
 	switch {
 	case message != "":
-	case res.Decision.Outcome == workflow.Act && res.Decision.Message != "":
+	case (res.Decision.Outcome == workflow.Act || res.Decision.Outcome == workflow.Jump) && res.Decision.Message != "":
 		message = fmt.Sprintf("step %s: %s", step, res.Decision.Message)
 	case rotating:
 		message = fmt.Sprintf("rotation in progress: %s", st.Phase)

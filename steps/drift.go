@@ -45,6 +45,11 @@ func checkBundle(s *State, step Step) (drift BundleDrift, ok bool) {
 	if !step.ReliesOnBundle || anchorProblem(s) != nil || previousProblem(s) != nil {
 		return BundleDrift{}, false
 	}
+	if _, ok := s.superseded(step.Name); ok {
+		// The rotation jumps first: until its checkpoint records the in-flight anchor, the
+		// bundle wanted here is the superseded rotation's, and rewriting it could drop that anchor.
+		return BundleDrift{}, false
+	}
 	if step.Name == StepRetirePreviousAnchor && (!s.Rotating() || s.FinishingOn() != nil) {
 		// Retired (also when the anchor was renewed again since: the round finishes on the
 		// retired one): the bundle is reduced at the next step.

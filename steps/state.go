@@ -31,6 +31,10 @@ type State struct {
 	// InFlight are anchors a rotation was moving to when the anchor was renewed again
 	// (status.inFlightAnchors): the bundle keeps them until the previous anchor is retired.
 	InFlight []*x509.Certificate
+	// Rotation is the fingerprint of the anchor the rotation in progress moves to
+	// (status.checkpoint.rotation), "" when Synced or unknown: a rotation towards an anchor that
+	// is neither the current nor the previous one was superseded by a newer renewal.
+	Rotation string
 	// Retiring is the fingerprint of the anchor the rotation in progress moves to
 	// (status.checkpoint.rotation) once it has reached retire-previous-anchor, "" before that
 	// step, when Synced, or when unknown (see RetiringTo). When the trust anchor is renewed again

@@ -169,13 +169,14 @@ func statusCheckpoint(cp workflow.Checkpoint) *v1alpha1.Checkpoint {
 // its first act, not only after it in the status projection: a crash between the two must not
 // leave an act recorded under the previous rotation's anchor (from retire-previous-anchor on,
 // State.Retiring trusts it). A rotation starts when the workflow leaves the Synced steps, or
-// went round to an earlier step (it completed and the anchor had been renewed again).
+// went round to an earlier step (it completed and the anchor had been renewed again), or jumped
+// (a newer anchor superseded it: the rotation starts again towards that one).
 func SavedCheckpoint(prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *State, now time.Time) *v1alpha1.Checkpoint {
 	cp := statusCheckpoint(next)
 	if named(next.Step).Idle() {
 		return cp
 	}
-	if prev != nil && prev.Rotation != "" && !named(prev.Step).Idle() && declared.index[prev.Step] <= declared.index[next.Step] {
+	if next.Jump == nil && prev != nil && prev.Rotation != "" && !named(prev.Step).Idle() && declared.index[prev.Step] <= declared.index[next.Step] {
 		cp.Rotation, cp.StartTime = prev.Rotation, prev.StartTime
 		return cp
 	}

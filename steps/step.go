@@ -63,7 +63,8 @@ func (st Step) Idle() bool { return st.Phase == string(v1alpha1.PhaseSynced) }
 // ObserveAhead is the step's observation for a plan's view of the steps after the next one: the
 // rotation reaches them only once the steps before are done, and the trust-bundle check then
 // applies to the bundle those leave (expand-trust-bundle writes it), not to the bundle of
-// today's state, so it is left out.
+// today's state, so it is left out; so is the jump of a superseded rotation, which only the
+// checkpoint's step takes.
 func (st Step) ObserveAhead(s *State) workflow.Decision {
 	if st.ahead != nil {
 		return st.ahead(s, "")
@@ -71,15 +72,24 @@ func (st Step) ObserveAhead(s *State) workflow.Decision {
 	return st.Observe(s, "")
 }
 
-// guarded returns the steps with the trust-bundle check in the Observe of each step that relies
-// on the bundle (see guardBundle).
+// guarded returns the steps with the guards in their Observe: the trust-bundle check in each
+// step that relies on the bundle (see guardBundle), then, before anything else, the jump of a
+// rotation superseded by a newer anchor in each step of a rotation (see guardSupersede). The
+// step's own Observe stays for ObserveAhead.
 func guarded(list []Step) []Step {
 	out := append([]Step(nil), list...)
 	for i, st := range out {
-		if st.ReliesOnBundle && st.ahead == nil {
-			out[i].ahead = st.Observe
-			out[i].Observe = guardBundle(st, st.Observe)
+		if st.ahead != nil {
+			continue // guarded already
 		}
+		observe := st.Observe
+		if st.ReliesOnBundle {
+			observe = guardBundle(st, observe)
+		}
+		if !st.Idle() {
+			observe = guardSupersede(st, observe)
+		}
+		out[i].ahead, out[i].Observe = st.Observe, observe
 	}
 	return out
 }

@@ -5,18 +5,20 @@ import (
 	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
+	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// Supersede handles a trust anchor renewed again before the rotation to the previous renewal
-// finished: the checkpoint's rotation names an anchor that is neither the current anchor nor
-// the previous one. Pods may already hold certificates that chain to that in-flight anchor,
-// and trust it, so dropping it from the bundle (DesiredBundle was current + previous) could
-// break mTLS. Instead the in-flight anchor is recorded in status.inFlightAnchors — the bundle
-// keeps it until the previous anchor is retired — and the rotation starts over at
-// expand-trust-bundle, towards the newest anchor.
+// A trust anchor renewed again before the rotation to the previous renewal finished: the
+// checkpoint's rotation (State.Rotation) names an anchor that is neither the current anchor nor
+// the previous one. Pods may already hold certificates that chain to that in-flight anchor, and
+// trust it, so dropping it from the bundle (DesiredBundle was current + previous) could break
+// mTLS. Instead the rotation jumps back to expand-trust-bundle, towards the newest anchor, and
+// the checkpoint the engine saves for that jump records the in-flight anchor in
+// status.inFlightAnchors (SaveCheckpoint) — the bundle keeps it until the previous anchor is
+// retired. The engine saves the jump before anything else acts and stops there, so a crash can
+// never lose the in-flight anchor, and the next pass observes it in State.InFlight before
+// expand-trust-bundle renders a bundle.
 //
 // From retire-previous-anchor on, the rotation's anchor is in linkerd-previous-anchor and every
 // live certificate chains to it: a renewal then does not restart the rotation. The round
@@ -24,54 +26,113 @@ import (
 // and the control-plane restart use it, not the newer anchor), and once the control plane runs
 // on it the next round starts at detect-anchor-rotation (the remove-old-trust-roots case below).
 //
-// It changes st and returns a message for an event when the rotation was superseded. The
-// caller persists st before anything else acts, so that a crash can never lose the in-flight
-// anchor. An in-flight anchor that the bundle never held was trusted by no pod and signed no
-// live certificate; it is not kept.
-func Supersede(st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) (string, bool) {
-	cp := st.Checkpoint
-	if cp != nil && cp.Step == StepRemoveOldTrustRoots && s.Anchor.Usable() && s.Previous.Usable() &&
-		s.Anchor.Fingerprint() != s.Previous.Fingerprint() {
+// Every step of a rotation observes this first (guardSupersede), at the checkpoint's step only:
+// a plan's view of the steps ahead leaves it out (ObserveAhead). An in-flight anchor that the
+// bundle never held was trusted by no pod and signed no live certificate; it is not kept.
+
+// ReasonRotationSuperseded is the reason of the jump a trust anchor renewed again mid-rotation
+// makes, and of its Event.
+const ReasonRotationSuperseded = "RotationSuperseded"
+
+// supersession is where a rotation superseded by a newer anchor starts again, and why.
+type supersession struct {
+	to, message string
+	// keep is the in-flight anchor the trust bundle holds, which status.inFlightAnchors must
+	// record unless it does already; nil when there is none to add.
+	keep *x509.Certificate
+}
+
+// superseded reports whether the rotation at step was superseded by a newer trust anchor.
+func (s *State) superseded(step string) (supersession, bool) {
+	if step == StepRemoveOldTrustRoots && s.Anchor.Usable() && s.Previous.Usable() && s.Anchor.Fingerprint() != s.Previous.Fingerprint() {
 		// Renewed again while the pods move onto the reduced bundle, or earlier from
 		// retire-previous-anchor on (the control plane then was restarted onto the bundle this
 		// round reduced to): waiting for every pod to be injected with the reduced bundle would
 		// only cost a round of restarts that the next round's bundle change makes anyway. This
-		// round ends and the next starts at detect-anchor-rotation. Nothing is lost: the retired anchor is in no
-		// bundle the operator writes again and signs no live certificate (every pod moved to the
-		// issuer on the current anchor before it was retired), and the next round's bundle change
-		// replaces every pod still carrying it.
-		st.Checkpoint = &v1alpha1.Checkpoint{Step: StepDetectAnchorRotation}
-		return fmt.Sprintf("trust anchor renewed again (%s) while pods moved onto the reduced bundle of %s at step %s; starting the next rotation at %s",
-			ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), cp.Step, StepDetectAnchorRotation), true
+		// round ends and the next starts at detect-anchor-rotation. Nothing is lost: the retired
+		// anchor is in no bundle the operator writes again and signs no live certificate (every
+		// pod moved to the issuer on the current anchor before it was retired), and the next
+		// round's bundle change replaces every pod still carrying it.
+		return supersession{to: StepDetectAnchorRotation, message: fmt.Sprintf(
+			"trust anchor renewed again (%s) while pods moved onto the reduced bundle of %s at step %s; starting the next rotation at %s",
+			ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), step, StepDetectAnchorRotation)}, true
 	}
-	if cp == nil || cp.Rotation == "" || named(cp.Step).Idle() || !s.Rotating() {
-		return "", false
+	if s.Rotation == "" || named(step).Idle() || !s.Rotating() {
+		return supersession{}, false
 	}
-	if cp.Rotation == s.Anchor.Fingerprint() || cp.Rotation == s.Previous.Fingerprint() {
+	if s.Rotation == s.Anchor.Fingerprint() || s.Rotation == s.Previous.Fingerprint() {
 		// Towards the current anchor; or retired already, and the round finishes on it.
-		return "", false
+		return supersession{}, false
 	}
-	var kept *x509.Certificate
+	sup := supersession{to: StepExpandTrustBundle, message: fmt.Sprintf(
+		"trust anchor renewed again (%s) before the rotation to %s finished at step %s; restarting the rotation at %s",
+		ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Rotation), step, StepExpandTrustBundle)}
 	for _, c := range s.Bundle.Certs {
-		if Fingerprint(c) == cp.Rotation {
-			kept = c
+		if Fingerprint(c) == s.Rotation {
+			sup.keep = c
 		}
 	}
-	msg := fmt.Sprintf("trust anchor renewed again (%s) before the rotation to %s finished at step %s; restarting the rotation at %s",
-		ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(cp.Rotation), cp.Step, StepExpandTrustBundle)
-	if kept != nil {
-		msg += fmt.Sprintf(", keeping %s in the trust bundle until the previous anchor is retired", ShortFingerprint(cp.Rotation))
-		already := false
+	if sup.keep != nil {
+		sup.message += fmt.Sprintf(", keeping %s in the trust bundle until the previous anchor is retired", ShortFingerprint(s.Rotation))
 		for _, a := range s.InFlight {
-			already = already || Fingerprint(a) == cp.Rotation
-		}
-		if !already {
-			st.InFlightAnchors = append([]string{string(EncodePEM(kept))}, st.InFlightAnchors...)
+			if Fingerprint(a) == s.Rotation {
+				sup.keep = nil // recorded already
+			}
 		}
 	}
-	t := metav1.NewTime(now)
-	st.Checkpoint = &v1alpha1.Checkpoint{Step: StepExpandTrustBundle, Rotation: s.Anchor.Fingerprint(), StartTime: &t}
-	return msg, true
+	return sup, true
+}
+
+// guardSupersede wraps the Observe of a step of a rotation: the workflow jumps when the rotation
+// was superseded (see superseded); otherwise the step observes as before. One act comes first:
+// restart-identity holding identity at 0 (a scale token) scales it back, once none of its pods
+// is left, as the step itself would — under the step's checkpoint, so that a crash in between
+// scales back to the recorded replicas — and the rotation jumps after.
+func guardSupersede(step Step, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
+	return func(s *State, token string) workflow.Decision {
+		sup, ok := s.superseded(step.Name)
+		if !ok {
+			return observe(s, token)
+		}
+		if _, held := IdentityScaleToRestore(s, step.Name, token); held {
+			sc, _ := parseIdentityScale(token)
+			d := observeScaleIdentity(s, s.ControlPlane[s.Config.IdentityDeployment], sc)
+			d.Message = sup.message + "; first: " + d.Message
+			return d
+		}
+		return workflow.JumpTo(sup.to, ReasonRotationSuperseded, sup.message)
+	}
+}
+
+// SaveCheckpoint sets in st the checkpoint to persist before an act at next, or with the jump
+// that moved the workflow to next (next.Jump), the workflow having advanced from st's
+// checkpoint over s (see SavedCheckpoint). A rotation superseded by a newer anchor also records
+// there the in-flight anchor it leaves (see superseded): the same write as the jump's checkpoint,
+// so that no step can act on a bundle without it.
+func SaveCheckpoint(st *v1alpha1.TrustAnchorRotationStatus, next workflow.Checkpoint, s *State, now time.Time) {
+	st.Checkpoint = SavedCheckpoint(st.Checkpoint, next, s, now)
+	if j := next.Jump; j != nil && j.Reason == ReasonRotationSuperseded {
+		if sup, ok := s.superseded(j.From); ok && sup.keep != nil {
+			st.InFlightAnchors = append([]string{string(EncodePEM(sup.keep))}, st.InFlightAnchors...)
+		}
+	}
+}
+
+// FromStatus sets what the state holds of the TrustAnchorRotation's status: the rotation in
+// progress, when it started, the anchor it retires to, and the anchors kept in flight.
+func (s *State) FromStatus(st *v1alpha1.TrustAnchorRotationStatus) error {
+	inFlight, err := ParseInFlight(st.InFlightAnchors)
+	if err != nil {
+		return err
+	}
+	s.InFlight, s.Retiring, s.Rotation, s.RotationStart = inFlight, RetiringTo(st.Checkpoint), "", time.Time{}
+	if cp := st.Checkpoint; cp != nil {
+		s.Rotation = cp.Rotation
+		if cp.StartTime != nil {
+			s.RotationStart = cp.StartTime.Time
+		}
+	}
+	return nil
 }
 
 // ParseInFlight parses status.inFlightAnchors. An entry that does not parse is an error: the

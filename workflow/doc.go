@@ -15,4 +15,10 @@
 // act runs it again with the same token after a restart and changes nothing that had already
 // happened. After an act the caller reads a fresh state and advances again: an act is never
 // assumed to have worked until its effect is observed.
+//
+// A step may also decide that the workflow jumps: starts again at another step, when what the
+// checkpoint was working towards changed under it. The engine saves the checkpoint at that step
+// (the SaveFunc sees the jump, and may record more with it) before anything else runs, stops
+// there as after an act, and reports the jump in the Result and in plans: only the engine moves
+// the checkpoint.
 package workflow

@@ -14,9 +14,31 @@ type Checkpoint struct {
 	Token string
 	// Acts counts the acts run at Step under Token.
 	Acts int32
+	// Jump is the jump that moved the workflow to Step, on the checkpoint the engine saves for
+	// it; nil on every other checkpoint. It is not part of the position: a SaveFunc reads it
+	// to record what the jump means besides (the checkpoint's own store may keep more than the
+	// position), and need not persist it.
+	Jump *JumpRecord
 }
 
-// SaveFunc persists a checkpoint. The engine calls it before every act; an error aborts the act.
+// JumpRecord is a move of the workflow that is not to the next step: a step observed that the
+// checkpoint no longer holds (what it was working towards changed) and decided that the
+// workflow starts again at To — an earlier step, a later one, or the same step with a fresh
+// token. The engine records it like any other move of the checkpoint: saved before anything
+// else runs, and reported in the Result and in plans.
+type JumpRecord struct {
+	// From is the step that decided the jump, To the step the workflow starts again at.
+	From, To string
+	// Reason and Message are the deciding step's: why the workflow jumps.
+	Reason, Message string
+}
+
+func (j JumpRecord) String() string {
+	return fmt.Sprintf("%s -> %s (%s): %s", j.From, j.To, j.Reason, j.Message)
+}
+
+// SaveFunc persists a checkpoint. The engine calls it before every act, and with the
+// checkpoint a jump moves to; an error aborts the act or the jump.
 type SaveFunc func(ctx context.Context, cp Checkpoint) error
 
 // Result is where a call to Advance left the workflow.
@@ -33,6 +55,9 @@ type Result struct {
 	Passed []string
 	// Completed is true when the last step completed and the workflow started over at the first.
 	Completed bool
+	// Jumped is the jump this call made, nil when none: Checkpoint is then at its To, saved,
+	// and Decision is the jumping step's. Read a fresh state and advance again.
+	Jumped *JumpRecord
 }
 
 // ErrUnknownStep is returned when a checkpoint names a step the workflow does not have, for
@@ -98,8 +123,11 @@ func (w *Workflow[S]) position(cp Checkpoint) (int, error) {
 // once per call, so a workflow whose every step is done stops where it started.
 //
 // Before an act, the checkpoint (with a token from newToken when the step has none yet, passed
-// through the step's Token) is saved with save; the act runs only once that succeeded. Errors
-// carry the step name.
+// through the step's Token) is saved with save; the act runs only once that succeeded. A step
+// that decides to Jump moves the checkpoint to the step it names, with no token and no act
+// counted, and that checkpoint is saved with save, its Jump set; the call then stops, as after
+// an act: what the jump saved may change the state the steps observe (the caller reads a fresh
+// one), and the step jumped to must observe it before anything acts. Errors carry the step name.
 func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save SaveFunc, newToken func() string) (Result, error) {
 	i, err := w.position(cp)
 	if err != nil {
@@ -146,6 +174,18 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 			}
 			res.Acted = true
 			return res, nil
+		case Jump:
+			to, ok := w.index[d.To]
+			if !ok {
+				return res, fmt.Errorf("step %s: asked to jump (%s) to step %q: %w", st.Name, d.Reason, d.To, ErrUnknownStep)
+			}
+			j := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message}
+			next := Checkpoint{Step: d.To, Jump: j}
+			if err := save(ctx, next); err != nil {
+				return res, fmt.Errorf("step %s: saving checkpoint of the jump to %s: %w", st.Name, d.To, err)
+			}
+			res.Checkpoint, res.Phase, res.Jumped = next, w.steps[to].Phase, j
+			return res, nil
 		default:
 			return res, fmt.Errorf("step %s: unknown outcome %v", st.Name, d.Outcome)
 		}
@@ -169,12 +209,18 @@ type PlannedStep struct {
 
 // Plan returns the steps from the checkpoint to the end of the workflow, each with its
 // observation of the state and what it would change. It writes nothing and runs no act.
+//
+// A plan ends at a jump, as Advance stops at one: the steps passed up to the first step that is
+// not done, and that step deciding to Jump (its Decision.To names where the workflow starts
+// again). What the jump saves may change what the later steps observe, so the caller plans the
+// rest from Checkpoint{Step: Decision.To}, over the state as the jump leaves it.
 func (w *Workflow[S]) Plan(cp Checkpoint, state S) ([]PlannedStep, error) {
 	i, err := w.position(cp)
 	if err != nil {
 		return nil, err
 	}
 	var plan []PlannedStep
+	passing := true // every step so far was done: the next one is where Advance would stop
 	for j := i; j < len(w.steps); j++ {
 		st := w.steps[j]
 		token := ""
@@ -182,10 +228,17 @@ func (w *Workflow[S]) Plan(cp Checkpoint, state S) ([]PlannedStep, error) {
 			token = cp.Token
 		}
 		p := PlannedStep{Name: st.Name, Phase: st.Phase, Doc: st.Doc, Current: j == i, Decision: st.Observe(state, token)}
-		if st.Describe != nil {
+		if st.Describe != nil && p.Decision.Outcome != Jump {
 			p.Changes = st.Describe(state)
 		}
 		plan = append(plan, p)
+		if passing && p.Decision.Outcome == Jump {
+			if _, ok := w.index[p.Decision.To]; !ok {
+				return plan, fmt.Errorf("step %s: asked to jump (%s) to step %q: %w", st.Name, p.Decision.Reason, p.Decision.To, ErrUnknownStep)
+			}
+			return plan, nil
+		}
+		passing = passing && p.Decision.Outcome == Done
 	}
 	return plan, nil
 }

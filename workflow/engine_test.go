@@ -206,3 +206,127 @@ func TestAdvanceLetsTheStepExtendItsToken(t *testing.T) {
 		t.Errorf("saved %v, acted under %v, acts %d; want %v twice and 2 acts", saved, acted, cp.Acts, want)
 	}
 }
+
+// jumpy is a workflow a, b, c whose step c jumps to the step named in the world's jump map
+// while its goal changed (w.wait["moved"]), and acts otherwise like the toy steps.
+func jumpy(t *testing.T) *Workflow[*world] {
+	t.Helper()
+	steps := toySteps("a", "b", "c")
+	observe := steps[2].Observe
+	steps[2].Observe = func(w *world, token string) Decision {
+		if w.wait["moved"] {
+			return JumpTo("a", "GoalMoved", "the goal moved: start again at a")
+		}
+		return observe(w, token)
+	}
+	w, err := New(steps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// A jump saves the checkpoint at its target, with no token and the jump on it, runs no act and
+// ends the call; a restarted engine resumes at the target from what was saved.
+func TestAdvanceJumpIsSavedAndResumable(t *testing.T) {
+	w := jumpy(t)
+	state := &world{need: map[string]int{"a": 1, "c": 1}, acted: map[string]int{"a": 1}, wait: map[string]bool{"moved": true}}
+	var saved []Checkpoint
+	save := func(_ context.Context, cp Checkpoint) error { saved = append(saved, cp); return nil }
+	res, err := w.Advance(context.Background(), Checkpoint{Step: "c", Token: "t0", Acts: 2}, state, save, func() string { return "t1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := JumpRecord{From: "c", To: "a", Reason: "GoalMoved", Message: "the goal moved: start again at a"}
+	if res.Jumped == nil || *res.Jumped != want || res.Acted || len(res.Passed) != 0 {
+		t.Fatalf("jumped %v acted %v passed %v; want the jump %v alone", res.Jumped, res.Acted, res.Passed, want)
+	}
+	if res.Checkpoint.Step != "a" || res.Checkpoint.Token != "" || res.Checkpoint.Acts != 0 || res.Phase != "phase-a" || res.Decision.Outcome != Jump {
+		t.Errorf("result at %+v phase %q decision %v; want a fresh checkpoint at a, phase-a", res.Checkpoint, res.Phase, res.Decision)
+	}
+	if len(saved) != 1 || saved[0].Step != "a" || saved[0].Token != "" || saved[0].Jump == nil || *saved[0].Jump != want {
+		t.Fatalf("saved %+v; want one checkpoint at a carrying the jump", saved)
+	}
+	if state.acted["a"] != 1 || state.acted["c"] != 0 {
+		t.Errorf("acts %v: a jump runs no act", state.acted)
+	}
+
+	// The operator restarts from what was saved (the store keeps the position, not the jump):
+	// it resumes at a, which is done, and goes on to c, which now acts.
+	state.wait["moved"] = false
+	resumed := Checkpoint{Step: saved[0].Step, Token: saved[0].Token, Acts: saved[0].Acts}
+	res, err = w.Advance(context.Background(), resumed, state, save, func() string { return "t1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Jumped != nil || !res.Acted || res.Checkpoint.Step != "c" || !reflect.DeepEqual(res.Passed, []string{"a", "b"}) {
+		t.Errorf("after the jump: jumped %v acted %v at %s passed %v; want a and b passed and c acting", res.Jumped, res.Acted, res.Checkpoint.Step, res.Passed)
+	}
+	if last := saved[len(saved)-1]; last.Jump != nil || last.Token != "t1" {
+		t.Errorf("the act's checkpoint %+v carries a jump or lost its token", last)
+	}
+}
+
+// A jump is reached like a wait: after the steps that are done, in the same call.
+func TestAdvanceJumpsAfterPassingDoneSteps(t *testing.T) {
+	w := jumpy(t)
+	state := &world{acted: map[string]int{}, wait: map[string]bool{"moved": true}}
+	res, err := w.Advance(context.Background(), Checkpoint{Step: "b"}, state, func(context.Context, Checkpoint) error { return nil }, func() string { return "t" })
+	if err != nil || res.Jumped == nil || res.Jumped.From != "c" || res.Checkpoint.Step != "a" || !reflect.DeepEqual(res.Passed, []string{"b"}) {
+		t.Fatalf("err %v jumped %v at %s passed %v; want b passed and c jumping to a", err, res.Jumped, res.Checkpoint.Step, res.Passed)
+	}
+}
+
+// A jump whose checkpoint cannot be saved does not move the workflow; a jump to a step the
+// workflow does not have is an error, and saves nothing.
+func TestAdvanceJumpFailures(t *testing.T) {
+	w := jumpy(t)
+	state := &world{acted: map[string]int{}, wait: map[string]bool{"moved": true}}
+	res, err := w.Advance(context.Background(), Checkpoint{Step: "c", Token: "t0"}, state,
+		func(context.Context, Checkpoint) error { return errors.New("conflict") }, func() string { return "t" })
+	if err == nil || res.Jumped != nil || res.Checkpoint.Step != "c" || res.Checkpoint.Token != "t0" {
+		t.Errorf("err %v, jumped %v, at %+v; want an error and the checkpoint where it was", err, res.Jumped, res.Checkpoint)
+	}
+
+	steps := toySteps("a", "b")
+	steps[1].Observe = func(*world, string) Decision { return JumpTo("nowhere", "Lost", "") }
+	lost, _ := New(steps...)
+	saves := 0
+	_, err = lost.Advance(context.Background(), Checkpoint{Step: "b"}, state, func(context.Context, Checkpoint) error { saves++; return nil }, func() string { return "t" })
+	if !errors.Is(err, ErrUnknownStep) || saves != 0 {
+		t.Errorf("err %v after %d saves; want ErrUnknownStep and nothing saved", err, saves)
+	}
+	if _, err := lost.Plan(Checkpoint{Step: "b"}, state); !errors.Is(err, ErrUnknownStep) {
+		t.Errorf("plan: err %v, want ErrUnknownStep", err)
+	}
+}
+
+// A plan shows the jump where Advance would take it, and ends there; the steps after it are
+// planned from the jump's target.
+func TestPlanShowsTheJump(t *testing.T) {
+	w := jumpy(t)
+	state := &world{need: map[string]int{"c": 1}, acted: map[string]int{}, wait: map[string]bool{"moved": true}}
+	plan, err := w.Plan(Checkpoint{Step: "b"}, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 2 || plan[0].Decision.Outcome != Done || plan[1].Name != "c" || plan[1].Decision.Outcome != Jump ||
+		plan[1].Decision.To != "a" || plan[1].Decision.Reason != "GoalMoved" || len(plan[1].Changes) != 0 {
+		t.Fatalf("plan %+v; want b done, then c jumping to a, and nothing after", plan)
+	}
+	rest, err := w.Plan(Checkpoint{Step: plan[1].Decision.To}, state)
+	if err != nil || len(rest) != 3 || rest[0].Name != "a" || !rest[0].Current {
+		t.Fatalf("plan from the target: %+v, %v", rest, err)
+	}
+
+	// A step observed after the first one that is not done is planned, not followed: only the
+	// step the workflow reaches can jump.
+	state.wait["b"] = true
+	plan, err = w.Plan(Checkpoint{Step: "b"}, state)
+	if err != nil || len(plan) != 2 || plan[0].Decision.Outcome != Wait || plan[1].Decision.Outcome != Jump {
+		t.Fatalf("plan %+v, %v; want b waiting and c's jump shown as observed", plan, err)
+	}
+	if len(state.acted) != 0 {
+		t.Fatalf("plan acted: %v", state.acted)
+	}
+}

@@ -15,6 +15,10 @@ const (
 	Wait
 	// Act: the step must act to make progress.
 	Act
+	// Jump: the workflow must start again at another step (Decision.To), or at this step with
+	// a fresh token: what the checkpoint says no longer holds (the goal changed under it). The
+	// engine saves the checkpoint at that step, as it does before an act, and stops there.
+	Jump
 )
 
 func (o Outcome) String() string {
@@ -25,6 +29,8 @@ func (o Outcome) String() string {
 		return "Wait"
 	case Act:
 		return "Act"
+	case Jump:
+		return "Jump"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -35,12 +41,25 @@ type Decision struct {
 	Outcome Outcome
 	Reason  string
 	Message string
+	// To is the step a Jump starts again at; empty for the other outcomes.
+	To string
 }
 
 // Decision constructors, so steps read as sentences: return workflow.Waiting("...", "...").
-func Completed(reason, message string) Decision { return Decision{Done, reason, message} }
-func Waiting(reason, message string) Decision   { return Decision{Wait, reason, message} }
-func ActNeeded(reason, message string) Decision { return Decision{Act, reason, message} }
+func Completed(reason, message string) Decision {
+	return Decision{Outcome: Done, Reason: reason, Message: message}
+}
+func Waiting(reason, message string) Decision {
+	return Decision{Outcome: Wait, Reason: reason, Message: message}
+}
+func ActNeeded(reason, message string) Decision {
+	return Decision{Outcome: Act, Reason: reason, Message: message}
+}
+
+// JumpTo decides that the workflow starts again at the named step (see Jump).
+func JumpTo(step, reason, message string) Decision {
+	return Decision{Outcome: Jump, Reason: reason, Message: message, To: step}
+}
 
 // Step is one idempotent, resumable unit of a workflow over states of type S.
 type Step[S any] struct {
@@ -52,8 +71,8 @@ type Step[S any] struct {
 	// Doc is one sentence for plans and help: what the step makes true.
 	Doc string
 	// Observe decides from the state alone — no I/O, no side effects — whether the step is
-	// done, must wait or must act. It is called by the operator and by dry runs alike. token is
-	// the idempotency token of the step's act in this pass ("" when it has not acted yet), so a
+	// done, must wait or must act, or whether the workflow must jump to another step. It is
+	// called by the operator and by dry runs alike. token is the idempotency token of the step's act in this pass ("" when it has not acted yet), so a
 	// step can tell its own effect (stamped with the token) from an older one.
 	Observe func(s S, token string) Decision
 	// Act makes progress. It must be idempotent for a given token: the engine saves the token

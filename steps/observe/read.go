@@ -50,8 +50,11 @@ func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotation
 	}
 	if status != nil {
 		s.Retiring = steps.RetiringTo(status.Checkpoint)
-		if cp := status.Checkpoint; cp != nil && cp.StartTime != nil {
-			s.RotationStart = cp.StartTime.Time
+		if cp := status.Checkpoint; cp != nil {
+			s.Rotation = cp.Rotation
+			if cp.StartTime != nil {
+				s.RotationStart = cp.StartTime.Time
+			}
 		}
 	}
 	for _, name := range cfg.ControlPlane() {

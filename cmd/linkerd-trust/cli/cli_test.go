@@ -52,6 +52,7 @@ func TestGolden(t *testing.T) {
 		"plan-assume-yaml":       {args: []string{"plan", "--assume-anchor-renewed", "-o", "yaml"}},
 		"plan-automated-text":    {setup: automated, args: []string{"plan"}},
 		"plan-early-issuer-text": {setup: issuerRenewedEarly, args: []string{"plan"}},
+		"plan-superseded-text":   {setup: superseded, args: []string{"plan"}},
 		"plan-no-rotation-text":  {setup: func(f *fixture) { delete(f.rotations, "cluster") }, args: []string{"plan"}},
 		"extension-metadata":     {args: []string{"_extension-metadata"}},
 		"inspect-watch-plain":    {args: []string{"inspect", "--watch"}},

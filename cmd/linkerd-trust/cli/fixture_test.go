@@ -455,6 +455,14 @@ func issuerRenewedEarly(f *fixture) {
 	tar.Status.Checkpoint.Step = steps.StepRestartIdentity
 }
 
+// superseded is midRotation with the trust anchor renewed again (to anchor-soon) before the
+// rotation to anchor-new finished: the workflow jumps back to expand-trust-bundle, keeping
+// anchor-new in flight.
+func superseded(f *fixture) {
+	f.midRotation()
+	f.issue("cert-manager", "linkerd-trust-anchor", certPEM(f.t, "anchor-soon"))
+}
+
 // linkedMidRotation is midRotation in a cluster linked to two others, parked at the first remote
 // gate: east has converged, north's pods are behind.
 func linkedMidRotation(f *fixture) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,6 +168,9 @@ type planStep struct {
 	Changes []string `json:"changes,omitempty"`
 	// Writes are the exact writes of the next step's act, as recorded.
 	Writes []apply.Write `json:"writes,omitempty"`
+	// JumpTo is the step the workflow starts again at when this one jumps; the steps listed
+	// after it start from there.
+	JumpTo string `json:"jumpTo,omitempty"`
 	// Manual is the user's part in a step the operator only waits on.
 	Manual string `json:"manual,omitempty"`
 	// Automated is what the operator does instead when the TrustAnchorRotation's spec
@@ -289,18 +293,50 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	if err != nil {
 		return nil, err
 	}
+	// Each planned step with its place in the rotation: from the checkpoint on and, when the
+	// workflow jumps (a plan ends at a jump), again from where it lands.
+	type placed struct {
+		at int
+		ps workflow.PlannedStep
+	}
+	first := 0
+	for i, st := range rotation {
+		if st.Name == planned[0].Name {
+			first = i
+		}
+	}
+	order := make([]placed, 0, len(planned))
+	for j, ps := range planned {
+		order = append(order, placed{first + j, ps})
+	}
+	// The step the workflow stops at is the first that is not done; only there does a jump
+	// count (later steps are observed ahead, below).
+	stop := slices.IndexFunc(planned, func(ps workflow.PlannedStep) bool { return ps.Decision.Outcome != workflow.Done })
+	if stop >= 0 && planned[stop].Decision.Outcome == workflow.Jump {
+		jump := planned[stop]
+		rest, err := planJump(wf, &tar.Status, s, reading, jump)
+		if err != nil {
+			return nil, err
+		}
+		for i, st := range rotation {
+			if st.Name == jump.Decision.To {
+				for j, ps := range rest {
+					order = append(order, placed{i + j, ps})
+				}
+			}
+		}
+	}
 	if assumeRenewed {
 		p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s (assumed done)", cfg.CertManagerNamespace, cfg.AnchorSecret))
 	}
-	first := len(rotation) - len(planned)
 	for i, st := range rotation[:first] {
 		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepDone})
 	}
 	next := false
-	for j, ps := range planned {
-		st := rotation[first+j]
+	for _, o := range order {
+		st, ps := rotation[o.at], o.ps
 		v := planStep{
-			Index: first + j + 1, Name: ps.Name, Phase: ps.Phase, Doc: ps.Doc, Status: stepPending,
+			Index: o.at + 1, Name: ps.Name, Phase: ps.Phase, Doc: ps.Doc, Status: stepPending,
 			Outcome: ps.Decision.Outcome.String(), Reason: ps.Decision.Reason, Message: ps.Decision.Message,
 		}
 		switch {
@@ -315,10 +351,13 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			ps.Decision = st.ObserveAhead(s)
 			v.Outcome, v.Reason, v.Message = ps.Decision.Outcome.String(), ps.Decision.Reason, ps.Decision.Message
 		}
+		if v.Status == stepNext {
+			v.JumpTo = ps.Decision.To
+		}
 		if v.Status != stepDone && ps.Decision.Outcome == workflow.Act {
 			v.Changes = ps.Changes
 		}
-		if st.Manual != nil {
+		if st.Manual != nil && v.JumpTo == "" { // a step that jumps waits on nobody
 			v.Manual = st.Manual(s)
 			if st.Automated != nil {
 				v.Automated = st.Automated(tar.Spec)
@@ -348,7 +387,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 				}
 				v.Writes = recorder.Writes()[before:]
 			}
-			if st.WaitsOnTrustBundle && !s.TrustBundle.Done() {
+			if st.WaitsOnTrustBundle && v.JumpTo == "" && !s.TrustBundle.Done() {
 				v.PodsToRestart = s.TrustBundle.Behind
 				v.MoreWorkloadsToRestart = max(s.TrustBundle.BehindWorkloads-len(s.TrustBundle.Behind), 0)
 			}
@@ -359,6 +398,21 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		p.Notes = append(p.Notes, "every step is done: the operator is idle until the trust anchor is renewed")
 	}
 	return p, nil
+}
+
+// planJump plans the steps from where a jump lands, over the state as the checkpoint the
+// operator saves for the jump leaves it (steps.SaveCheckpoint: a superseded rotation's in-flight
+// anchor, which the bundle then keeps).
+func planJump(wf *workflow.Workflow[*steps.State], status *v1alpha1.TrustAnchorRotationStatus, s *steps.State, reading *observe.Reading, jump workflow.PlannedStep) ([]workflow.PlannedStep, error) {
+	d := jump.Decision
+	next := workflow.Checkpoint{Step: d.To, Jump: &workflow.JumpRecord{From: jump.Name, To: d.To, Reason: d.Reason, Message: d.Message}}
+	saved := status.DeepCopy()
+	steps.SaveCheckpoint(saved, next, s, s.Now)
+	if err := s.FromStatus(saved); err != nil {
+		return nil, err
+	}
+	reading.Recount()
+	return wf.Plan(workflow.Checkpoint{Step: d.To}, s)
 }
 
 func viewCert(s steps.Source) certView {
@@ -446,6 +500,9 @@ func renderPlanText(w io.Writer, p *plan) error {
 			line += " " + st.Message
 		}
 		fmt.Fprintf(w, "      %s\n", line)
+		if st.JumpTo != "" {
+			fmt.Fprintf(w, "      jump: the rotation starts again at %s; the steps below go on from there\n", st.JumpTo)
+		}
 		for _, ch := range st.Changes {
 			fmt.Fprintf(w, "      would %s\n", ch)
 		}

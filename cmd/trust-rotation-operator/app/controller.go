@@ -6,7 +6,6 @@ package app
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -375,19 +374,14 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	}
 	now := time.Now()
 	cp := steps.WorkflowCheckpoint(tar.Status.Checkpoint)
-	inFlight, err := steps.ParseInFlight(tar.Status.InFlightAnchors)
+	s, err := c.snapshot(now, cp.Step, &tar.Status)
 	if err != nil {
 		return time.Time{}, err
 	}
-	var rotationStart time.Time
-	if st := tar.Status.Checkpoint; st != nil && st.StartTime != nil {
-		rotationStart = st.StartTime.Time
-	}
-	s := c.snapshot(now, cp.Step, steps.RetiringTo(tar.Status.Checkpoint), inFlight, rotationStart)
 	c.remotes.sync(tar.Spec.RemoteClusters)
 	s.Remotes, s.RemoteStaleAfter = c.remotes.snapshot(), c.opts.RemoteStaleAfter
 	c.auto.fill(ctx, s, tar, cp.Step, c.index)
-	if done, err := c.repair(ctx, tar, s, now); done || err != nil {
+	if done, err := c.repair(ctx, tar, s); done || err != nil {
 		return time.Time{}, err // a repair's write comes back as a change
 	}
 	drifted, err := c.repairBundle(ctx, tar, s, &cp)
@@ -398,13 +392,19 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	base := tar
 	save := func(ctx context.Context, next workflow.Checkpoint) error {
 		obj := base.DeepCopy()
-		obj.Status.Checkpoint = steps.SavedCheckpoint(tar.Status.Checkpoint, next, s, now)
+		obj.Status.Checkpoint = tar.Status.Checkpoint.DeepCopy()
+		steps.SaveCheckpoint(&obj.Status, next, s, now)
 		out, err := c.write(ctx, obj)
-		if err == nil {
-			base = out
+		if err != nil {
+			return err
+		}
+		base = out
+		if j := next.Jump; j != nil {
+			c.crash.point("jump", j.From, 0)
+		} else {
 			c.crash.point("save", next.Step, next.Acts)
 		}
-		return err
+		return nil
 	}
 	res, advErr := c.wf.Advance(ctx, cp, s, save, func() string { return steps.NewActStamp(now) })
 
@@ -416,6 +416,12 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 			c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonRemoteClustersConverged, "step %s: %s", name, d.Message)
 			log.Info("Remote gate passed", "step", name, "message", d.Message)
 		}
+	}
+	if j := res.Jumped; j != nil {
+		// A jump is a move of the checkpoint the steps did not plan for: a Warning, with the
+		// jump's own reason (RotationSuperseded), as every checkpoint the engine saved.
+		c.recorder.Eventf(tar, corev1.EventTypeWarning, j.Reason, "%s", j.Message)
+		log.Info("Workflow jumped", "from", j.From, "to", j.To, "reason", j.Reason, "message", j.Message)
 	}
 	if res.Acted {
 		c.crash.point("acted", res.Checkpoint.Step, res.Checkpoint.Acts)
@@ -478,19 +484,20 @@ func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
 	return p
 }
 
-// snapshot builds the steps' State from the informer caches.
-func (c *Controller) snapshot(now time.Time, step, retiring string, inFlight []*x509.Certificate, rotationStart time.Time) *steps.State {
+// snapshot builds the steps' State from the informer caches and the TrustAnchorRotation's
+// status, at the checkpoint's step.
+func (c *Controller) snapshot(now time.Time, step string, status *v1alpha1.TrustAnchorRotationStatus) (*steps.State, error) {
 	cfg := c.opts.Config
 	s := &steps.State{
-		Config:        cfg,
-		Now:           now,
-		InFlight:      inFlight,
-		Retiring:      retiring,
-		RotationStart: rotationStart,
-		Anchor:        observe.SourceFromSecret(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
-		Previous:      observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
-		Issuer:        observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),
-		ControlPlane:  map[string]steps.Deployment{},
+		Config:       cfg,
+		Now:          now,
+		Anchor:       observe.SourceFromSecret(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
+		Previous:     observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
+		Issuer:       observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),
+		ControlPlane: map[string]steps.Deployment{},
+	}
+	if err := s.FromStatus(status); err != nil {
+		return nil, err
 	}
 	if obj, ok, _ := c.bundle.GetStore().GetByKey(cfg.LinkerdNamespace + "/" + cfg.TrustRootsConfigMap); ok {
 		s.Bundle = observe.BundleFromConfigMap(obj.(*corev1.ConfigMap))
@@ -509,7 +516,7 @@ func (c *Controller) snapshot(now time.Time, step, retiring string, inFlight []*
 	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(s, step))
 	s.Certificates = c.certs.Certificates()
 	s.LoadLiveChainsOnDemand(c.certs.LiveChains)
-	return s
+	return s, nil
 }
 
 func getSecret(inf cache.SharedIndexInformer, ns, name string) *corev1.Secret {

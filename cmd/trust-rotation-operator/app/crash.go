@@ -20,7 +20,9 @@ import (
 // included: the middle of an act that writes more than once) or "acted" (right after the act
 // returned, before the status is projected). "<point>:<step>@<n>" names the n-th act of the
 // step under one token (the checkpoint's acts), for a step that acts more than once, such as
-// restart-identity scaling identity down and back up. The operator's main reads it at start-up
+// restart-identity scaling identity down and back up. "jump:<step>" names the moment right after
+// the checkpoint of a jump decided at that step was saved (a rotation superseded by a newer
+// anchor), before its Event and the status projection. The operator's main reads it at start-up
 // into Options.CrashAt; when unset the hooks do nothing.
 const CrashEnv = "TRUST_ROTATION_TEST_CRASH_AT"
 

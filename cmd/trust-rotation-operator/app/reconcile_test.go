@@ -432,35 +432,86 @@ func TestRepairRecreatesThePreviousAnchor(t *testing.T) {
 	}
 }
 
-// The anchor renewed again mid-rotation: the rotation starts over at expand-trust-bundle towards
-// the newest anchor, keeping the in-flight one, and writes nothing else.
-func TestRepairSupersedesTheRotation(t *testing.T) {
+// supersededBed is a mesh whose rotation to anchor B, at propagate-trust-roots, was superseded
+// by anchor C: the bundle holds B (in flight) and A (previous).
+func supersededBed(t *testing.T, opts Options) (*bed, meshPKI) {
 	p := newPKI(t)
-	b := newBed(t, Options{})
+	b := newBed(t, opts)
 	b.mesh(p.c, p.a, p.issuerA, p.b, p.a)
 	b.rotation(cpAt(steps.StepPropagateTrustRoots, p.b, ""))
+	return b, p
+}
+
+// checkJumpSaved checks the first status write: the jump's checkpoint at expand-trust-bundle
+// towards anchor C, with anchor B kept in flight.
+func checkJumpSaved(t *testing.T, b *bed, p meshPKI) {
+	t.Helper()
+	if len(b.tars.writes) == 0 {
+		t.Fatal("no status write")
+	}
+	st := b.tars.writes[0].Status
+	if cp := st.Checkpoint; cp == nil || cp.Step != steps.StepExpandTrustBundle || cp.Token != "" || cp.Rotation != steps.Fingerprint(p.c.cert) {
+		t.Errorf("checkpoint saved %+v, want %s towards anchor C, no token", cp, steps.StepExpandTrustBundle)
+	}
+	if inFlight, err := steps.ParseInFlight(st.InFlightAnchors); err != nil || len(inFlight) != 1 || !inFlight[0].Equal(p.b.cert) {
+		t.Errorf("in-flight anchors saved with the jump %v (%v), want anchor B", inFlight, err)
+	}
+}
+
+// The anchor renewed again mid-rotation: the workflow jumps to expand-trust-bundle towards the
+// newest anchor, saving the in-flight one with the jump's checkpoint, with a RotationSuperseded
+// Event, and writes nothing else (the drifted-looking bundle is not rewritten); the next
+// reconcile expands the bundle keeping it.
+func TestReconcileJumpsWhenSuperseded(t *testing.T) {
+	b, p := supersededBed(t, Options{})
 	b.reconcile()
 	if w := b.writes(); len(w) != 0 {
 		t.Errorf("wrote %v to the cluster, want the status alone", w)
 	}
-	if len(b.tars.writes) != 1 {
-		t.Fatalf("%d status writes, want 1", len(b.tars.writes))
+	checkJumpSaved(t, b, p)
+	if n := len(b.tars.writes); n > 2 {
+		t.Errorf("%d status writes, want the jump's and at most the projection", n)
 	}
-	st := b.tars.writes[0].Status
-	if cp := st.Checkpoint; cp == nil || cp.Step != steps.StepExpandTrustBundle || cp.Rotation != steps.Fingerprint(p.c.cert) {
-		t.Errorf("checkpoint %+v, want %s towards anchor C", cp, steps.StepExpandTrustBundle)
+	events := b.drainEvents()
+	if !hasEvent(events, "Warning "+ReasonRotationSuperseded+" trust anchor renewed again") || hasEvent(events, "Normal "+ReasonStepActed) {
+		t.Errorf("events %v, want RotationSuperseded and no act", events)
 	}
-	if inFlight, err := steps.ParseInFlight(st.InFlightAnchors); err != nil || len(inFlight) != 1 || !inFlight[0].Equal(p.b.cert) {
-		t.Errorf("in-flight anchors %v (%v), want anchor B", inFlight, err)
-	}
-	if events := b.drainEvents(); !hasEvent(events, "Warning "+ReasonRotationSuperseded) {
-		t.Errorf("events %v, want RotationSuperseded", events)
+
+	b.store(b.c.rotation, b.tars.get(steps.DefaultRotationName))
+	b.reconcile()
+	if got, want := b.trustRoots(), bundleOf(p.c, p.b, p.a); got != want {
+		t.Errorf("trust bundle after the jump %q, want [C, B, A]", got)
 	}
 }
 
-// Superseded while restart-identity holds identity at 0: identity is scaled back once its pods
-// are gone, before the rotation starts over.
-func TestRepairScalesIdentityBackBeforeSuperseding(t *testing.T) {
+// Killed right after the jump's checkpoint is saved (crash point jump:<step>): the restarted
+// operator finds the in-flight anchor in the status and expands the bundle keeping it.
+func TestReconcileCrashAfterJump(t *testing.T) {
+	b, p := supersededBed(t, Options{CrashAt: "jump:" + steps.StepPropagateTrustRoots, Crash: func() { panic(crashed{}) }})
+	func() {
+		defer func() {
+			if r := recover(); r != (crashed{}) {
+				t.Fatalf("reconcile ended with %v, want the crash", r)
+			}
+		}()
+		_, _ = b.c.reconcile(context.Background())
+	}()
+	if len(b.tars.writes) != 1 || len(b.writes()) != 0 {
+		t.Fatalf("%d status writes and %v at the crash, want the jump's checkpoint alone", len(b.tars.writes), b.writes())
+	}
+	checkJumpSaved(t, b, p)
+	b.c.crash.at = ""
+	b.store(b.c.rotation, b.tars.get(steps.DefaultRotationName))
+	b.reconcile()
+	if got, want := b.trustRoots(), bundleOf(p.c, p.b, p.a); got != want {
+		t.Errorf("trust bundle after the restart %q, want [C, B, A]", got)
+	}
+}
+
+// Superseded while restart-identity holds identity at 0: identity is scaled back, once its pods
+// are gone, by restart-identity's own act under its checkpoint (act 2, the token recording the
+// scale-up), and the rotation jumps after.
+func TestReconcileScalesIdentityBackBeforeSuperseding(t *testing.T) {
 	p := newPKI(t)
 	b := newBed(t, Options{})
 	token := steps.NewActStamp(time.Now().Add(-time.Minute)) + " scale 3"
@@ -481,11 +532,18 @@ func TestRepairScalesIdentityBackBeforeSuperseding(t *testing.T) {
 	b.c.index.Upsert(pod)
 
 	b.reconcile()
-	if w := b.writes(); len(w) != 0 || len(b.tars.writes) != 0 {
-		t.Errorf("wrote %v and %d statuses while an identity pod is left, want nothing", w, len(b.tars.writes))
+	if w := b.writes(); len(w) != 0 {
+		t.Errorf("wrote %v while an identity pod is left, want nothing", w)
+	}
+	for _, w := range b.tars.writes {
+		if cp := w.Status.Checkpoint; cp.Step != steps.StepRestartIdentity || cp.Token != token {
+			t.Errorf("checkpoint %+v while an identity pod is left, want restart-identity's under %q", cp, token)
+		}
 	}
 
 	b.c.index.Delete(pod.Key())
+	b.store(b.c.rotation, b.tars.get(steps.DefaultRotationName))
+	before := len(b.tars.writes)
 	b.reconcile()
 	var scaled []string
 	for _, a := range b.kube.Actions() {
@@ -496,8 +554,27 @@ func TestRepairScalesIdentityBackBeforeSuperseding(t *testing.T) {
 	if len(scaled) != 1 || !strings.Contains(scaled[0], `"replicas":3`) {
 		t.Errorf("scale patches %v, want identity back to 3", scaled)
 	}
-	if len(b.tars.writes) != 0 {
-		t.Errorf("%d status writes, want none until identity is back", len(b.tars.writes))
+	if len(b.tars.writes) == before {
+		t.Fatal("no checkpoint saved before scaling identity back")
+	}
+	if cp := b.tars.writes[before].Status.Checkpoint; cp.Step != steps.StepRestartIdentity || cp.Token != token+" up" || cp.Acts != 2 {
+		t.Errorf("checkpoint saved before the scale-up %+v, want restart-identity's act 2 under %q", cp, token+" up")
+	}
+	if events := b.drainEvents(); !hasEvent(events, "Normal "+ReasonStepActed+" step "+steps.StepRestartIdentity) || hasEvent(events, "Warning "+ReasonRotationSuperseded) {
+		t.Errorf("events %v, want restart-identity's act and no jump yet", events)
+	}
+
+	// Identity is back: the rotation jumps.
+	identity.Spec.Replicas = ptr.To[int32](3)
+	b.store(b.c.deployments, identity)
+	b.store(b.c.rotation, b.tars.get(steps.DefaultRotationName))
+	before = len(b.tars.writes)
+	b.reconcile()
+	if len(b.tars.writes) == before {
+		t.Fatal("no status write once identity is back")
+	}
+	if cp := b.tars.writes[before].Status.Checkpoint; cp.Step != steps.StepExpandTrustBundle || cp.Rotation != steps.Fingerprint(p.c.cert) {
+		t.Errorf("checkpoint %+v once identity is back, want the jump to %s", cp, steps.StepExpandTrustBundle)
 	}
 }
 

@@ -12,61 +12,45 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// Event reasons of the repairs made before the workflow advances.
+// Event reasons of the repairs made before the workflow advances, and of the jump a trust
+// anchor renewed again mid-rotation makes (the workflow's, see steps.ReasonRotationSuperseded).
 const (
 	ReasonPreviousAnchorRecreated = "PreviousAnchorRecreated"
-	ReasonRotationSuperseded      = "RotationSuperseded"
+	ReasonRotationSuperseded      = steps.ReasonRotationSuperseded
 	ReasonTrustBundleDrifted      = "TrustBundleDrifted"
 )
 
-// repair fixes, before the workflow advances, what must not wait for the workflow to reach a
-// particular step, and reports whether it wrote something (the caller then re-observes):
-//   - linkerd-previous-anchor deleted mid-rotation: recreated from the trust bundle at once,
-//     so that no step renders a bundle without the previous anchor;
-//   - the anchor renewed again mid-rotation: the in-flight anchor is recorded in the status
-//     and the rotation restarts (steps.Supersede), before any step writes a bundle without it;
-//     identity scaled to 0 by restart-identity is scaled back first.
-func (c *Controller) repair(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State, now time.Time) (bool, error) {
-	log := klog.FromContext(ctx)
+// repair recreates linkerd-previous-anchor when it was deleted mid-rotation, from the trust
+// bundle, before the workflow advances, so that no step renders a bundle without the previous
+// anchor; it reports whether it wrote (the caller then re-observes).
+//
+// It writes outside the workflow, under no checkpoint, and that is on purpose. It restores one
+// of the steps' inputs, not the rotation's progress: the certificate is chosen from the trust
+// bundle alone (steps.RecreatePrevious), so the write is idempotent and a crash at any point
+// loses nothing — the bundle still holds it, and the next operator writes the same — and it
+// destroys nothing a step would have to avoid repeating. Nor does it move the workflow: the
+// checkpoint's step observes the recreated Secret and goes on. Under a checkpoint it would have
+// to be an act of the step at the checkpoint, whose token it would replace, and that token is
+// what keeps the step's own destructive acts from repeating (a control-plane restart's
+// restartedAt, restart-identity's replicas to scale back to). The rotation superseded by a
+// newer anchor, which moves the workflow and once was handled here, is the workflow's jump
+// (steps.ReasonRotationSuperseded).
+func (c *Controller) repair(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State) (bool, error) {
 	step := ""
 	if tar.Status.Checkpoint != nil {
 		step = tar.Status.Checkpoint.Step
 	}
-	if prev, ok := steps.RecreatePrevious(s, step); ok {
-		if err := c.writer.WritePreviousAnchor(ctx, prev); err != nil {
-			return false, err
-		}
-		c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonPreviousAnchorRecreated,
-			"Secret %s was missing: recreated with anchor %s from ConfigMap %s/%s", s.Previous.Ref(), steps.Fingerprint(prev),
-			s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap)
-		log.Info("Recreated the previous-anchor Secret from the trust bundle", "secret", s.Previous.Ref(), "anchor", steps.Fingerprint(prev))
-		return true, nil
-	}
-	obj := tar.DeepCopy()
-	msg, ok := steps.Supersede(&obj.Status, s, now)
+	prev, ok := steps.RecreatePrevious(s, step)
 	if !ok {
 		return false, nil
 	}
-	if n, scaled := steps.IdentityScaleToRestore(s, step, tar.Status.Checkpoint.Token); scaled {
-		// restart-identity scaled identity to 0: the rotation starting over must not leave it
-		// there. It is scaled back once none of its pods is left (their deletions come back as
-		// changes), as the step would have, and the rotation is superseded after.
-		ns, name := s.Config.LinkerdNamespace, s.Config.IdentityDeployment
-		if d := s.ControlPlane[name]; len(d.Members) > 0 {
-			log.Info("Rotation superseded while identity is scaled to 0: waiting for its pods to go before scaling it back", "deployment", ns+"/"+name, "pods", len(d.Members))
-			return true, nil
-		}
-		if err := c.writer.ScaleDeployment(ctx, ns, name, n); err != nil {
-			return false, err
-		}
-		log.Info("Rotation superseded while identity is scaled to 0: scaled it back", "deployment", ns+"/"+name, "replicas", n)
-		return true, nil
-	}
-	if _, err := c.write(ctx, obj); err != nil {
+	if err := c.writer.WritePreviousAnchor(ctx, prev); err != nil {
 		return false, err
 	}
-	c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonRotationSuperseded, "%s", msg)
-	log.Info("Rotation superseded", "message", msg)
+	c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonPreviousAnchorRecreated,
+		"Secret %s was missing: recreated with anchor %s from ConfigMap %s/%s", s.Previous.Ref(), steps.Fingerprint(prev),
+		s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap)
+	klog.FromContext(ctx).Info("Recreated the previous-anchor Secret from the trust bundle", "secret", s.Previous.Ref(), "anchor", steps.Fingerprint(prev))
 	return true, nil
 }
 
