@@ -6,6 +6,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 // The conversion of the objects automatic restarts read (Deployments, StatefulSets, DaemonSets,
@@ -367,4 +369,56 @@ func (l *WorkloadList) Namespace(name string) *corev1.Namespace { return l.names
 
 func (l *WorkloadList) PodDisruptionBudgets(namespace string) []*policyv1.PodDisruptionBudget {
 	return l.pdbs[namespace]
+}
+
+// Fill builds s.Workloads as the operator's automation does from its caches: the workloads
+// carrying the refresh override; with all (a rotation under way), every workload of a meshed
+// pod, those whose live certificates are behind, and those carrying token (the step's act
+// restarted or evicted them); each described from its object.
+func (l *WorkloadList) Fill(s *steps.State, index *PodIndex, all bool, token string) {
+	s.Workloads = map[string]*steps.Workload{}
+	for key, obj := range l.workloads {
+		ann := map[string]string{}
+		if t := TemplateOf(obj); t != nil {
+			ann = t.Annotations
+		}
+		marked := token != "" && (ann[steps.RestartedAtAnnotation] == token || obj.(metav1.Object).GetAnnotations()[steps.EvictedForAnnotation] == token)
+		if ann[steps.RefreshOverrideAnnotation] != "" || all && marked {
+			WorkloadOf(s, key)
+		}
+	}
+	if all {
+		AddMeshedWorkloads(s, index)
+	}
+	for _, w := range s.Workloads {
+		DescribeWorkload(s, l, w, true)
+	}
+}
+
+// FromRotation adds to s what the TrustAnchorRotation says: its spec (the automations) and,
+// in phase RenewingWorkloadCerts, since when (the fallback restarts count from it).
+func FromRotation(s *steps.State, tar *v1alpha1.TrustAnchorRotation) {
+	s.Spec = tar.Spec
+	if tar.Status.Phase == v1alpha1.PhaseRenewingWorkloadCerts && tar.Status.LastPhaseTransitionTime != nil {
+		s.PhaseSince = tar.Status.LastPhaseTransitionTime.Time
+	}
+}
+
+// IssuerCertificateFrom is what automatic issuer renewal reads of the identity issuer's
+// Certificate namespace/name; crt nil: not found.
+func IssuerCertificateFrom(namespace, name string, crt *cmapi.Certificate) steps.IssuerCertificate {
+	ic := steps.IssuerCertificate{Namespace: namespace, Name: name}
+	if crt == nil {
+		return ic
+	}
+	ic.Found = true
+	if crt.Status.Revision != nil {
+		ic.Revision = *crt.Status.Revision
+	}
+	for _, c := range crt.Status.Conditions {
+		if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
+			ic.Issuing = true
+		}
+	}
+	return ic
 }

@@ -17,7 +17,9 @@ import (
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // TestGolden renders every command's every output format over fixed fixtures.
@@ -90,9 +92,25 @@ func TestWatchOnTerminal(t *testing.T) {
 // automated is midRotation with both of the user's parts automated.
 func automated(f *fixture) {
 	f.midRotation()
+	automate(f, v1alpha1.Evict)
+}
+
+// automate sets both automations of the spec, with the restart method, and adds the objects
+// automatic restarts read: the fixture's workloads (the Deployments of its emojivoto pods), their
+// namespace and a PodDisruptionBudget of web.
+func automate(f *fixture, method v1alpha1.RestartMethod) {
 	spec := &f.rotations["cluster"].Spec
-	spec.DataPlaneRestart.Policy, spec.DataPlaneRestart.Method = v1alpha1.Automatic, v1alpha1.Evict
+	spec.DataPlaneRestart.Policy, spec.DataPlaneRestart.Method = v1alpha1.Automatic, method
 	spec.IdentityIssuerRenewal = v1alpha1.Automatic
+	web := available(deployment("emojivoto", "web", nil))
+	web.Spec.Replicas = ptr.To[int32](2)
+	web.Status.Replicas, web.Status.UpdatedReplicas, web.Status.ReadyReplicas, web.Status.AvailableReplicas = 2, 2, 2, 2
+	web.Spec.Template.Labels = map[string]string{"app": "web"}
+	f.kube = append(f.kube, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "emojivoto"}}, web,
+		available(deployment("emojivoto", "voting", nil)),
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "emojivoto", Name: "web"},
+			Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+			Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1}})
 }
 
 // breakInstall removes the identity-issuer Certificate, sets rotationPolicy Never on the anchor,
@@ -438,5 +456,20 @@ func TestPlanShowsAnotherStep(t *testing.T) {
 	}
 	if !slices.Contains(p.ManualActions, fmt.Sprintf("run the extra check in linkerd (step %d, verify-extra)", i+1)) {
 		t.Errorf("manual actions %q lack the step's", p.ManualActions)
+	}
+}
+
+// TestPlanAutomaticRestartsForbidden: a user who may not list the workloads still gets a plan,
+// with a note saying the operator's restarts are not planned.
+func TestPlanAutomaticRestartsForbidden(t *testing.T) {
+	f := newFixture(t)
+	automated(f)
+	f.forbid = append(f.forbid, "poddisruptionbudgets")
+	out, errOut, code := f.run("plan")
+	if code != ExitOK {
+		t.Fatalf("exit code %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "Note: spec.dataPlaneRestart.policy is Automatic, but listing poddisruptionbudgets:") || !strings.Contains(out, "the operator's restarts are not planned below") {
+		t.Errorf("plan does not say it could not list the workloads:\n%s", out)
 	}
 }

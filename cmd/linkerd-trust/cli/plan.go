@@ -15,10 +15,12 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/apply"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -280,11 +282,11 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		}
 	}
 
-	if tar.Spec.DataPlaneRestart.Policy == v1alpha1.Automatic {
-		// Planning the operator's restarts would need every meshed workload, PodDisruptionBudget
-		// and namespace read and the budget applied, as the operator's automation does.
-		p.Notes = append(p.Notes, "spec.dataPlaneRestart.policy is Automatic: the operator restarts the workloads behind itself, within the spec's budget and maintenance windows; the decisions below are observed as if the restarts were yours")
+	notes, err := readAutomation(ctx, cl, cfg, tar, s, reading, cp.Token, at.Phase == string(v1alpha1.PhaseSynced) && !assumeRenewed)
+	if err != nil {
+		return nil, err
 	}
+	p.Notes = append(p.Notes, notes...)
 	planned, err := wf.Plan(cp, s)
 	if err != nil {
 		return nil, err
@@ -475,4 +477,44 @@ func renderPlanText(w io.Writer, p *plan) error {
 	}
 	_, err := fmt.Fprintf(w, "\nNothing was changed: this is a plan.\n")
 	return err
+}
+
+// readAutomation adds to the State what the automations of the TrustAnchorRotation's spec read,
+// as the operator's automation does: the spec itself, the identity issuer's Certificate
+// (spec.identityIssuerRenewal Automatic), and the workloads, their namespaces and
+// PodDisruptionBudgets (spec.dataPlaneRestart.policy Automatic), so the plan shows the restarts
+// the operator would make. What the user may not read is a note, not a failure: the steps then
+// wait for it, as the operator waits for its caches.
+func readAutomation(ctx context.Context, cl *Clients, cfg steps.Config, tar *v1alpha1.TrustAnchorRotation, s *steps.State, reading *observe.Reading, token string, idle bool) ([]string, error) {
+	var notes []string
+	observe.FromRotation(s, tar)
+	if tar.Spec.IdentityIssuerRenewal == v1alpha1.Automatic {
+		ns, name := cfg.LinkerdNamespace, cfg.IssuerCertificate
+		crt, err := cl.CertManager.CertmanagerV1().Certificates(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, crt)
+		case apierrors.IsNotFound(err):
+			s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, nil)
+		case apierrors.IsForbidden(err):
+			s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, nil)
+			s.IssuerCertificate.Err = err.Error()
+			notes = append(notes, fmt.Sprintf("cannot read Certificate %s/%s (%v): the automatic renewal of the identity issuer below waits for it", ns, name, err))
+		default:
+			return nil, fmt.Errorf("reading Certificate %s/%s: %w", ns, name, err)
+		}
+	}
+	if tar.Spec.DataPlaneRestart.Policy != v1alpha1.Automatic {
+		return notes, nil
+	}
+	list, err := observe.ListWorkloads(ctx, clientset.Kube(cl.Kube))
+	switch {
+	case apierrors.IsForbidden(err):
+		s.WorkloadsProblem = fmt.Sprintf("this user cannot list them: %v", err)
+		return append(notes, fmt.Sprintf("spec.dataPlaneRestart.policy is Automatic, but %v: the operator's restarts are not planned below (it lists Deployments, StatefulSets, DaemonSets, PodDisruptionBudgets and namespaces with its own RBAC)", err)), nil
+	case err != nil:
+		return nil, err
+	}
+	list.Fill(s, observe.IndexOf(reading.Pods), !idle, token)
+	return notes, nil
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -409,10 +408,7 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 
 // fill adds to the State what the automations the spec enables need.
 func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, step string, index *observe.PodIndex) {
-	s.Spec = tar.Spec
-	if tar.Status.Phase == v1alpha1.PhaseRenewingWorkloadCerts && tar.Status.LastPhaseTransitionTime != nil {
-		s.PhaseSince = tar.Status.LastPhaseTransitionTime.Time
-	}
+	observe.FromRotation(s, tar)
 	a.ensure(ctx, tar.Spec)
 	if tar.Spec.IdentityIssuerRenewal == v1alpha1.Automatic {
 		a.fillCertificate(s)
@@ -431,29 +427,18 @@ func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.Tru
 }
 
 func (a *automation) fillCertificate(s *steps.State) {
-	ic := &s.IssuerCertificate
-	ic.Namespace, ic.Name = a.cfg.LinkerdNamespace, a.cfg.IssuerCertificate
+	ns, name := a.cfg.LinkerdNamespace, a.cfg.IssuerCertificate
+	s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, nil)
 	if a.certificate == nil {
-		ic.Err = "no cert-manager client"
+		s.IssuerCertificate.Err = "no cert-manager client"
 		return
 	}
 	if ok, why := a.certificate.ready(); !ok {
-		ic.Err = why
+		s.IssuerCertificate.Err = why
 		return
 	}
-	obj := a.certificate.get(ic.Namespace, ic.Name)
-	if obj == nil {
-		return
-	}
-	crt := obj.(*cmapi.Certificate)
-	ic.Found = true
-	if crt.Status.Revision != nil {
-		ic.Revision = *crt.Status.Revision
-	}
-	for _, c := range crt.Status.Conditions {
-		if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
-			ic.Issuing = true
-		}
+	if obj := a.certificate.get(ns, name); obj != nil {
+		s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, obj.(*cmapi.Certificate))
 	}
 }
 
