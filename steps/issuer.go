@@ -18,7 +18,7 @@ func waitForIdentityIssuerStep(w Writer) Step {
 			Observe: observeIssuerRenewal, Act: actRenewIssuer(w), Describe: describeRenewIssuer, Token: issuerRenewalToken,
 		},
 		ReliesOnBundle: true, NeedsExpandedPods: true,
-		Manual: renewIssuer, Automated: issuerRenewalAutomated,
+		Manual: renewIssuer, Automated: issuerRenewalAutomated, Assumes: AssumeIssuerRenewed,
 	}
 }
 
