@@ -14,7 +14,7 @@ func refreshControlPlaneStep(w Writer) Step {
 	return Step{
 		Step: restartStep(w, StepRefreshControlPlane, v1alpha1.PhaseRefreshingControlPlane, destinationAndInjector,
 			"Restart linkerd-destination and linkerd-proxy-injector so the injector stamps the expanded bundle on new pods (identity is left alone: see restart-identity)."),
-		ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true, WritesMany: true,
+		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true, WritesMany: true,
 	}
 }
 
@@ -26,7 +26,7 @@ func restartIdentityOnNewIssuerStep(w Writer) Step {
 	return Step{
 		Step: restartStep(w, StepRestartIdentityOnNewIssuer, v1alpha1.PhaseWaitingForIdentityRotation, identityOnly,
 			"Restart linkerd-identity so that every identity replica signs with the new issuer, its own proxy included."),
-		ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, UrgentProbes: true,
+		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, UrgentProbes: true,
 	}
 }
 
@@ -35,7 +35,7 @@ func refreshControlPlaneCertsStep(w Writer) Step {
 	return Step{
 		Step: restartStep(w, StepRefreshControlPlaneCerts, v1alpha1.PhaseRenewingWorkloadCerts, destinationAndInjector,
 			"Restart linkerd-destination and linkerd-proxy-injector so their proxies hold certificates from the new issuer."),
-		ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, UrgentProbes: true, WritesMany: true,
+		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, UrgentProbes: true, WritesMany: true,
 	}
 }
 
@@ -44,7 +44,7 @@ func refreshControlPlaneReducedStep(w Writer) Step {
 	return Step{
 		Step: restartStep(w, StepRefreshControlPlaneReduced, v1alpha1.PhaseRefreshingControlPlane, wholeControlPlane,
 			"Restart the whole control plane onto the reduced bundle, identity first."),
-		ReliesOnBundle: true, ReloadsBundle: true, Retiring: true, WritesMany: true,
+		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, Retiring: true, WritesMany: true,
 	}
 }
 

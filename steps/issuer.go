@@ -18,7 +18,7 @@ func waitForIdentityIssuerStep(w Writer) Step {
 			Observe: observeIssuerRenewal, Act: actRenewIssuer(w), Describe: describeRenewIssuer, Token: issuerRenewalToken,
 		},
 		ReliesOnBundle: true, NeedsExpandedPods: true,
-		Manual: renewIssuer, Automated: issuerRenewalAutomated,
+		Manual: renewIssuer, Automated: issuerRenewalAutomated, Assumes: AssumeIssuerRenewed,
 	}
 }
 
@@ -49,9 +49,7 @@ func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
 			"identity issuer in Secret %s is signed by neither the new trust anchor %s nor the previous one %s; renew it from the ClusterIssuer backed by %s",
 			s.Issuer.Ref(), ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), s.Anchor.Ref()))
 	}
-	return workflow.Waiting(ReasonWaitingForIssuerRenewal, fmt.Sprintf(
-		"Waiting for the identity issuer to be renewed onto the new trust anchor: cmctl renew -n %s %s",
-		s.Issuer.Namespace, s.Issuer.Name))
+	return workflow.Waiting(ReasonWaitingForIssuerRenewal, "Waiting for the identity issuer to be renewed onto the new trust anchor: "+renewIssuer(s))
 }
 
 // IssuerCertificate is what automatic issuer renewal needs of the identity issuer's

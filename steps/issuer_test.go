@@ -1,6 +1,7 @@
 package steps
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/linkerd/trust-rotation/workflow"
@@ -44,5 +45,22 @@ func TestWaitForIdentityIssuerAutomatic(t *testing.T) {
 	s := rotatingState(p, bundlePods(2, 2), auto)
 	if tok := issuerRenewalToken(s, "T"); tok != "T revision 3" {
 		t.Fatalf("token %q", tok)
+	}
+}
+
+// TestIssuerRenewalNamesTheCertificate: the blocking message renews the issuer's cert-manager
+// Certificate in the Linkerd namespace, the command a plan gives, not the Secret it writes.
+func TestIssuerRenewalNamesTheCertificate(t *testing.T) {
+	p := newPKI(t)
+	s := rotatingState(p, bundlePods(2, 2))
+	s.Config.LinkerdNamespace, s.Config.IssuerCertificate = "mesh", "issuer-cert"
+	s.Issuer.Namespace, s.Issuer.Name = "mesh", "issuer-secret"
+	d := observeIssuerRenewal(s, "")
+	const want = "cmctl renew -n mesh issuer-cert"
+	if d.Reason != ReasonWaitingForIssuerRenewal || !strings.HasSuffix(d.Message, ": "+want) {
+		t.Fatalf("got %s: %q, want it to end with %q", d.Reason, d.Message, want)
+	}
+	if got := named(StepWaitForIdentityIssuer).Manual(s); got != want {
+		t.Fatalf("Manual = %q, want %q", got, want)
 	}
 }

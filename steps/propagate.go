@@ -13,7 +13,7 @@ func propagateTrustRootsStep(w Writer) Step {
 		Step: bundleRestartsStep(w, StepPropagateTrustRoots, v1alpha1.PhasePropagatingTrustRoots, propagate, "expanded",
 			"Wait until every meshed pod was injected with the expanded bundle (restart your workloads)."),
 		ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true,
-		Manual: restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true,
+		Manual: restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true, Assumes: AssumeWorkloadsRestarted,
 	}
 }
 
@@ -23,7 +23,7 @@ func removeOldTrustRootsStep(w Writer) Step {
 		Step: bundleRestartsStep(w, StepRemoveOldTrustRoots, v1alpha1.PhaseRemovingOldTrustRoots, reduce, "reduced",
 			"Wait until every meshed pod was injected with the reduced bundle (restart your workloads)."),
 		ReliesOnBundle: true, ReloadsBundle: true, Retiring: true,
-		Manual: restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true,
+		Manual: restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true, Assumes: AssumeWorkloadsRestarted,
 	}
 }
 

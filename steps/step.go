@@ -20,6 +20,9 @@ type Step struct {
 	// user's part (spec.dataPlaneRestart, spec.identityIssuerRenewal); "" when the user does it.
 	// Optional, with Manual.
 	Automated func(v1alpha1.TrustAnchorRotationSpec) string
+	// Assumes is what a plan that looks ahead takes to have happened when the step waits, to
+	// show the steps after it (see Assumption).
+	Assumes Assumption
 	// WaitsOnTrustBundle: the step waits for meshed pods to be injected with the trust bundle, so
 	// a plan names the workloads whose pods are behind.
 	WaitsOnTrustBundle bool

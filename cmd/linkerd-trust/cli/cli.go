@@ -43,6 +43,10 @@ type Env struct {
 	// NewAnchor synthesises the throwaway anchor of `plan --assume-anchor-renewed`; nil means a
 	// fresh in-memory CA (see synthesiseAnchor).
 	NewAnchor anchorSynthesiser
+	// NewIssuer makes the stand-in of the identity issuer renewed onto that anchor, for the steps
+	// after wait-for-identity-issuer; nil means one signed with the stand-in anchor's key (see
+	// synthesiseIssuer).
+	NewIssuer issuerSynthesiser
 	// Probe probes pods' live certificates; nil means observe.ProbeAll over the dialer the
 	// flags choose.
 	Probe prober

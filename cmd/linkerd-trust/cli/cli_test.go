@@ -17,7 +17,9 @@ import (
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // TestGolden renders every command's every output format over fixed fixtures.
@@ -27,35 +29,39 @@ func TestGolden(t *testing.T) {
 		args     []string
 		wantCode int
 	}{
-		"bundle-yaml":            {args: []string{"bundle"}},
-		"bundle-json":            {args: []string{"bundle", "-o", "json"}},
-		"bundle-expanded-yaml":   {setup: (*fixture).midRotation, args: []string{"bundle"}},
-		"check-table":            {args: []string{"check"}},
-		"check-json":             {args: []string{"check", "-o", "json"}},
-		"check-pre-table":        {args: []string{"check", "--pre"}},
-		"check-proxy-table":      {setup: (*fixture).midRotation, args: []string{"check", "--proxy"}},
-		"check-failing-table":    {setup: breakInstall, args: []string{"check"}, wantCode: 1},
-		"check-failing-json":     {setup: breakInstall, args: []string{"check", "--output=json"}, wantCode: 1},
-		"check-no-crds-table":    {setup: func(f *fixture) { f.discovery = f.discovery[1:] }, args: []string{"check", "--pre"}, wantCode: 1},
-		"inspect-table":          {setup: (*fixture).midRotation, args: []string{"inspect"}},
-		"inspect-json":           {setup: (*fixture).midRotation, args: []string{"inspect", "-o", "json"}},
-		"inspect-synced-table":   {args: []string{"inspect"}},
-		"inspect-linked-table":   {setup: linkedMidRotation, args: []string{"inspect"}},
-		"plan-linked-text":       {setup: linkedLive, args: []string{"plan"}},
-		"check-linked-table":     {setup: linkedLive, args: []string{"check"}, wantCode: 1},
-		"plan-text":              {setup: (*fixture).midRotation, args: []string{"plan"}},
-		"plan-json":              {setup: (*fixture).midRotation, args: []string{"plan", "-o", "json"}},
-		"plan-yaml":              {setup: (*fixture).midRotation, args: []string{"plan", "-o", "yaml"}},
-		"plan-synced-text":       {args: []string{"plan"}},
-		"plan-assume-text":       {args: []string{"plan", "--assume-anchor-renewed"}},
-		"plan-assume-json":       {args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
-		"plan-assume-yaml":       {args: []string{"plan", "--assume-anchor-renewed", "-o", "yaml"}},
-		"plan-automated-text":    {setup: automated, args: []string{"plan"}},
-		"plan-early-issuer-text": {setup: issuerRenewedEarly, args: []string{"plan"}},
-		"plan-superseded-text":   {setup: superseded, args: []string{"plan"}},
-		"plan-no-rotation-text":  {setup: func(f *fixture) { delete(f.rotations, "cluster") }, args: []string{"plan"}},
-		"extension-metadata":     {args: []string{"_extension-metadata"}},
-		"inspect-watch-plain":    {args: []string{"inspect", "--watch"}},
+		"bundle-yaml":          {args: []string{"bundle"}},
+		"bundle-json":          {args: []string{"bundle", "-o", "json"}},
+		"bundle-expanded-yaml": {setup: (*fixture).midRotation, args: []string{"bundle"}},
+		"check-table":          {args: []string{"check"}},
+		"check-json":           {args: []string{"check", "-o", "json"}},
+		"check-pre-table":      {args: []string{"check", "--pre"}},
+		"check-proxy-table":    {setup: (*fixture).midRotation, args: []string{"check", "--proxy"}},
+		"check-failing-table":  {setup: breakInstall, args: []string{"check"}, wantCode: 1},
+		"check-failing-json":   {setup: breakInstall, args: []string{"check", "--output=json"}, wantCode: 1},
+		"check-no-crds-table":  {setup: func(f *fixture) { f.discovery = f.discovery[1:] }, args: []string{"check", "--pre"}, wantCode: 1},
+		"inspect-table":        {setup: (*fixture).midRotation, args: []string{"inspect"}},
+		"inspect-json":         {setup: (*fixture).midRotation, args: []string{"inspect", "-o", "json"}},
+		"inspect-synced-table": {args: []string{"inspect"}},
+		"inspect-linked-table": {setup: linkedMidRotation, args: []string{"inspect"}},
+		"plan-linked-text":     {setup: linkedLive, args: []string{"plan"}},
+		"check-linked-table":   {setup: linkedLive, args: []string{"check"}, wantCode: 1},
+		"plan-text":            {setup: (*fixture).midRotation, args: []string{"plan"}},
+		"plan-json":            {setup: (*fixture).midRotation, args: []string{"plan", "-o", "json"}},
+		"plan-yaml":            {setup: (*fixture).midRotation, args: []string{"plan", "-o", "yaml"}},
+		"plan-synced-text":     {args: []string{"plan"}},
+		"plan-assume-text":     {args: []string{"plan", "--assume-anchor-renewed"}},
+		"plan-assume-json":     {args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
+		"plan-assume-yaml":     {args: []string{"plan", "--assume-anchor-renewed", "-o", "yaml"}},
+		"plan-automated-text":  {setup: automated, args: []string{"plan"}},
+		// Whole rotations, from Synced to the end, under the automations.
+		"plan-assume-automatic-text": {setup: func(f *fixture) { automate(f, v1alpha1.RolloutRestart) }, args: []string{"plan", "--assume-anchor-renewed"}},
+		"plan-assume-evict-text":     {setup: func(f *fixture) { automate(f, v1alpha1.Evict) }, args: []string{"plan", "--assume-anchor-renewed"}},
+		"plan-assume-automatic-json": {setup: func(f *fixture) { automate(f, v1alpha1.RolloutRestart) }, args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
+		"plan-early-issuer-text":     {setup: issuerRenewedEarly, args: []string{"plan"}},
+		"plan-superseded-text":       {setup: superseded, args: []string{"plan"}},
+		"plan-no-rotation-text":      {setup: func(f *fixture) { delete(f.rotations, "cluster") }, args: []string{"plan"}},
+		"extension-metadata":         {args: []string{"_extension-metadata"}},
+		"inspect-watch-plain":        {args: []string{"inspect", "--watch"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -91,9 +97,25 @@ func TestWatchOnTerminal(t *testing.T) {
 // automated is midRotation with both of the user's parts automated.
 func automated(f *fixture) {
 	f.midRotation()
+	automate(f, v1alpha1.Evict)
+}
+
+// automate sets both automations of the spec, with the restart method, and adds the objects
+// automatic restarts read: the fixture's workloads (the Deployments of its emojivoto pods), their
+// namespace and a PodDisruptionBudget of web.
+func automate(f *fixture, method v1alpha1.RestartMethod) {
 	spec := &f.rotations["cluster"].Spec
-	spec.DataPlaneRestart.Policy, spec.DataPlaneRestart.Method = v1alpha1.Automatic, v1alpha1.Evict
+	spec.DataPlaneRestart.Policy, spec.DataPlaneRestart.Method = v1alpha1.Automatic, method
 	spec.IdentityIssuerRenewal = v1alpha1.Automatic
+	web := available(deployment("emojivoto", "web", nil))
+	web.Spec.Replicas = ptr.To[int32](2)
+	web.Status.Replicas, web.Status.UpdatedReplicas, web.Status.ReadyReplicas, web.Status.AvailableReplicas = 2, 2, 2, 2
+	web.Spec.Template.Labels = map[string]string{"app": "web"}
+	f.kube = append(f.kube, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "emojivoto"}}, web,
+		available(deployment("emojivoto", "voting", nil)),
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "emojivoto", Name: "web"},
+			Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+			Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1}})
 }
 
 // breakInstall removes the identity-issuer Certificate, sets rotationPolicy Never on the anchor,
@@ -439,5 +461,54 @@ func TestPlanShowsAnotherStep(t *testing.T) {
 	}
 	if !slices.Contains(p.ManualActions, fmt.Sprintf("run the extra check in linkerd (step %d, verify-extra)", i+1)) {
 		t.Errorf("manual actions %q lack the step's", p.ManualActions)
+	}
+}
+
+// TestPlanAutomaticRestartsForbidden: a user who may not list the workloads still gets a plan,
+// with a note saying the operator's restarts are not planned.
+func TestPlanAutomaticRestartsForbidden(t *testing.T) {
+	f := newFixture(t)
+	automated(f)
+	f.forbid = append(f.forbid, "poddisruptionbudgets")
+	out, errOut, code := f.run("plan")
+	if code != ExitOK {
+		t.Fatalf("exit code %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "Note: spec.dataPlaneRestart.policy is Automatic, but listing poddisruptionbudgets:") || !strings.Contains(out, "the operator's restarts are not planned below") {
+		t.Errorf("plan does not say it could not list the workloads:\n%s", out)
+	}
+}
+
+// TestPlanLooksAhead: with --assume-anchor-renewed, each later step observes the state the
+// steps before it leave: reduce-trust-bundle writes the bundle with the new anchor alone, and
+// only the next step is observed on the cluster; the waits passed are marked as assumptions.
+func TestPlanLooksAhead(t *testing.T) {
+	f := newFixture(t)
+	out, errOut, code := f.run("plan", "--assume-anchor-renewed", "-o", "json")
+	if code != ExitOK {
+		t.Fatalf("exit code %d: %s", code, errOut)
+	}
+	var p plan
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	reduced := "bundle sha256 " + steps.BundleHash(steps.RenderBundle(cert(t, "anchor-new")))
+	for _, st := range p.Steps {
+		switch {
+		case st.Status == stepNext && st.Simulated, st.Status == stepPending && !st.Simulated:
+			t.Errorf("step %s (%s): simulated %v", st.Name, st.Status, st.Simulated)
+		case st.Name == steps.StepReduceTrustBundle:
+			if len(st.Writes) != 1 || st.Writes[0].Detail != reduced {
+				t.Errorf("reduce-trust-bundle writes %+v, want the bundle of the new anchor alone (%s)", st.Writes, reduced)
+			}
+		case st.Name == steps.StepWaitForIdentityIssuer:
+			if len(st.Assumptions) != 1 || !strings.Contains(st.Assumptions[0], "assuming the issuer was renewed") {
+				t.Errorf("wait-for-identity-issuer assumes %q", st.Assumptions)
+			}
+		case st.Name == steps.StepPropagateTrustRoots:
+			if len(st.Assumptions) != 1 || !strings.Contains(st.Assumptions[0], "assuming your workloads were restarted") {
+				t.Errorf("propagate-trust-roots assumes %q", st.Assumptions)
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/x509"
 	"errors"
 	"flag"
@@ -385,8 +386,12 @@ func (f *fixture) env(out, errOut *bytes.Buffer) *Env {
 			return cl, nil
 		},
 		IsTerminal: func() bool { return false },
-		NewAnchor: func(*x509.Certificate, time.Time) (*x509.Certificate, error) {
-			return cert(f.t, "anchor-new"), nil
+		NewAnchor: func(*x509.Certificate, time.Time) (*x509.Certificate, crypto.Signer, error) {
+			return cert(f.t, "anchor-new"), nil, nil
+		},
+		// issuer-new, signed by anchor-new: the stand-in is the same at every run.
+		NewIssuer: func(*x509.Certificate, *x509.Certificate, crypto.Signer, time.Time) (*x509.Certificate, error) {
+			return cert(f.t, "issuer-new"), nil
 		},
 		Probe: func(_ context.Context, pods []*observe.Pod, progress func(int, int)) map[string]observe.ProbeResult {
 			out := map[string]observe.ProbeResult{}

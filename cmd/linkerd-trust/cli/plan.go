@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,30 +17,53 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/apply"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 // anchorSynthesiser makes the stand-in for a renewed trust anchor: a new CA certificate like
-// the current one.
-type anchorSynthesiser func(current *x509.Certificate, now time.Time) (*x509.Certificate, error)
+// the current one, and its key (nil when it has none to give).
+type anchorSynthesiser func(current *x509.Certificate, now time.Time) (*x509.Certificate, crypto.Signer, error)
+
+// issuerSynthesiser makes the stand-in for the identity issuer renewed onto the stand-in anchor:
+// a CA certificate like the current issuer, signed with the anchor's key.
+type issuerSynthesiser func(current, anchor *x509.Certificate, anchorKey crypto.Signer, now time.Time) (*x509.Certificate, error)
 
 // synthesiseAnchor makes a self-signed CA certificate with the current anchor's subject and
 // lifetime and a fresh key, as cert-manager would on renewal with rotationPolicy Always. It only
-// ever lives in this process's memory; its key is dropped at once.
-func synthesiseAnchor(current *x509.Certificate, now time.Time) (*x509.Certificate, error) {
+// ever lives in this process's memory, as its key, which signs nothing but the stand-in of the
+// renewed issuer (synthesiseIssuer).
+func synthesiseAnchor(current *x509.Certificate, now time.Time) (*x509.Certificate, crypto.Signer, error) {
+	return synthesiseCA(current, nil, nil, now)
+}
+
+// synthesiseIssuer makes the stand-in identity issuer: the current issuer's subject and lifetime,
+// a fresh key, signed by the stand-in anchor. In memory only.
+func synthesiseIssuer(current, anchor *x509.Certificate, anchorKey crypto.Signer, now time.Time) (*x509.Certificate, error) {
+	if anchorKey == nil {
+		return nil, errors.New("no key of the stand-in trust anchor")
+	}
+	c, _, err := synthesiseCA(current, anchor, anchorKey, now)
+	return c, err
+}
+
+// synthesiseCA makes a CA certificate like current with a fresh key, signed by parent's key
+// (self-signed when parent is nil).
+func synthesiseCA(current, parent *x509.Certificate, parentKey crypto.Signer, now time.Time) (*x509.Certificate, crypto.Signer, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
@@ -50,11 +74,18 @@ func synthesiseAnchor(current *x509.Certificate, now time.Time) (*x509.Certifica
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
+	signer := crypto.Signer(key)
+	if parent == nil {
+		parent = tmpl
+	} else {
+		signer = parentKey
 	}
-	return x509.ParseCertificate(der)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := x509.ParseCertificate(der)
+	return c, key, err
 }
 
 func planCommand(env *Env) *command {
@@ -68,15 +99,27 @@ func planCommand(env *Env) *command {
 		short: "Show what the operator would do next, step by step, without changing anything",
 		long: `Show, without changing anything, where the trust-anchor rotation stands and what remains: the
 operator's steps in order, from the checkpoint in the TrustAnchorRotation status, each with what
-it observes in the cluster now, what it would change (the trust bundle before -> after with
-fingerprints, the Deployments it would restart), the workloads that need a restart, and the
-manual actions that are yours. Where the TrustAnchorRotation's spec automates your part
-(spec.dataPlaneRestart, spec.identityIssuerRenewal), the step says what the operator does instead.
+it observes, what it would change (the trust bundle before -> after with fingerprints, the
+Deployments it would restart) and the exact writes it would make, the workloads that need a
+restart, and the manual actions that are yours. Where the TrustAnchorRotation's spec automates
+your part (spec.dataPlaneRestart, spec.identityIssuerRenewal), the step says what the operator
+does instead, and under spec.dataPlaneRestart.policy Automatic the plan reads the workloads,
+namespaces and PodDisruptionBudgets as the operator does and shows its own restarts (a list you
+may not make is a note, and those restarts are then not planned).
 
-The plan is computed by the very steps the operator runs, observing the same state, with a
-recorder in place of every write. --assume-anchor-renewed shows the whole rotation before you run
-"cmctl renew" on the trust anchor: a throwaway CA certificate stands in for the renewed anchor, in
-memory only.
+The plan is computed by the very steps the operator runs, with a recorder in place of every write.
+The next step observes the cluster as it is now ("now"). The plan then looks ahead: each later
+step observes the state the steps before it would leave ("then") — their recorded writes made,
+and the waits they need assumed satisfied, each said on a line of its own ("assuming your
+workloads were restarted", "assuming the control plane restarted", "assuming the issuer was
+renewed" ...; "simulated" and "assumptions" in json and yaml). So every step shows the writes it
+would really make: reduce-trust-bundle writes the bundle with the new anchor alone. Where a wait
+cannot be assumed (a linked cluster; the identity issuer renewed onto an anchor whose key plan
+does not hold, as mid-rotation), a note says so and the steps after it observe today's cluster.
+
+--assume-anchor-renewed shows the whole rotation before you run "cmctl renew" on the trust
+anchor: a throwaway CA certificate stands in for the renewed anchor, and one signed by it for the
+renewed identity issuer, in memory only.
 
 Live certificates are read from each meshed pod's linkerd-admin port, as inspect does; the anchor
 and the issuer without their private keys, as check reads them (see its help).`,
@@ -166,11 +209,18 @@ type planStep struct {
 	Message string `json:"message,omitempty"`
 	// Changes are what the step's act would change (its Describe).
 	Changes []string `json:"changes,omitempty"`
-	// Writes are the exact writes of the next step's act, as recorded.
+	// Simulated: the step's observation is of the state the steps before it leave (their
+	// recorded writes, and the waits assumed satisfied), not of today's cluster.
+	Simulated bool `json:"simulated,omitempty"`
+	// Writes are the exact writes of the step's acts, as recorded: of today's cluster for the
+	// next step, of the simulated state after it.
 	Writes []apply.Write `json:"writes,omitempty"`
 	// JumpTo is the step the workflow starts again at when this one jumps; the steps listed
 	// after it start from there.
 	JumpTo string `json:"jumpTo,omitempty"`
+	// Assumptions are what the plan took to have happened for the step's waits to pass, so
+	// that the steps after it see it: assumed, never observed.
+	Assumptions []string `json:"assumptions,omitempty"`
 	// Manual is the user's part in a step the operator only waits on.
 	Manual string `json:"manual,omitempty"`
 	// Automated is what the operator does instead when the TrustAnchorRotation's spec
@@ -232,6 +282,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		}
 	}
 	s := reading.State
+	var anchorKey crypto.Signer
 	if assumeRenewed {
 		if at.Phase != string(v1alpha1.PhaseSynced) || s.Rotating() {
 			return nil, fmt.Errorf("a rotation is already under way (TrustAnchorRotation %s is at step %s, phase %s): run plan without --assume-anchor-renewed", kf.RotationName, at.Name, at.Phase)
@@ -243,11 +294,11 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		if synth == nil {
 			synth = synthesiseAnchor
 		}
-		renewed, err := synth(s.Anchor.Cert, s.Now)
+		renewed, key, err := synth(s.Anchor.Cert, s.Now)
 		if err != nil {
 			return nil, fmt.Errorf("making a stand-in for the renewed trust anchor: %w", err)
 		}
-		s.Anchor.Cert = renewed
+		s.Anchor.Cert, anchorKey = renewed, key
 		reading.Recount()
 		p.Notes = append(p.Notes, fmt.Sprintf("assuming `cmctl renew -n %s %s` just happened: the renewed trust anchor %s is a stand-in made in memory, written nowhere",
 			cfg.CertManagerNamespace, cfg.AnchorSecret, steps.ShortFingerprint(steps.Fingerprint(renewed))))
@@ -284,78 +335,93 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		}
 	}
 
-	if tar.Spec.DataPlaneRestart.Policy == v1alpha1.Automatic {
-		// Planning the operator's restarts would need every meshed workload, PodDisruptionBudget
-		// and namespace read and the budget applied, as the operator's automation does.
-		p.Notes = append(p.Notes, "spec.dataPlaneRestart.policy is Automatic: the operator restarts the workloads behind itself, within the spec's budget and maintenance windows; the decisions below are observed as if the restarts were yours")
-	}
-	planned, err := wf.Plan(cp, s)
+	notes, err := readAutomation(ctx, cl, cfg, tar, s, reading, cp.Token, at.Phase == string(v1alpha1.PhaseSynced) && !assumeRenewed)
 	if err != nil {
 		return nil, err
 	}
-	// Each planned step with its place in the rotation: from the checkpoint on and, when the
-	// workflow jumps (a plan ends at a jump), again from where it lands.
-	type placed struct {
-		at int
-		ps workflow.PlannedStep
-	}
-	first := 0
-	for i, st := range rotation {
-		if st.Name == planned[0].Name {
-			first = i
-		}
-	}
-	order := make([]placed, 0, len(planned))
-	for j, ps := range planned {
-		order = append(order, placed{first + j, ps})
-	}
-	// The step the workflow stops at is the first that is not done; only there does a jump
-	// count (later steps are observed ahead, below).
-	stop := slices.IndexFunc(planned, func(ps workflow.PlannedStep) bool { return ps.Decision.Outcome != workflow.Done })
-	if stop >= 0 && planned[stop].Decision.Outcome == workflow.Jump {
-		jump := planned[stop]
-		rest, err := planJump(wf, &tar.Status, s, reading, jump)
-		if err != nil {
-			return nil, err
-		}
-		for i, st := range rotation {
-			if st.Name == jump.Decision.To {
-				for j, ps := range rest {
-					order = append(order, placed{i + j, ps})
-				}
-			}
-		}
-	}
+	p.Notes = append(p.Notes, notes...)
 	if assumeRenewed {
 		p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s (assumed done)", cfg.CertManagerNamespace, cfg.AnchorSecret))
 	}
+
+	// The walk: each step observes the state the steps before it leave. The steps passed already
+	// and the next one observe today's cluster; from the next one on, each step's act is recorded
+	// and made in a simulated copy of the state (observe.Ahead), and its waits are assumed
+	// satisfied, saying so, so the later steps show what they would really do then.
+	newAhead := func() *observe.Ahead {
+		ahead := observe.NewAhead(recorder, reading, results)
+		if assumeRenewed {
+			newIssuer := env.NewIssuer
+			if newIssuer == nil {
+				newIssuer = synthesiseIssuer
+			}
+			ahead.RenewIssuer = func(sim *steps.State) (*x509.Certificate, error) {
+				if !s.Issuer.Usable() {
+					return nil, errors.New(s.Issuer.Problem("identity-issuer Secret"))
+				}
+				return newIssuer(s.Issuer.Cert, sim.Anchor.Cert, anchorKey, sim.Now)
+			}
+		}
+		return ahead
+	}
+	ahead := newAhead()
+	sim := ahead.State()
+	rotation = newRotation(ahead)
+	first := slices.IndexFunc(rotation, func(st steps.Step) bool { return st.Name == at.Name })
 	for i, st := range rotation[:first] {
 		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepDone})
 	}
-	next := false
-	for _, o := range order {
-		st, ps := rotation[o.at], o.ps
-		v := planStep{
-			Index: o.at + 1, Name: ps.Name, Phase: ps.Phase, Doc: ps.Doc, Status: stepPending,
-			Outcome: ps.Decision.Outcome.String(), Reason: ps.Decision.Reason, Message: ps.Decision.Message,
+	next, simulating := false, true
+	for i := first; i < len(rotation); i++ {
+		st := rotation[i]
+		token := ""
+		if i == first {
+			token = cp.Token
 		}
+		v := planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepPending}
+		var d workflow.Decision
 		switch {
-		case !next && ps.Decision.Outcome == workflow.Done:
-			v.Status = stepDone
 		case !next:
-			v.Status, next = stepNext, true
-			p.Step, p.Phase = ps.Name, ps.Phase
+			d = st.Observe(s, token) // today's cluster
+			if d.Outcome == workflow.Done {
+				v.Status = stepDone
+			} else {
+				v.Status, next = stepNext, true
+				p.Step, p.Phase = st.Name, st.Phase
+			}
+		case simulating:
+			v.Simulated = true
+			d = st.Observe(sim, token)
 		default:
-			// A step after the next one: observed without the trust-bundle check (see
-			// steps.Step.ObserveAhead).
-			ps.Decision = st.ObserveAhead(s)
-			v.Outcome, v.Reason, v.Message = ps.Decision.Outcome.String(), ps.Decision.Reason, ps.Decision.Message
+			// The simulation stopped before: observed on today's cluster, without the trust-bundle
+			// check (see steps.Step.ObserveAhead).
+			d = st.ObserveAhead(s)
 		}
-		if v.Status == stepNext {
-			v.JumpTo = ps.Decision.To
+		v.Outcome, v.Reason, v.Message = d.Outcome.String(), d.Reason, d.Message
+		if v.Status == stepNext && d.Outcome == workflow.Jump {
+			// The workflow stops at the jump, and starts again where it lands: the steps from
+			// there are planned over the state the jump's saved checkpoint leaves.
+			v.JumpTo = d.To
+			p.Steps = append(p.Steps, v)
+			to := slices.IndexFunc(rotation, func(st steps.Step) bool { return st.Name == d.To })
+			if to < 0 {
+				return nil, fmt.Errorf("step %s jumps to %s, which the rotation does not have", st.Name, d.To)
+			}
+			if err := landJump(&tar.Status, st.Name, d, s, reading); err != nil {
+				return nil, err
+			}
+			ahead = newAhead()
+			sim = ahead.State()
+			rotation = newRotation(ahead)
+			i = to - 1
+			continue
 		}
-		if v.Status != stepDone && ps.Decision.Outcome == workflow.Act {
-			v.Changes = ps.Changes
+		if v.Status != stepDone && d.Outcome == workflow.Act && st.Describe != nil {
+			if v.Simulated {
+				v.Changes = st.Describe(sim)
+			} else {
+				v.Changes = st.Describe(s)
+			}
 		}
 		if st.Manual != nil && v.JumpTo == "" { // a step that jumps waits on nobody
 			v.Manual = st.Manual(s)
@@ -369,27 +435,27 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 				p.ManualActions = append(p.ManualActions, fmt.Sprintf("%s (step %d, %s)", v.Manual, v.Index, v.Name))
 			}
 		}
-		if v.Status == stepNext && ps.Name == steps.StepDetectAnchorRotation && ps.Decision.Outcome == workflow.Wait {
+		if v.Status == stepNext && st.Name == steps.StepDetectAnchorRotation && d.Outcome == workflow.Wait {
 			p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s, when you want to rotate the trust anchor (starts a rotation)", cfg.CertManagerNamespace, cfg.AnchorSecret))
 		}
-		if v.Status == stepNext {
-			if st.Act != nil && ps.Decision.Outcome == workflow.Act {
-				token := cp.Token
-				if ps.Name != cp.Step || token == "" {
-					token = placeholderToken
-				}
-				if st.Token != nil {
-					token = st.Token(s, token) // what the operator saves before the act
-				}
-				before := len(recorder.Writes())
-				if err := st.Act(ctx, s, token); err != nil {
-					return nil, fmt.Errorf("recording the writes of step %s: %w", st.Name, err)
-				}
-				v.Writes = recorder.Writes()[before:]
+		if v.Status == stepNext && st.WaitsOnTrustBundle && !s.TrustBundle.Done() {
+			v.PodsToRestart = s.TrustBundle.Behind
+			v.MoreWorkloadsToRestart = max(s.TrustBundle.BehindWorkloads-len(s.TrustBundle.Behind), 0)
+		}
+		if v.Status != stepDone && simulating {
+			placeholder := placeholderToken
+			if v.Simulated {
+				placeholder = fmt.Sprintf("<new token of step %d>", v.Index)
 			}
-			if st.WaitsOnTrustBundle && v.JumpTo == "" && !s.TrustBundle.Done() {
-				v.PodsToRestart = s.TrustBundle.Behind
-				v.MoreWorkloadsToRestart = max(s.TrustBundle.BehindWorkloads-len(s.TrustBundle.Behind), 0)
+			why, err := passStep(ctx, st, ahead, recorder, &v, d, token, placeholder)
+			if err != nil {
+				return nil, err
+			}
+			if why != "" {
+				simulating = false
+				if !st.Idle() {
+					p.Notes = append(p.Notes, fmt.Sprintf("the steps after %s are observed on today's cluster, not simulated: %s", st.Name, why))
+				}
 			}
 		}
 		p.Steps = append(p.Steps, v)
@@ -400,19 +466,18 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	return p, nil
 }
 
-// planJump plans the steps from where a jump lands, over the state as the checkpoint the
-// operator saves for the jump leaves it (steps.SaveCheckpoint: a superseded rotation's in-flight
-// anchor, which the bundle then keeps).
-func planJump(wf *workflow.Workflow[*steps.State], status *v1alpha1.TrustAnchorRotationStatus, s *steps.State, reading *observe.Reading, jump workflow.PlannedStep) ([]workflow.PlannedStep, error) {
-	d := jump.Decision
-	next := workflow.Checkpoint{Step: d.To, Jump: &workflow.JumpRecord{From: jump.Name, To: d.To, Reason: d.Reason, Message: d.Message}}
+// landJump makes s the state the checkpoint the operator saves for a jump leaves
+// (steps.SaveCheckpoint: a superseded rotation's in-flight anchor kept in the status, the
+// rotation towards the current anchor), as the engine does before it goes on from there.
+func landJump(status *v1alpha1.TrustAnchorRotationStatus, from string, d workflow.Decision, s *steps.State, reading *observe.Reading) error {
+	next := workflow.Checkpoint{Step: d.To, Jump: &workflow.JumpRecord{From: from, To: d.To, Reason: d.Reason, Message: d.Message}}
 	saved := status.DeepCopy()
 	steps.SaveCheckpoint(saved, next, s, s.Now)
 	if err := s.FromStatus(saved); err != nil {
-		return nil, err
+		return err
 	}
 	reading.Recount()
-	return wf.Plan(workflow.Checkpoint{Step: d.To}, s)
+	return nil
 }
 
 func viewCert(s steps.Source) certView {
@@ -477,7 +542,7 @@ func renderPlanText(w io.Writer, p *plan) error {
 		fmt.Fprintf(w, "  %-16s %s not found\n", "trust bundle", p.TrustBundle.Ref)
 	}
 
-	fmt.Fprintf(w, "\nSteps, in the operator's order:\n")
+	fmt.Fprintf(w, "\nSteps, in the operator's order (\"now\": observed on the cluster; \"then\": simulated, after the writes and the assumptions above):\n")
 	for _, st := range p.Steps {
 		mark := " "
 		switch st.Status {
@@ -492,7 +557,10 @@ func renderPlanText(w io.Writer, p *plan) error {
 		}
 		fmt.Fprintf(w, "      %s\n", st.Doc)
 		label := "now"
-		if st.Status == stepPending {
+		switch {
+		case st.Simulated:
+			label = "then" // after the steps above, as simulated
+		case st.Status == stepPending:
 			label = "observed now"
 		}
 		line := fmt.Sprintf("%s: %s (%s)", label, st.Outcome, st.Reason)
@@ -508,6 +576,9 @@ func renderPlanText(w io.Writer, p *plan) error {
 		}
 		for _, wr := range st.Writes {
 			fmt.Fprintf(w, "      write: %s %s %s/%s (%s)\n", wr.Verb, wr.Kind, wr.Namespace, wr.Name, wr.Detail)
+		}
+		for _, a := range st.Assumptions {
+			fmt.Fprintf(w, "      %s\n", a)
 		}
 		if st.Manual != "" {
 			fmt.Fprintf(w, "      manual: %s\n", st.Manual)
@@ -532,4 +603,84 @@ func renderPlanText(w io.Writer, p *plan) error {
 	}
 	_, err := fmt.Fprintf(w, "\nNothing was changed: this is a plan.\n")
 	return err
+}
+
+// readAutomation adds to the State what the automations of the TrustAnchorRotation's spec read,
+// as the operator's automation does: the spec itself, the identity issuer's Certificate
+// (spec.identityIssuerRenewal Automatic), and the workloads, their namespaces and
+// PodDisruptionBudgets (spec.dataPlaneRestart.policy Automatic), so the plan shows the restarts
+// the operator would make. What the user may not read is a note, not a failure: the steps then
+// wait for it, as the operator waits for its caches.
+func readAutomation(ctx context.Context, cl *Clients, cfg steps.Config, tar *v1alpha1.TrustAnchorRotation, s *steps.State, reading *observe.Reading, token string, idle bool) ([]string, error) {
+	var notes []string
+	observe.FromRotation(s, tar)
+	if tar.Spec.IdentityIssuerRenewal == v1alpha1.Automatic {
+		ns, name := cfg.LinkerdNamespace, cfg.IssuerCertificate
+		crt, err := cl.CertManager.CertmanagerV1().Certificates(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, crt)
+		case apierrors.IsNotFound(err):
+			s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, nil)
+		case apierrors.IsForbidden(err):
+			s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, nil)
+			s.IssuerCertificate.Err = err.Error()
+			notes = append(notes, fmt.Sprintf("cannot read Certificate %s/%s (%v): the automatic renewal of the identity issuer below waits for it", ns, name, err))
+		default:
+			return nil, fmt.Errorf("reading Certificate %s/%s: %w", ns, name, err)
+		}
+	}
+	if tar.Spec.DataPlaneRestart.Policy != v1alpha1.Automatic {
+		return notes, nil
+	}
+	list, err := observe.ListWorkloads(ctx, clientset.Kube(cl.Kube))
+	switch {
+	case apierrors.IsForbidden(err):
+		s.WorkloadsProblem = fmt.Sprintf("this user cannot list them: %v", err)
+		return append(notes, fmt.Sprintf("spec.dataPlaneRestart.policy is Automatic, but %v: the operator's restarts are not planned below (it lists Deployments, StatefulSets, DaemonSets, PodDisruptionBudgets and namespaces with its own RBAC)", err)), nil
+	case err != nil:
+		return nil, err
+	}
+	list.Fill(s, observe.IndexOf(reading.Pods), !idle, token)
+	return notes, nil
+}
+
+// maxPasses bounds the acts and assumptions a step goes through in a plan (restart-identity
+// scaled down and up goes through two acts and two waits).
+const maxPasses = 8
+
+// passStep carries the simulation past the step observed as d: it records and makes its acts
+// (the writes go to v) and assumes its waits satisfied (v.Assumptions), until it is done. It
+// returns why it could not, "" when the step passed.
+func passStep(ctx context.Context, st steps.Step, ahead *observe.Ahead, recorder *apply.DryRun, v *planStep, d workflow.Decision, token, placeholder string) (string, error) {
+	sim := ahead.State()
+	for range maxPasses {
+		switch d.Outcome {
+		case workflow.Done:
+			return "", nil
+		case workflow.Act:
+			if st.Act == nil {
+				return fmt.Sprintf("%s needs an act it does not have", st.Name), nil
+			}
+			if token == "" {
+				token = placeholder
+			}
+			if st.Token != nil {
+				token = st.Token(sim, token) // what the operator saves before the act
+			}
+			before := len(recorder.Writes())
+			if err := st.Act(ctx, sim, token); err != nil {
+				return "", fmt.Errorf("recording the writes of step %s: %w", st.Name, err)
+			}
+			v.Writes = append(v.Writes, recorder.Writes()[before:]...)
+		case workflow.Wait:
+			said, ok, why := ahead.Assume(st.Assumes)
+			if !ok {
+				return fmt.Sprintf("%s waits (%s) and %s", st.Name, d.Reason, why), nil
+			}
+			v.Assumptions = append(v.Assumptions, said)
+		}
+		d = st.Observe(sim, token)
+	}
+	return fmt.Sprintf("%s still does not pass (%s: %s)", st.Name, d.Reason, d.Message), nil
 }

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -16,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -113,14 +110,6 @@ func statusOf(obj any) any {
 	return nil
 }
 
-func workloadKey(obj any) string {
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return ""
-	}
-	return m.GetNamespace() + "/" + kindOf(obj) + "/" + m.GetName()
-}
-
 // cachedStatus is the workload's status as the cache shows it now.
 func (a *automation) cachedStatus(ref steps.WorkloadRef) (any, bool) {
 	a.mu.Lock()
@@ -156,7 +145,7 @@ func (a *automation) markEvicted(ref steps.WorkloadRef, before any) {
 // statusSeen forgets the eviction mark of the workload once obj shows another status than the
 // one recorded at the eviction, and reports whether none is left.
 func (a *automation) statusSeen(obj any) bool {
-	key := workloadKey(obj)
+	key := observe.WorkloadKey(obj)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	before, ok := a.evicted[key]
@@ -176,7 +165,7 @@ func (a *automation) forgetEviction(obj any) {
 		obj = d.Obj
 	}
 	a.mu.Lock()
-	delete(a.evicted, workloadKey(obj))
+	delete(a.evicted, observe.WorkloadKey(obj))
 	a.mu.Unlock()
 }
 
@@ -340,42 +329,10 @@ func listWatch[T runtime.Object](list func(context.Context, metav1.ListOptions) 
 	}
 }
 
-// slimWorkload keeps what automatic restarts read of a workload: metadata without managed
-// fields, the pod template's metadata, replicas, selector and status — never the pod spec.
-func slimWorkload(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		o.ManagedFields, o.Spec.Template.Spec = nil, corev1.PodSpec{}
-	case *appsv1.StatefulSet:
-		o.ManagedFields, o.Spec.Template.Spec, o.Spec.VolumeClaimTemplates = nil, corev1.PodSpec{}, nil
-	case *appsv1.DaemonSet:
-		o.ManagedFields, o.Spec.Template.Spec = nil, corev1.PodSpec{}
-	case *corev1.Namespace:
-		o.ManagedFields = nil
-	case *policyv1.PodDisruptionBudget:
-		o.ManagedFields = nil
-	case *cmapi.Certificate:
-		o.ManagedFields = nil
-	}
-	return obj, nil
-}
-
-func templateOf(obj any) *corev1.PodTemplateSpec {
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		return &o.Spec.Template
-	case *appsv1.StatefulSet:
-		return &o.Spec.Template
-	case *appsv1.DaemonSet:
-		return &o.Spec.Template
-	}
-	return nil
-}
-
 var workloadIndexers = cache.Indexers{
 	cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
 	overrideIndex: func(obj any) ([]string, error) {
-		if t := templateOf(obj); t != nil && t.Annotations[steps.RefreshOverrideAnnotation] != "" {
+		if t := observe.TemplateOf(obj); t != nil && t.Annotations[steps.RefreshOverrideAnnotation] != "" {
 			return []string{"yes"}, nil
 		}
 		return nil, nil
@@ -385,7 +342,7 @@ var workloadIndexers = cache.Indexers{
 		if m, ok := obj.(metav1.Object); ok && m.GetAnnotations()[steps.EvictedForAnnotation] != "" {
 			marks = append(marks, m.GetAnnotations()[steps.EvictedForAnnotation])
 		}
-		if t := templateOf(obj); t != nil && t.Annotations[steps.RestartedAtAnnotation] != "" {
+		if t := observe.TemplateOf(obj); t != nil && t.Annotations[steps.RestartedAtAnnotation] != "" {
 			marks = append(marks, t.Annotations[steps.RestartedAtAnnotation])
 		}
 		return marks, nil
@@ -415,20 +372,20 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 	if spec.DataPlaneRestart.Policy == v1alpha1.Automatic && a.deployments == nil {
 		a.deployments = a.start(ctx, "deployments", nss, func(ns string) cache.ListerWatcher {
 			return listWatch(apps.Deployments(ns).List, apps.Deployments(ns).Watch, nil)
-		}, &appsv1.Deployment{}, slimWorkload, workloadIndexers)
+		}, &appsv1.Deployment{}, observe.SlimWorkload, workloadIndexers)
 		a.statefulSets = a.start(ctx, "statefulsets", nss, func(ns string) cache.ListerWatcher {
 			return listWatch(apps.StatefulSets(ns).List, apps.StatefulSets(ns).Watch, nil)
-		}, &appsv1.StatefulSet{}, slimWorkload, workloadIndexers)
+		}, &appsv1.StatefulSet{}, observe.SlimWorkload, workloadIndexers)
 		a.daemonSets = a.start(ctx, "daemonsets", nss, func(ns string) cache.ListerWatcher {
 			return listWatch(apps.DaemonSets(ns).List, apps.DaemonSets(ns).Watch, nil)
-		}, &appsv1.DaemonSet{}, slimWorkload, workloadIndexers)
+		}, &appsv1.DaemonSet{}, observe.SlimWorkload, workloadIndexers)
 		for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets} {
 			// Every status the watch delivers, not only the one a reconcile happens to read.
 			l.addEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) { a.statusSeen(obj) }, DeleteFunc: a.forgetEviction})
 		}
 		a.namespaces = a.start(ctx, "namespaces", []string{metav1.NamespaceAll}, func(string) cache.ListerWatcher {
 			return listWatch(core.Namespaces().List, core.Namespaces().Watch, nil)
-		}, &corev1.Namespace{}, slimWorkload, cache.Indexers{})
+		}, &corev1.Namespace{}, observe.SlimWorkload, cache.Indexers{})
 	}
 	// PodDisruptionBudgets for every automatic restart: the Evict method evicts every workload,
 	// RolloutRestart those a template change does not restart (Workload.NoRollout).
@@ -436,7 +393,7 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 		policy := a.kube.PolicyV1()
 		a.pdbs = a.start(ctx, "poddisruptionbudgets", nss, func(ns string) cache.ListerWatcher {
 			return listWatch(policy.PodDisruptionBudgets(ns).List, policy.PodDisruptionBudgets(ns).Watch, nil)
-		}, &policyv1.PodDisruptionBudget{}, slimWorkload, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		}, &policyv1.PodDisruptionBudget{}, observe.SlimWorkload, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
 	if spec.IdentityIssuerRenewal == v1alpha1.Automatic && a.certificate == nil && a.cm != nil {
 		c := a.cm.CertmanagerV1().Certificates(a.cfg.LinkerdNamespace)
@@ -445,16 +402,13 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 		}
 		a.certificate = a.start(ctx, "Certificate "+a.cfg.LinkerdNamespace+"/"+a.cfg.IssuerCertificate, []string{metav1.NamespaceAll}, func(string) cache.ListerWatcher {
 			return listWatch(c.List, c.Watch, byName)
-		}, &cmapi.Certificate{}, slimWorkload, cache.Indexers{})
+		}, &cmapi.Certificate{}, observe.SlimWorkload, cache.Indexers{})
 	}
 }
 
 // fill adds to the State what the automations the spec enables need.
 func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, step string, index *observe.PodIndex) {
-	s.Spec = tar.Spec
-	if tar.Status.Phase == v1alpha1.PhaseRenewingWorkloadCerts && tar.Status.LastPhaseTransitionTime != nil {
-		s.PhaseSince = tar.Status.LastPhaseTransitionTime.Time
-	}
+	observe.FromRotation(s, tar)
 	a.ensure(ctx, tar.Spec)
 	if tar.Spec.IdentityIssuerRenewal == v1alpha1.Automatic {
 		a.fillCertificate(s)
@@ -473,29 +427,18 @@ func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.Tru
 }
 
 func (a *automation) fillCertificate(s *steps.State) {
-	ic := &s.IssuerCertificate
-	ic.Namespace, ic.Name = a.cfg.LinkerdNamespace, a.cfg.IssuerCertificate
+	ns, name := a.cfg.LinkerdNamespace, a.cfg.IssuerCertificate
+	s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, nil)
 	if a.certificate == nil {
-		ic.Err = "no cert-manager client"
+		s.IssuerCertificate.Err = "no cert-manager client"
 		return
 	}
 	if ok, why := a.certificate.ready(); !ok {
-		ic.Err = why
+		s.IssuerCertificate.Err = why
 		return
 	}
-	obj := a.certificate.get(ic.Namespace, ic.Name)
-	if obj == nil {
-		return
-	}
-	crt := obj.(*cmapi.Certificate)
-	ic.Found = true
-	if crt.Status.Revision != nil {
-		ic.Revision = *crt.Status.Revision
-	}
-	for _, c := range crt.Status.Conditions {
-		if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
-			ic.Issuing = true
-		}
+	if obj := a.certificate.get(ns, name); obj != nil {
+		s.IssuerCertificate = observe.IssuerCertificateFrom(ns, name, obj.(*cmapi.Certificate))
 	}
 }
 
@@ -515,26 +458,17 @@ func (a *automation) fillWorkloads(s *steps.State, all bool, index *observe.PodI
 		}
 	}
 	s.Workloads = map[string]*steps.Workload{}
-	get := func(key string) *steps.Workload {
-		if w := s.Workloads[key]; w != nil {
-			return w
-		}
-		ref, _ := steps.ParseWorkload(key)
-		w := &steps.Workload{WorkloadRef: ref}
-		s.Workloads[key] = w
-		return w
-	}
+	get := func(key string) *steps.Workload { return observe.WorkloadOf(s, key) }
 	// The workloads carrying the refresh override, at every step: the override is in effect.
 	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets} {
 		for _, obj := range l.byIndex(overrideIndex, "yes") {
-			m := obj.(metav1.Object)
-			get(m.GetNamespace() + "/" + kindOf(obj) + "/" + m.GetName())
+			get(observe.WorkloadKey(obj))
 		}
 	}
 	if all && token != "" {
 		for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets} {
 			for _, obj := range l.byIndex(restartMarkIndex, token) {
-				get(workloadKey(obj))
+				get(observe.WorkloadKey(obj))
 			}
 		}
 		var written []string // marks the cache may not show yet
@@ -550,47 +484,11 @@ func (a *automation) fillWorkloads(s *steps.State, all bool, index *observe.PodI
 		}
 	}
 	if all {
-		hash := steps.BundleHash(s.DesiredBundle())
-		index.Each(func(p *observe.Pod) {
-			if p.ControlPlane {
-				return
-			}
-			w := get(p.Workload)
-			if p.Terminating {
-				w.Terminating++
-				return
-			}
-			if p.Running {
-				w.Running++
-			}
-			w.Pods = append(w.Pods, p.Name)
-			if w.Created == nil {
-				w.Created = map[string]time.Time{}
-			}
-			w.Created[p.Name] = p.Created
-			if p.TrustRootHash != hash {
-				w.BundleBehind = append(w.BundleBehind, p.Name)
-			}
-		})
-		for _, b := range s.Certificates.Behind {
-			get(b.Workload)
-		}
+		observe.AddMeshedWorkloads(s, index)
 	}
 	for _, w := range s.Workloads {
 		a.describe(s, w)
 	}
-}
-
-func kindOf(obj any) string {
-	switch obj.(type) {
-	case *appsv1.Deployment:
-		return "Deployment"
-	case *appsv1.StatefulSet:
-		return "StatefulSet"
-	case *appsv1.DaemonSet:
-		return "DaemonSet"
-	}
-	return ""
 }
 
 // informerFor returns the informer of a restartable workload kind, nil for any other kind (or
@@ -607,171 +505,47 @@ func (a *automation) informerFor(kind string) *lazyInformer {
 	return nil
 }
 
-// describe fills a workload from its object, its namespace and the PodDisruptionBudgets.
+// describe fills a workload from its object, its namespace and the PodDisruptionBudgets, then
+// shows the operator's own writes the cache may not show yet.
 func (a *automation) describe(s *steps.State, w *steps.Workload) {
-	l := a.informerFor(w.Kind)
-	if l == nil {
-		return
-	}
-	if !a.inScope(w.Namespace) {
-		w.OutOfScope = true
-		return
-	}
-	obj := l.get(w.Namespace, w.Name)
+	obj := observe.DescribeWorkload(s, a, w, a.inScope(w.Namespace))
 	if obj == nil {
 		return
 	}
-	w.Found = true
-	m, t := obj.(metav1.Object), templateOf(obj)
-	w.RestartedAt = t.Annotations[steps.RestartedAtAnnotation]
-	w.AdditionalEnv = t.Annotations[steps.AdditionalEnvAnnotation]
-	w.RefreshOverride = t.Annotations[steps.RefreshOverrideAnnotation]
-	w.EvictedFor = m.GetAnnotations()[steps.EvictedForAnnotation]
-	w.RolledOut, w.Progress, w.Failed = rollout(obj)
-	w.Replicas = replicas(obj)
-	w.NoRollout = noRollout(obj)
 	a.overlay(w)
 	if !a.statusSeen(obj) {
 		w.Settling = "waiting for its status to show the eviction"
 	}
-	w.Selected = a.selected(s, w, m.GetLabels())
-	if a.pdbs != nil {
-		pdbs := a.pdbs.byIndex(cache.NamespaceIndex, w.Namespace)
-		podLabels := labels.Set(t.Labels)
-		for _, o := range pdbs {
-			pdb := o.(*policyv1.PodDisruptionBudget)
-			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-			if err != nil || sel.Empty() || !sel.Matches(podLabels) {
-				continue
-			}
-			if w.PDB == "" || pdb.Status.DisruptionsAllowed < w.DisruptionsAllowed {
-				w.PDB, w.DisruptionsAllowed = pdb.Name, pdb.Status.DisruptionsAllowed
-			}
-		}
-	}
 }
 
-// selected applies the spec's selectors; without a namespace selector, the Linkerd namespace
-// is left out.
-func (a *automation) selected(s *steps.State, w *steps.Workload, objLabels map[string]string) bool {
-	dp := s.Spec.DataPlaneRestart
-	if dp.WorkloadSelector != nil {
-		sel, err := metav1.LabelSelectorAsSelector(dp.WorkloadSelector)
-		if err != nil || !sel.Matches(labels.Set(objLabels)) {
-			return false
-		}
+// Workload, Namespace and PodDisruptionBudgets read the informers' caches (observe.WorkloadObjects).
+
+func (a *automation) Workload(ref steps.WorkloadRef) any {
+	l := a.informerFor(ref.Kind)
+	if l == nil {
+		return nil
 	}
-	if dp.NamespaceSelector == nil {
-		return w.Namespace != a.cfg.LinkerdNamespace
+	return l.get(ref.Namespace, ref.Name)
+}
+
+func (a *automation) Namespace(name string) *corev1.Namespace {
+	if a.namespaces == nil {
+		return nil
 	}
-	sel, err := metav1.LabelSelectorAsSelector(dp.NamespaceSelector)
-	if err != nil {
-		return false
-	}
-	obj := a.namespaces.get("", w.Namespace)
+	obj := a.namespaces.get("", name)
 	if obj == nil {
-		return false
+		return nil
 	}
-	return sel.Matches(labels.Set(obj.(*corev1.Namespace).Labels))
+	return obj.(*corev1.Namespace)
 }
 
-// replicas is how many pods a workload wants.
-func replicas(obj any) int32 {
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		if o.Spec.Replicas != nil {
-			return *o.Spec.Replicas
-		}
-		return 1
-	case *appsv1.StatefulSet:
-		if o.Spec.Replicas != nil {
-			return *o.Spec.Replicas
-		}
-		return 1
-	case *appsv1.DaemonSet:
-		return o.Status.DesiredNumberScheduled
+func (a *automation) PodDisruptionBudgets(namespace string) []*policyv1.PodDisruptionBudget {
+	if a.pdbs == nil {
+		return nil
 	}
-	return 0
-}
-
-// noRollout says why a change of the workload's pod template does not replace its pods, "" when
-// it does: updateStrategy OnDelete, or a StatefulSet's partition (the pods below it keep their
-// revision).
-func noRollout(obj any) string {
-	switch o := obj.(type) {
-	case *appsv1.StatefulSet:
-		u := o.Spec.UpdateStrategy
-		switch {
-		case u.Type == appsv1.OnDeleteStatefulSetStrategyType:
-			return "updateStrategy OnDelete"
-		case u.RollingUpdate != nil && u.RollingUpdate.Partition != nil && *u.RollingUpdate.Partition > 0:
-			return fmt.Sprintf("rolling update partition %d", *u.RollingUpdate.Partition)
-		}
-	case *appsv1.DaemonSet:
-		if o.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType {
-			return "updateStrategy OnDelete"
-		}
+	var out []*policyv1.PodDisruptionBudget
+	for _, o := range a.pdbs.byIndex(cache.NamespaceIndex, namespace) {
+		out = append(out, o.(*policyv1.PodDisruptionBudget))
 	}
-	return ""
-}
-
-// rollout reports whether a workload's latest template is rolled out and available (the tests
-// of `kubectl rollout status`), what it waits for, and why it failed.
-func rollout(obj any) (done bool, progress, failed string) {
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		d := observe.DeploymentFrom(o.Namespace, o.Name, o)
-		for _, c := range o.Status.Conditions {
-			if c.Type == appsv1.DeploymentProgressing && c.Reason == "ProgressDeadlineExceeded" {
-				failed = "progress deadline exceeded: " + c.Message
-			}
-		}
-		if d.RolledOut {
-			// Also what kubectl's rollout status leaves out, as the restart budget needs it: every
-			// wanted replica ready and available (after an eviction, the updated count does not
-			// move, only these do).
-			st := o.Status
-			switch {
-			case st.ReadyReplicas < d.Replicas:
-				return false, fmt.Sprintf("%d of %d pods ready", st.ReadyReplicas, d.Replicas), failed
-			case st.AvailableReplicas < d.Replicas || st.UnavailableReplicas > 0:
-				return false, fmt.Sprintf("%d of %d pods available", st.AvailableReplicas, d.Replicas), failed
-			}
-		}
-		return d.RolledOut, d.Progress, failed
-	case *appsv1.StatefulSet:
-		want := int32(1)
-		if o.Spec.Replicas != nil {
-			want = *o.Spec.Replicas
-		}
-		st := o.Status
-		switch {
-		case o.Generation > st.ObservedGeneration:
-			return false, "waiting for the statefulset spec update to be observed", ""
-		case noRollout(o) != "":
-			// Its pods are replaced by eviction, not by a rollout: restarted when all are
-			// ready again, whatever revision they run.
-			if st.ReadyReplicas < want || st.AvailableReplicas < want {
-				return false, fmt.Sprintf("%d of %d pods ready", st.ReadyReplicas, want), ""
-			}
-			return true, "", ""
-		case st.UpdatedReplicas < want || st.UpdateRevision != "" && st.CurrentRevision != st.UpdateRevision:
-			return false, fmt.Sprintf("%d of %d pods updated", st.UpdatedReplicas, want), ""
-		case st.ReadyReplicas < want:
-			return false, fmt.Sprintf("%d of %d pods ready", st.ReadyReplicas, want), ""
-		}
-		return true, "", ""
-	case *appsv1.DaemonSet:
-		st := o.Status
-		switch {
-		case o.Generation > st.ObservedGeneration:
-			return false, "waiting for the daemonset spec update to be observed", ""
-		case noRollout(o) == "" && st.UpdatedNumberScheduled < st.DesiredNumberScheduled:
-			return false, fmt.Sprintf("%d of %d pods updated", st.UpdatedNumberScheduled, st.DesiredNumberScheduled), ""
-		case st.NumberAvailable < st.DesiredNumberScheduled:
-			return false, fmt.Sprintf("%d of %d pods available", st.NumberAvailable, st.DesiredNumberScheduled), ""
-		}
-		return true, "", ""
-	}
-	return false, "", ""
+	return out
 }

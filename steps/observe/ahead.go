@@ -1,0 +1,297 @@
+package observe
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/linkerd/trust-rotation/steps"
+)
+
+// Ahead carries a plan forward: it is a steps.Writer that hands every write to a recorder (the
+// plan shows them) and makes it in a copy of the Reading, as the cluster would show it once
+// made, and it makes the assumptions (steps.Assumption) that let a step's wait pass. Each step of
+// a plan then observes the state the steps before it leave, not today's: the trust bundle
+// reduce-trust-bundle writes is the reduced one, whatever the ConfigMap holds today.
+//
+// What it changes are objects, never decisions: the ConfigMap, the previous-anchor Secret, the
+// control-plane Deployments and their pods, the workloads, the pods' injected bundle and their
+// live certificates, the identity issuer; the counts are made again from them by the code that
+// makes them from a cluster.
+type Ahead struct {
+	steps.Writer
+	// RenewIssuer makes the stand-in of the identity issuer renewed onto the state's trust anchor;
+	// nil when the plan cannot make one (it holds no key of the anchor): a wait for the issuer
+	// then cannot be assumed away.
+	RenewIssuer func(s *steps.State) (*x509.Certificate, error)
+
+	reading *Reading
+	results map[string]ProbeResult
+	// certsRenewed: every meshed pod presents a certificate from the issuer (assumed).
+	certsRenewed bool
+}
+
+// NewAhead returns the simulation of a plan from the reading and the probe results, which it
+// copies: the reading itself is left as observed. recorder records the writes.
+func NewAhead(recorder steps.Writer, r *Reading, results map[string]ProbeResult) *Ahead {
+	s := *r.State
+	s.ControlPlane = maps.Clone(r.State.ControlPlane)
+	if r.State.Workloads != nil {
+		s.Workloads = map[string]*steps.Workload{}
+		for k, w := range r.State.Workloads {
+			c := *w
+			s.Workloads[k] = &c
+		}
+	}
+	pods := make([]*Pod, len(r.Pods))
+	for i, p := range r.Pods {
+		c := *p
+		pods[i] = &c
+	}
+	return &Ahead{Writer: recorder, reading: &Reading{State: &s, Pods: pods}, results: maps.Clone(results)}
+}
+
+// State is the simulated state the steps observe.
+func (a *Ahead) State() *steps.State { return a.reading.State }
+
+// recount counts again what the steps read of the pods: the trust-bundle convergence, the
+// control-plane pods, the workloads' pods behind the bundle, the live certificates.
+func (a *Ahead) recount() {
+	s := a.reading.State
+	a.reading.Recount()
+	hash := steps.BundleHash(s.DesiredBundle())
+	for _, w := range s.Workloads {
+		w.BundleBehind = nil
+	}
+	for _, p := range a.reading.Pods {
+		if w := s.Workloads[p.Workload]; w != nil && p.Meshed && p.Alive && !p.ControlPlane && !p.Terminating && p.TrustRootHash != hash {
+			w.BundleBehind = append(w.BundleBehind, p.Name)
+		}
+	}
+	if a.certsRenewed && s.Issuer.Usable() {
+		chain := []*x509.Certificate{s.Issuer.Cert}
+		for _, p := range a.reading.Pods {
+			if p.Meshed && p.Alive {
+				a.results[p.Key()] = ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain, key: chainKey(chain)}
+			}
+		}
+	}
+	s.Certificates = NewCertificateCheck(s.CertificateRoot()).Convergence(a.reading.Pods, a.results)
+	s.LiveChains = LiveChains(a.reading.Pods, a.results)
+}
+
+func (a *Ahead) WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error {
+	if err := a.Writer.WritePreviousAnchor(ctx, cert); err != nil {
+		return err
+	}
+	s := a.reading.State
+	s.Previous.Found, s.Previous.Cert, s.Previous.Err = true, cert, nil
+	a.recount()
+	return nil
+}
+
+func (a *Ahead) WriteTrustRoots(ctx context.Context, bundle string) error {
+	if err := a.Writer.WriteTrustRoots(ctx, bundle); err != nil {
+		return err
+	}
+	certs, _ := steps.ParseCertificates([]byte(bundle))
+	a.reading.State.Bundle = steps.Bundle{Found: true, Data: bundle, Certs: certs,
+		Owners: []steps.FieldOwner{{Manager: steps.FieldManager, Operation: "Apply", Time: a.reading.State.Now}}}
+	a.recount()
+	return nil
+}
+
+// restarting marks a control-plane Deployment as rolling out a new template.
+func (a *Ahead) restarting(name string, change func(*steps.Deployment)) {
+	s := a.reading.State
+	d := s.ControlPlane[name]
+	change(&d)
+	d.RolledOut, d.Progress = false, "waiting for the restart to roll out"
+	s.ControlPlane[name] = d
+}
+
+func (a *Ahead) RestartDeployment(ctx context.Context, namespace, name, token string) error {
+	if err := a.Writer.RestartDeployment(ctx, namespace, name, token); err != nil {
+		return err
+	}
+	a.restarting(name, func(d *steps.Deployment) { d.RestartedAt = token })
+	return nil
+}
+
+func (a *Ahead) ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error {
+	if err := a.Writer.ScaleDeployment(ctx, namespace, name, replicas); err != nil {
+		return err
+	}
+	a.restarting(name, func(d *steps.Deployment) { d.Replicas = replicas })
+	return nil
+}
+
+func (a *Ahead) DeletePods(ctx context.Context, namespace string, names []string) error {
+	if err := a.Writer.DeletePods(ctx, namespace, names); err != nil {
+		return err
+	}
+	for _, n := range names {
+		for _, p := range a.reading.Pods {
+			if p.Namespace == namespace && p.Name == n {
+				p.Alive = false
+			}
+		}
+	}
+	for name, d := range a.reading.State.ControlPlane {
+		if d.Namespace == namespace {
+			a.restarting(name, func(*steps.Deployment) {})
+		}
+	}
+	a.recount()
+	return nil
+}
+
+// workload changes a workload of the state, when the state has it.
+func (a *Ahead) workload(ref steps.WorkloadRef, change func(*steps.Workload)) {
+	if w := a.reading.State.Workloads[ref.String()]; w != nil {
+		change(w)
+	}
+}
+
+func (a *Ahead) RestartWorkload(ctx context.Context, ref steps.WorkloadRef, token string, annotations map[string]*string) error {
+	if err := a.Writer.RestartWorkload(ctx, ref, token, annotations); err != nil {
+		return err
+	}
+	a.workload(ref, func(w *steps.Workload) {
+		w.RestartedAt, w.RolledOut, w.Progress = token, false, "waiting for the restart to roll out"
+		for k, v := range annotations {
+			val := ""
+			if v != nil {
+				val = *v
+			}
+			switch k {
+			case steps.RefreshOverrideAnnotation:
+				w.RefreshOverride = val
+			case steps.AdditionalEnvAnnotation:
+				w.AdditionalEnv = val
+			}
+		}
+	})
+	return nil
+}
+
+func (a *Ahead) AnnotateWorkload(ctx context.Context, ref steps.WorkloadRef, annotations map[string]string) error {
+	if err := a.Writer.AnnotateWorkload(ctx, ref, annotations); err != nil {
+		return err
+	}
+	if v, ok := annotations[steps.EvictedForAnnotation]; ok {
+		a.workload(ref, func(w *steps.Workload) { w.EvictedFor = v })
+	}
+	return nil
+}
+
+func (a *Ahead) EvictPods(ctx context.Context, ref steps.WorkloadRef, names []string) (int, error) {
+	n, err := a.Writer.EvictPods(ctx, ref, names)
+	if err != nil {
+		return n, err
+	}
+	a.workload(ref, func(w *steps.Workload) {
+		w.RolledOut, w.Progress = false, "waiting for the evicted pods to be replaced"
+	})
+	return n, nil
+}
+
+func (a *Ahead) RenewCertificate(ctx context.Context, namespace, name string) error {
+	if err := a.Writer.RenewCertificate(ctx, namespace, name); err != nil {
+		return err
+	}
+	a.reading.State.IssuerCertificate.Issuing = true
+	return nil
+}
+
+// Assume makes what the assumption stands for happen in the state, and says so ("assuming ...");
+// ok is false when it cannot (the stand-in issuer cannot be made, or there is nothing to assume),
+// and why says why.
+func (a *Ahead) Assume(as steps.Assumption) (said string, ok bool, why string) {
+	s := a.reading.State
+	switch as {
+	case steps.AssumeControlPlaneRestarted:
+		a.controlPlaneRolledOut()
+	case steps.AssumeWorkloadsRestarted:
+		hash := steps.BundleHash(s.DesiredBundle())
+		// The operator restarts in batches: the restarts of this batch roll out, and the step
+		// acts again for the next one; once none is rolling, the rest is the user's (or the
+		// workloads the operator may not restart) and every pod is assumed replaced.
+		rolling := map[string]bool{}
+		for k, w := range s.Workloads {
+			if !w.RolledOut && w.Found && (w.RestartedAt != "" || w.EvictedFor != "") {
+				rolling[k] = true
+			}
+		}
+		for _, p := range a.reading.Pods {
+			if p.Meshed && !p.ControlPlane && (len(rolling) == 0 || rolling[p.Workload]) {
+				p.TrustRootHash = hash
+			}
+		}
+		a.workloadsRolledOut()
+		if len(rolling) > 0 {
+			a.recount()
+			return "assuming the operator's restarts rolled out: " + strings.Join(slices.Sorted(maps.Keys(rolling)), ", "), true, ""
+		}
+	case steps.AssumeIssuerRenewed:
+		if a.RenewIssuer == nil {
+			return "", false, "plan cannot stand in for an issuer signed by the new trust anchor without its private key, which it never reads"
+		}
+		issuer, err := a.RenewIssuer(s)
+		if err != nil {
+			return "", false, fmt.Sprintf("making a stand-in for the renewed identity issuer: %v", err)
+		}
+		s.Issuer.Found, s.Issuer.Cert, s.Issuer.Err = true, issuer, nil
+		s.IssuerCertificate.Issuing = false
+		s.IssuerCertificate.Revision++
+	case steps.AssumeCertificatesRenewed:
+		a.certsRenewed = true
+		a.workloadsRolledOut()
+	default:
+		return "", false, "a plan cannot stand in for what it waits on"
+	}
+	a.recount()
+	return as.Describe(s.Spec), true, ""
+}
+
+// controlPlaneRolledOut replaces the pods of every control-plane Deployment rolling out by as
+// many pods of its template as it wants, started now.
+func (a *Ahead) controlPlaneRolledOut() {
+	s := a.reading.State
+	hash := steps.BundleHash(s.DesiredBundle())
+	for name, d := range s.ControlPlane {
+		if d.RolledOut || !d.Found {
+			continue
+		}
+		workload := d.Namespace + "/Deployment/" + name
+		var kept []*Pod
+		for _, p := range a.reading.Pods {
+			if p.Workload != workload || !p.ControlPlane {
+				kept = append(kept, p)
+			}
+		}
+		for i := range int(d.Replicas) {
+			key := fmt.Sprintf("%s/%s-<new pod %d>", d.Namespace, name, i+1)
+			kept = append(kept, &Pod{key: key, Namespace: d.Namespace, Name: key[len(d.Namespace)+1:], Workload: workload, ControlPlane: true,
+				TrustRootHash: hash, Meshed: true, Alive: true, Running: true, Created: s.Now, Started: s.Now, RestartedAt: d.RestartedAt})
+			if s.Issuer.Usable() {
+				// A new pod's proxy presents a certificate from the issuer identity signs with now.
+				chain := []*x509.Certificate{s.Issuer.Cert}
+				a.results[key] = ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain, key: chainKey(chain)}
+			}
+		}
+		a.reading.Pods = kept
+		d.RolledOut, d.Progress = true, ""
+		s.ControlPlane[name] = d
+	}
+}
+
+// workloadsRolledOut settles every workload's restart.
+func (a *Ahead) workloadsRolledOut() {
+	for _, w := range a.reading.State.Workloads {
+		w.RolledOut, w.Progress, w.Settling, w.Failed = true, "", "", ""
+	}
+}
