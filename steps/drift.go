@@ -30,8 +30,32 @@ type BundleDrift struct {
 	// bundle does not: a person must decide).
 	Rewrite string
 	// StartOver is true when the step restarts pods (its act has maybe run already): it starts
-	// over with a fresh token once the bundle is rewritten.
+	// over with a fresh token (StartOverToken) before the bundle is rewritten — the workflow's
+	// jump to the step itself, saved first, so that a crash between the two cannot leave the
+	// step passing on pods that loaded the drifted bundle.
 	StartOver bool
+}
+
+// startOver is the token the step starts over with, and whether it must still: it acted
+// already (it has a token) and has not started over since.
+func (d BundleDrift) startOver(step, token string) (string, bool) {
+	if !d.StartOver || token == "" {
+		return "", false
+	}
+	fresh := StartOverToken(step, token)
+	return fresh, fresh != token
+}
+
+// StartOverDue reports whether the step of the checkpoint, holding token, must still start over
+// for a drifted trust bundle: the workflow jumps first, and the operator rewrites the bundle
+// only once that jump is saved.
+func StartOverDue(s *State, step, token string) bool {
+	drift, ok := CheckBundle(s, step)
+	if !ok {
+		return false
+	}
+	_, due := drift.startOver(step, token)
+	return due
 }
 
 // CheckBundle compares the trust-roots ConfigMap with the bundle the rotation expects at step.
@@ -104,13 +128,20 @@ func describeWriters(b Bundle) string {
 	return strings.Join(names, ", ")
 }
 
-// guardBundle wraps the Observe of a step that relies on the trust bundle: the step waits while
-// the ConfigMap does not hold the rotation's bundle, and, between the data-plane propagation
+// guardBundle wraps the Observe of a step that relies on the trust bundle: a step that restarts
+// pods and acted already starts over (the workflow jumps to the step itself, see
+// BundleDrift.StartOver); the step waits while the ConfigMap does not hold the rotation's
+// bundle, and, between the data-plane propagation
 // and the retirement of the previous anchor, while some meshed pod is not on the expanded
 // bundle (injected while the bundle had drifted); otherwise it observes as before.
 func guardBundle(step Step, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
 	return func(s *State, token string) workflow.Decision {
 		if drift, ok := checkBundle(s, step); ok {
+			if fresh, due := drift.startOver(step.Name, token); due {
+				return workflow.JumpTo(step.Name, ReasonStepStartedOver, fmt.Sprintf(
+					"step %s starts over with a fresh token, for the pods it restarted may have loaded the changed trust bundle: %s",
+					step.Name, drift.Message)).WithToken(fresh)
+			}
 			return workflow.Waiting(drift.Reason, drift.Message+s.identityScaledDownNote(step.Name, token))
 		}
 		// Once the round finishes on a retired anchor (FinishingOn), the desired bundle is the

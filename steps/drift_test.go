@@ -138,8 +138,8 @@ func TestPodsInjectedWithADriftedBundleCountAsBehind(t *testing.T) {
 
 // TestRevertAtEveryStep runs whole rotations over a simulated cluster in which another field
 // manager reverts the ConfigMap to the old anchor alone at one step of each, the operator
-// rewriting it as its controller does (CheckBundle, then the bundle writer, and a fresh token
-// for a step that restarts pods), and a pod injected meanwhile with the reverted bundle: no
+// rewriting it as its controller does (a step that restarted pods starts over first, the
+// workflow's jump; then CheckBundle and the bundle writer), and a pod injected meanwhile with the reverted bundle: no
 // control-plane restart ever happens while the ConfigMap holds another bundle than the
 // rotation's, the rotation parks with a message naming the manager and waits for the pod, and
 // completes.
@@ -179,7 +179,21 @@ func TestRevertAtEveryStep(t *testing.T) {
 						s.TrustBundle.Converged = min(s.TrustBundle.Converged, 3) // a pod injected meanwhile
 					}
 					before := w.restarts["linkerd-identity"] + w.restarts["linkerd-destination"] + len(w.deleted)
+					token := cp.Token
 					res = advance()
+					if _, due := mustDrift(t, s, at).startOver(at, token); due {
+						// A step that restarted pods starts over first: the workflow's jump to
+						// itself, saved before the bundle is rewritten.
+						if j := res.Jumped; j == nil || j.From != at || j.To != at || j.Reason != ReasonStepStartedOver || res.Acted {
+							t.Fatalf("after the revert at %s: jumped %v acted %v; want %s starting over", at, res.Jumped, res.Acted, at)
+						}
+						if want := StartOverToken(at, token); cp.Token != want || cp.Acts != 0 {
+							t.Fatalf("started over under %q (%d acts), want %q", cp.Token, cp.Acts, want)
+						}
+						res = advance()
+					} else if res.Jumped != nil {
+						t.Fatalf("after the revert at %s: jumped %v; want no start over under token %q", at, res.Jumped, token)
+					}
 					if res.Acted || res.Decision.Reason != "TrustBundleDrifted" || !strings.Contains(res.Decision.Message, `"argocd-controller"`) {
 						t.Fatalf("after the revert at %s: acted %v, %s %q", at, res.Acted, res.Decision.Reason, res.Decision.Message)
 					}
@@ -192,11 +206,11 @@ func TestRevertAtEveryStep(t *testing.T) {
 					if !ok || drift.Rewrite == "" {
 						t.Fatalf("CheckBundle = %+v, %v", drift, ok)
 					}
+					if StartOverDue(s, cp.Step, cp.Token) {
+						t.Fatalf("a start over is still due at %s under %q after the jump", cp.Step, cp.Token)
+					}
 					if err := w.WriteTrustRoots(context.Background(), drift.Rewrite); err != nil {
 						t.Fatal(err)
-					}
-					if drift.StartOver {
-						cp.Token, cp.Acts = "", 0
 					}
 					continue
 				}
@@ -233,4 +247,13 @@ func TestRevertAtEveryStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+func mustDrift(t *testing.T, s *State, step string) BundleDrift {
+	t.Helper()
+	drift, ok := CheckBundle(s, step)
+	if !ok {
+		t.Fatalf("no drift at %s", step)
+	}
+	return drift
 }

@@ -16,4 +16,7 @@ const (
 	// ReasonRenewingIdentityIssuer: wait-for-identity-issuer acts to trigger the issuer's
 	// renewal itself (spec.identityIssuerRenewal Automatic).
 	ReasonRenewingIdentityIssuer = "RenewingIdentityIssuer"
+	// ReasonStepStartedOver: a step that restarts pods jumps back to its own start, with a
+	// fresh token, because the trust bundle changed under it (BundleDrift.StartOver).
+	ReasonStepStartedOver = "StepStartedOver"
 )

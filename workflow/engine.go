@@ -124,8 +124,9 @@ func (w *Workflow[S]) position(cp Checkpoint) (int, error) {
 //
 // Before an act, the checkpoint (with a token from newToken when the step has none yet, passed
 // through the step's Token) is saved with save; the act runs only once that succeeded. A step
-// that decides to Jump moves the checkpoint to the step it names, with no token and no act
-// counted, and that checkpoint is saved with save, its Jump set; the call then stops, as after
+// that decides to Jump moves the checkpoint to the step it names, with the jump's token (none
+// unless it says, see Decision.WithToken) and no act counted, and that checkpoint is saved with
+// save, its Jump set; the call then stops, as after
 // an act: what the jump saved may change the state the steps observe (the caller reads a fresh
 // one), and the step jumped to must observe it before anything acts. Errors carry the step name.
 func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save SaveFunc, newToken func() string) (Result, error) {
@@ -180,7 +181,7 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 				return res, fmt.Errorf("step %s: asked to jump (%s) to step %q: %w", st.Name, d.Reason, d.To, ErrUnknownStep)
 			}
 			j := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message}
-			next := Checkpoint{Step: d.To, Jump: j}
+			next := Checkpoint{Step: d.To, Token: d.Token, Jump: j}
 			if err := save(ctx, next); err != nil {
 				return res, fmt.Errorf("step %s: saving checkpoint of the jump to %s: %w", st.Name, d.To, err)
 			}

@@ -267,6 +267,43 @@ func TestAdvanceJumpIsSavedAndResumable(t *testing.T) {
 	}
 }
 
+// A step may start over at itself, keeping what its token records: the jump lands with that
+// token and no act counted, and the step acts again under it.
+func TestAdvanceJumpToTheSameStepWithAToken(t *testing.T) {
+	steps := toySteps("a", "b")
+	observe := steps[1].Observe
+	steps[1].Observe = func(w *world, token string) Decision {
+		if w.wait["moved"] && token != "kept" {
+			return JumpTo("b", "StartOver", "start b over").WithToken("kept")
+		}
+		return observe(w, token)
+	}
+	w, err := New(steps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := &world{need: map[string]int{"b": 2}, acted: map[string]int{"b": 1}, wait: map[string]bool{"moved": true}}
+	var saved []Checkpoint
+	save := func(_ context.Context, cp Checkpoint) error { saved = append(saved, cp); return nil }
+	res, err := w.Advance(context.Background(), Checkpoint{Step: "b", Token: "t0", Acts: 1}, state, save, func() string { return "t1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Jumped == nil || res.Checkpoint.Step != "b" || res.Checkpoint.Token != "kept" || res.Checkpoint.Acts != 0 {
+		t.Fatalf("jumped %v to %+v; want b again under token kept, no act counted", res.Jumped, res.Checkpoint)
+	}
+	if len(saved) != 1 || saved[0].Token != "kept" || saved[0].Jump == nil {
+		t.Fatalf("saved %+v; want the jump's checkpoint with token kept", saved)
+	}
+	res, err = w.Advance(context.Background(), res.Checkpoint, state, save, func() string { return "t1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Acted || res.Checkpoint.Token != "kept" || res.Checkpoint.Acts != 1 {
+		t.Errorf("after the jump: acted %v at %+v; want b acting under kept, first act", res.Acted, res.Checkpoint)
+	}
+}
+
 // A jump is reached like a wait: after the steps that are done, in the same call.
 func TestAdvanceJumpsAfterPassingDoneSteps(t *testing.T) {
 	w := jumpy(t)

@@ -41,8 +41,10 @@ type Decision struct {
 	Outcome Outcome
 	Reason  string
 	Message string
-	// To is the step a Jump starts again at; empty for the other outcomes.
-	To string
+	// To is the step a Jump starts again at; empty for the other outcomes. Token is the
+	// checkpoint's token there: "" for a fresh start (the step acts under a new token), or
+	// what the step must keep of its earlier pass (see WithToken).
+	To, Token string
 }
 
 // Decision constructors, so steps read as sentences: return workflow.Waiting("...", "...").
@@ -59,6 +61,13 @@ func ActNeeded(reason, message string) Decision {
 // JumpTo decides that the workflow starts again at the named step (see Jump).
 func JumpTo(step, reason, message string) Decision {
 	return Decision{Outcome: Jump, Reason: reason, Message: message, To: step}
+}
+
+// WithToken is the jump d landing with token as the checkpoint's token: a step that starts over
+// and must not lose what its token records (its acts count from zero again).
+func (d Decision) WithToken(token string) Decision {
+	d.Token = token
+	return d
 }
 
 // Step is one idempotent, resumable unit of a workflow over states of type S.

@@ -372,11 +372,14 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepDone})
 	}
 	next, simulating := false, true
+	// The step the walk starts at holds the checkpoint's token; after a jump, the step it lands
+	// on holds the jump's.
+	startAt, startToken := first, cp.Token
 	for i := first; i < len(rotation); i++ {
 		st := rotation[i]
 		token := ""
-		if i == first {
-			token = cp.Token
+		if i == startAt {
+			token = startToken
 		}
 		v := planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepPending}
 		var d workflow.Decision
@@ -413,6 +416,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			ahead = newAhead()
 			sim = ahead.State()
 			rotation = newRotation(ahead)
+			startAt, startToken = to, d.Token
 			i = to - 1
 			continue
 		}

@@ -384,7 +384,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	if done, err := c.repair(ctx, tar, s); done || err != nil {
 		return time.Time{}, err // a repair's write comes back as a change
 	}
-	drifted, err := c.repairBundle(ctx, tar, s, &cp)
+	drifted, err := c.repairBundle(ctx, tar, s, cp)
 	if err != nil {
 		return time.Time{}, err
 	}

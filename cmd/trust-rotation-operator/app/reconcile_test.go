@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -613,6 +614,59 @@ func TestRepairBundleRewritesADriftedBundle(t *testing.T) {
 	}
 	if events := b.drainEvents(); hasEvent(events, "Warning "+ReasonTrustBundleDrifted) {
 		t.Errorf("events %v: the same drift reported twice", events)
+	}
+}
+
+// A trust bundle changed under a step that restarted pods: the step starts over first — the
+// workflow's jump to itself, saved, with a Warning Event — and the bundle is rewritten only in
+// the next reconcile, so a crash before the jump's save rewrote nothing, and one after it loses
+// nothing: the restarted operator rewrites the bundle under the fresh token.
+func TestRepairBundleStartsTheStepOverBeforeTheRewrite(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash after the jump %v", crash), func(t *testing.T) {
+			p := newPKI(t)
+			opts := Options{}
+			if crash {
+				opts = Options{CrashAt: "jump:" + steps.StepRefreshControlPlane, Crash: func() { panic(crashed{}) }}
+			}
+			b := newBed(t, opts)
+			b.mesh(p.b, p.a, p.issuerA, p.a) // reverted to the old anchor alone by another writer
+			b.rotation(cpAt(steps.StepRefreshControlPlane, p.b, steps.NewActStamp(time.Now().Add(-time.Minute))))
+			func() {
+				defer func() {
+					if r := recover(); crash && r != (crashed{}) || !crash && r != nil {
+						t.Fatalf("reconcile ended with %v (crash %v)", r, crash)
+					}
+				}()
+				_, _ = b.c.reconcile(context.Background())
+			}()
+			if n := len(b.writes()); n != 0 {
+				t.Fatalf("writes %v in the reconcile that started the step over, want none", b.writes())
+			}
+			if len(b.tars.writes) == 0 {
+				t.Fatal("no status write, want the jump's checkpoint")
+			}
+			if cp := b.tars.writes[0].Status.Checkpoint; cp.Step != steps.StepRefreshControlPlane || cp.Token != "" || cp.Acts != 0 {
+				t.Fatalf("checkpoint %+v, want %s again with a fresh token", cp, steps.StepRefreshControlPlane)
+			}
+			if events := b.drainEvents(); !crash && !hasEvent(events, "Warning "+steps.ReasonStepStartedOver) {
+				t.Errorf("events %v, want the start over", events)
+			}
+
+			b.c.crash.at = ""
+			b.store(b.c.rotation, b.tars.get(steps.DefaultRotationName))
+			b.reconcile()
+			if got, want := b.trustRoots(), bundleOf(p.b, p.a); got != want {
+				t.Errorf("trust bundle %q after the jump, want the expanded bundle rewritten", got)
+			}
+			cp := b.tars.get(steps.DefaultRotationName).Status.Checkpoint
+			if cp.Step != steps.StepRefreshControlPlane || cp.Token != "" {
+				t.Errorf("checkpoint %+v after the rewrite, want %s waiting under no token", cp, steps.StepRefreshControlPlane)
+			}
+			if events := b.drainEvents(); hasEvent(events, "Warning "+steps.ReasonStepStartedOver) {
+				t.Errorf("events %v after the rewrite: the step started over twice", events)
+			}
+		})
 	}
 }
 

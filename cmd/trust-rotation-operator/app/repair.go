@@ -56,22 +56,29 @@ func (c *Controller) repair(ctx context.Context, tar *v1alpha1.TrustAnchorRotati
 
 // repairBundle handles a trust bundle that another writer changed under the rotation
 // (steps.CheckBundle), at the step of the checkpoint, and reports whether it found one: it
-// rewrites the rotation's bundle (the same idempotent write as the steps'), and a step that
-// restarts pods starts over with a fresh token, for the pods it restarted may have loaded the
-// changed bundle. It does not stop the reconcile: the step, observing the same snapshot, waits
-// with the message that names the writer, and the rotation publishes it; the next snapshot
-// holds the rewritten bundle. Against a writer that keeps reverting it (an Argo CD self-heal),
-// the rewrites back off, so that the two do not write in a loop as fast as the apiserver goes.
-func (c *Controller) repairBundle(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State, cp *workflow.Checkpoint) (bool, error) {
+// rewrites the rotation's bundle (the same idempotent write as the steps'). A step that
+// restarts pods starts over first — the workflow's jump (steps.ReasonStepStartedOver), saved
+// by the engine in this reconcile — and the rewrite waits for the next, so that no crash can
+// come between a rewritten bundle and a step still holding the token of pods that loaded the
+// drifted one. It does not stop the reconcile: the step, observing the same snapshot, waits
+// with the message that names the writer (or jumps), and the rotation publishes it; the next
+// snapshot holds the rewritten bundle.
+//
+// The rewrite itself is outside any checkpoint, as the previous anchor's in repair: it restores
+// an input of the steps to what the rotation's own steps would write, idempotently, and moves
+// no checkpoint. Against a writer that keeps reverting it (an Argo CD self-heal), the rewrites
+// back off, so that the two do not write in a loop as fast as the apiserver goes.
+func (c *Controller) repairBundle(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State, cp workflow.Checkpoint) (bool, error) {
 	drift, ok := steps.CheckBundle(s, cp.Step)
 	if !ok {
 		c.bundleRewrites = 0
 		return false, nil
 	}
 	log := klog.FromContext(ctx)
-	if drift.StartOver && cp.Token != "" {
-		log.Info("Step starts over once the trust bundle is rewritten", "step", cp.Step, "token", cp.Token)
-		cp.Token, cp.Acts = steps.StartOverToken(cp.Step, cp.Token), 0
+	if steps.StartOverDue(s, cp.Step, cp.Token) {
+		log.Info("Step starts over before the trust bundle is rewritten", "step", cp.Step, "token", cp.Token)
+		c.driftEvent(tar, cp.Step, drift.Message)
+		return true, nil
 	}
 	if drift.Rewrite == "" {
 		c.driftEvent(tar, cp.Step, drift.Message)
