@@ -36,26 +36,15 @@ type BundleDrift struct {
 	StartOver bool
 }
 
-// startOver is the token the step starts over with, and whether it must still: it acted
-// already (it has a token) and has not started over since.
-func (d BundleDrift) startOver(step, token string) (string, bool) {
+// StartsOver is the token the step, holding token, starts over with, and whether it must still:
+// it acted already (it has a token) and has not started over since. The workflow jumps first,
+// and the operator rewrites the bundle only once that jump is saved.
+func (d BundleDrift) StartsOver(step, token string) (string, bool) {
 	if !d.StartOver || token == "" {
 		return "", false
 	}
 	fresh := StartOverToken(step, token)
 	return fresh, fresh != token
-}
-
-// StartOverDue reports whether the step of the checkpoint, holding token, must still start over
-// for a drifted trust bundle: the workflow jumps first, and the operator rewrites the bundle
-// only once that jump is saved.
-func StartOverDue(s *State, step, token string) bool {
-	drift, ok := CheckBundle(s, step)
-	if !ok {
-		return false
-	}
-	_, due := drift.startOver(step, token)
-	return due
 }
 
 // CheckBundle compares the trust-roots ConfigMap with the bundle the rotation expects at step.
@@ -137,7 +126,7 @@ func describeWriters(b Bundle) string {
 func guardBundle(step Step, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
 	return func(s *State, token string) workflow.Decision {
 		if drift, ok := checkBundle(s, step); ok {
-			if fresh, due := drift.startOver(step.Name, token); due {
+			if fresh, due := drift.StartsOver(step.Name, token); due {
 				return workflow.JumpTo(step.Name, ReasonStepStartedOver, fmt.Sprintf(
 					"step %s starts over with a fresh token, for the pods it restarted may have loaded the changed trust bundle: %s",
 					step.Name, drift.Message)).WithToken(fresh)

@@ -181,7 +181,7 @@ func TestRevertAtEveryStep(t *testing.T) {
 					before := w.restarts["linkerd-identity"] + w.restarts["linkerd-destination"] + len(w.deleted)
 					token := cp.Token
 					res = advance()
-					if _, due := mustDrift(t, s, at).startOver(at, token); due {
+					if _, due := mustDrift(t, s, at).StartsOver(at, token); due {
 						// A step that restarted pods starts over first: the workflow's jump to
 						// itself, saved before the bundle is rewritten.
 						if j := res.Jumped; j == nil || j.From != at || j.To != at || j.Reason != ReasonStepStartedOver || res.Acted {
@@ -206,7 +206,7 @@ func TestRevertAtEveryStep(t *testing.T) {
 					if !ok || drift.Rewrite == "" {
 						t.Fatalf("CheckBundle = %+v, %v", drift, ok)
 					}
-					if StartOverDue(s, cp.Step, cp.Token) {
+					if _, due := drift.StartsOver(cp.Step, cp.Token); due {
 						t.Fatalf("a start over is still due at %s under %q after the jump", cp.Step, cp.Token)
 					}
 					if err := w.WriteTrustRoots(context.Background(), drift.Rewrite); err != nil {

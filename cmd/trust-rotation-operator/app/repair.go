@@ -75,7 +75,7 @@ func (c *Controller) repairBundle(ctx context.Context, tar *v1alpha1.TrustAnchor
 		return false, nil
 	}
 	log := klog.FromContext(ctx)
-	if steps.StartOverDue(s, cp.Step, cp.Token) {
+	if _, due := drift.StartsOver(cp.Step, cp.Token); due {
 		log.Info("Step starts over before the trust bundle is rewritten", "step", cp.Step, "token", cp.Token)
 		c.driftEvent(tar, cp.Step, drift.Message)
 		return true, nil
