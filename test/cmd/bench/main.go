@@ -54,6 +54,7 @@ type options struct {
 	cliBin       string
 	logDir       string
 	operatorArgs []string
+	operatorEnv  []string
 	rotate       bool
 	hold         bool
 }
@@ -90,6 +91,7 @@ func main() {
 	flag.StringVar(&o.logDir, "log-dir", "bin/bench", "directory for the operator's logs and heap profiles")
 	flag.BoolVar(&o.rotate, "rotate", true, "rotate the trust anchor; false measures sync, steady state and inspect only")
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
+	opEnv := flag.String("operator-env", "", "extra environment of the operator process alone, space-separated NAME=value (GODEBUG=gctrace=1, GOMEMLIMIT=40MiB); the bench's own environment would reach the simulated mesh it hosts too")
 	flag.BoolVar(&o.hold, "hold", false, "after measuring the first size, keep its cluster, mesh and operator up until interrupted (SIGINT), for profiling by hand, then stop")
 	flag.Parse()
 	var err error
@@ -100,6 +102,7 @@ func main() {
 		fatal(err)
 	}
 	o.operatorArgs = strings.Fields(*opArgs)
+	o.operatorEnv = strings.Fields(*opEnv)
 	if err := os.MkdirAll(o.logDir, 0o755); err != nil {
 		fatal(err)
 	}
@@ -185,7 +188,7 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 		return nil, err
 	}
 
-	op, err := startOperator(o.operatorBin, c.Kubeconfig(), filepath.Join(o.logDir, fmt.Sprintf("operator-%d.log", pods)), o.operatorArgs...)
+	op, err := startOperator(o.operatorBin, c.Kubeconfig(), filepath.Join(o.logDir, fmt.Sprintf("operator-%d.log", pods)), o.operatorEnv, o.operatorArgs...)
 	if err != nil {
 		return nil, err
 	}

@@ -20,14 +20,14 @@ type operator struct {
 	adminAddr string
 }
 
-func startOperator(bin, kubeconfig, logPath string, extra ...string) (*operator, error) {
+func startOperator(bin, kubeconfig, logPath string, env []string, extra ...string) (*operator, error) {
 	addr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"--kubeconfig", kubeconfig, "--admin-addr", addr, "--leader-election-namespace", "linkerd",
 		"--count-api-requests", "--pprof"}, extra...)
-	p, err := proc.Start(bin, args, nil, logPath)
+	p, err := proc.Start(bin, args, env, logPath)
 	if err != nil {
 		return nil, err
 	}
