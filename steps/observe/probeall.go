@@ -31,51 +31,108 @@ type ProbeResult struct {
 // goroutines, so it must be safe for concurrent use) to report progress. The results are keyed
 // by pod key; a pod that is not running has none. An ended ctx stops the remaining probes.
 func ProbeAll(ctx context.Context, dial DialFunc, pods []*Pod, concurrency int, timeout time.Duration, done func(p *Pod, r ProbeResult)) map[string]ProbeResult {
+	p := StartProbes(ctx, dial, concurrency, timeout, done)
+	p.Add(pods...)
+	return p.Wait()
+}
+
+// Probes is ProbeAll over pods handed to it while the first ones are being probed, as a list
+// returns them page by page (ReadFeeding). Add and Wait are for one goroutine; Add never blocks.
+type Probes struct {
+	ctx     context.Context
+	dial    DialFunc
+	timeout time.Duration
+	done    func(*Pod, ProbeResult)
+	wg      sync.WaitGroup
+	stop    func() bool // stops the watch of ctx
+
+	mu      sync.Mutex
+	more    *sync.Cond // signalled on an Add, on Wait and when ctx ends
+	queue   []*Pod
+	ended   bool // no more Adds, or ctx ended
+	results map[string]ProbeResult
+}
+
+// StartProbes starts concurrency probing goroutines that probe the pods Add hands them (see
+// ProbeAll for the arguments); Wait returns the results.
+func StartProbes(ctx context.Context, dial DialFunc, concurrency int, timeout time.Duration, done func(*Pod, ProbeResult)) *Probes {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
 	if timeout <= 0 {
 		timeout = defaultProbeTime
 	}
-	var (
-		mu      sync.Mutex
-		results = make(map[string]ProbeResult, len(pods))
-		wg      sync.WaitGroup
-		work    = make(chan *Pod)
-	)
+	p := &Probes{ctx: ctx, dial: dial, timeout: timeout, done: done, results: map[string]ProbeResult{}}
+	p.more = sync.NewCond(&p.mu)
+	p.stop = context.AfterFunc(ctx, p.end)
 	for range max(concurrency, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range work {
-				chain, err := ProbePod(ctx, dial, p, timeout)
-				r := ProbeResult{Chain: chain, Err: err}
-				if err == nil {
-					r.Issuer, r.key = steps.Fingerprint(chain[0]), chainKey(chain)
-				}
-				mu.Lock()
-				results[p.Key()] = r
-				mu.Unlock()
-				if done != nil {
-					done(p, r)
-				}
-			}
-		}()
+		p.wg.Add(1)
+		go p.work()
 	}
-feed:
-	for _, p := range pods {
-		if !p.Meshed || !p.Alive || !p.Running {
-			continue
-		}
-		select {
-		case work <- p:
-		case <-ctx.Done():
-			break feed
+	return p
+}
+
+// Add queues the probeable pods (Probeable) among pods.
+func (p *Probes) Add(pods ...*Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pod := range pods {
+		if Probeable(pod) {
+			p.queue = append(p.queue, pod)
 		}
 	}
-	close(work)
-	wg.Wait()
-	return results
+	p.more.Broadcast()
+}
+
+// Wait waits for the probes of every pod added, or until ctx ends, and returns the results by
+// pod key. Nothing may be added after.
+func (p *Probes) Wait() map[string]ProbeResult {
+	p.end()
+	p.wg.Wait()
+	p.stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.results
+}
+
+func (p *Probes) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = true
+	p.more.Broadcast()
+}
+
+// next is the next pod to probe; nil once the queue is drained and ended, or ctx has ended.
+func (p *Probes) next() *Pod {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.queue) == 0 && !p.ended {
+		p.more.Wait()
+	}
+	if len(p.queue) == 0 || p.ctx.Err() != nil {
+		return nil
+	}
+	pod := p.queue[0]
+	p.queue[0] = nil
+	p.queue = p.queue[1:]
+	return pod
+}
+
+func (p *Probes) work() {
+	defer p.wg.Done()
+	for pod := p.next(); pod != nil; pod = p.next() {
+		chain, err := ProbePod(p.ctx, p.dial, pod, p.timeout)
+		r := ProbeResult{Chain: chain, Err: err}
+		if err == nil {
+			r.Issuer, r.key = steps.Fingerprint(chain[0]), chainKey(chain)
+		}
+		p.mu.Lock()
+		p.results[pod.Key()] = r
+		p.mu.Unlock()
+		if p.done != nil {
+			p.done(pod, r)
+		}
+	}
 }
 
 // LiveChains groups the probed pods by the issuer chain they present, as the operator's

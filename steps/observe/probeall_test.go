@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,13 +13,14 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
 )
 
-func newCert(t *testing.T, cn string, ca bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+func newCert(t testing.TB, cn string, ca bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -40,7 +42,7 @@ func newCert(t *testing.T, cn string, ca bool, parent *x509.Certificate, parentK
 
 // serveAdmin serves a leaf signed by issuer on a loopback port, answering only the SNI identity,
 // like a proxy's admin port; it returns the port.
-func serveAdmin(t *testing.T, identity string, issuer *x509.Certificate, issuerKey *ecdsa.PrivateKey) int32 {
+func serveAdmin(t testing.TB, identity string, issuer *x509.Certificate, issuerKey *ecdsa.PrivateKey) int32 {
 	t.Helper()
 	leaf, key := newCert(t, identity, false, issuer, issuerKey)
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
@@ -131,5 +133,84 @@ func TestProbeAllReadsLiveIssuers(t *testing.T) {
 	live := LiveChains(pods, results)
 	if len(live) != 3 || live[0].Example != "app/on-active" || live[2].Example != "app/on-old" || steps.Fingerprint(live[2].Certs[0]) != steps.Fingerprint(old) || live[2].Pods != 1 {
 		t.Errorf("live chains %+v, want one per issuer, by pod name", live)
+	}
+}
+
+// BenchmarkProbeAll probes pods whose admin port (one loopback server, both sides of every TLS
+// handshake in this process) presents a P-256 leaf and its issuer, as a linkerd2-proxy does: the
+// client's cost per probe plus the proxy's, the figure `linkerd trust inspect` is bound by when
+// probes and proxies share cores.
+func BenchmarkProbeAll(b *testing.B) {
+	anchor, anchorKey := newCert(b, "root", true, nil, nil)
+	issuer, issuerKey := newCert(b, "identity", true, anchor, anchorKey)
+	const identity = "default.bench.serviceaccount.identity.linkerd.cluster.local"
+	port := serveAdmin(b, identity, issuer, issuerKey)
+	pods := make([]*Pod, 100)
+	for i := range pods {
+		pods[i] = meshedPod("bench", "p"+strconv.Itoa(i), "uid-"+strconv.Itoa(i), "127.0.0.1", port, identity)
+	}
+	check := NewCertificateCheck(anchor)
+	cpu0 := processCPU(b)
+	for b.Loop() {
+		results := ProbeAll(b.Context(), nil, pods, 8, 5*time.Second, nil)
+		if c := check.Convergence(pods, results); c.Converged != len(pods) {
+			b.Fatalf("%d of %d pods converged: %v", c.Converged, len(pods), c.Pods)
+		}
+	}
+	probes := float64(b.N * len(pods))
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/probes, "µs/probe")
+	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/probes, "cpu-µs/probe")
+}
+
+// processCPU is the CPU time the process has used, user and system: on shared cores a probe's
+// cost, where its wall time is the neighbours' too.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestProbesStartBeforeTheListEnds probes a first page of pods before the second is added, as
+// inspect does while the apiserver lists the rest, and stops probing what is queued once the
+// context ends.
+func TestProbesStartBeforeTheListEnds(t *testing.T) {
+	anchor, anchorKey := newCert(t, "root", true, nil, nil)
+	issuer, issuerKey := newCert(t, "identity", true, anchor, anchorKey)
+	const identity = "default.app.serviceaccount.identity.linkerd.cluster.local"
+	port := serveAdmin(t, identity, issuer, issuerKey)
+	pod := func(name string) *Pod { return meshedPod("app", name, name, "127.0.0.1", port, identity) }
+
+	probed := make(chan string, 10)
+	p := StartProbes(t.Context(), nil, 2, 2*time.Second, func(pod *Pod, r ProbeResult) {
+		if r.Err != nil {
+			t.Errorf("pod %s: %v", pod.Key(), r.Err)
+		}
+		probed <- pod.Key()
+	})
+	pending := pod("pending")
+	pending.Running = false
+	p.Add(pod("first"), pending)
+	if got := <-probed; got != "app/first" {
+		t.Fatalf("probed %s, want app/first", got)
+	}
+	p.Add(pod("second"))
+	results := p.Wait()
+	if len(results) != 2 || results["app/second"].Issuer != steps.Fingerprint(issuer) {
+		t.Errorf("results %v, want app/first and app/second on the issuer, and no probe of the pod not running", results)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var calls atomic.Int32
+	p = StartProbes(ctx, func(ctx context.Context, _, _ string) (net.Conn, error) {
+		calls.Add(1)
+		cancel()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}, 1, 2*time.Second, nil)
+	p.Add(pod("a"), pod("b"), pod("c"))
+	if results := p.Wait(); calls.Load() != 1 || len(results) != 1 || results["app/a"].Err == nil {
+		t.Errorf("after the context ended: %d dials, results %v; want one failed probe and the rest left", calls.Load(), results)
 	}
 }

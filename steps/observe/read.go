@@ -33,6 +33,13 @@ type Reading struct {
 // A missing object is not an error (the State says it is missing), nor is a Secret the user may
 // not read (the Source says so, see Forbidden); any other failed read is.
 func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotationStatus, now time.Time) (*Reading, error) {
+	return ReadFeeding(ctx, r, status, now, nil)
+}
+
+// ReadFeeding is Read handing each page of meshed pods to feed (when not nil) as soon as it is
+// listed: a command probes the first pods while the apiserver lists the rest (ten thousand pods
+// take most of a second to list).
+func ReadFeeding(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotationStatus, now time.Time, feed func(page []*Pod)) (*Reading, error) {
 	cfg, kube := r.Config, r.Kube
 	s := &steps.State{Config: cfg, Now: now, ControlPlane: map[string]steps.Deployment{}}
 	var err error
@@ -67,7 +74,7 @@ func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotation
 		}
 		s.ControlPlane[name] = DeploymentFrom(cfg.LinkerdNamespace, name, d)
 	}
-	pods, err := ListMeshedPods(ctx, kube, cfg)
+	pods, err := ListMeshedPods(ctx, kube, cfg, feed)
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +119,8 @@ func (s *Reading) Unreadable() []string {
 }
 
 // ListMeshedPods lists the meshed pods of every namespace (label linkerd.io/control-plane-ns) in
-// pages, in their slim form.
-func ListMeshedPods(ctx context.Context, kube kube.Interface, cfg steps.Config) ([]*Pod, error) {
+// pages, in their slim form, handing each page to feed (when not nil) before asking for the next.
+func ListMeshedPods(ctx context.Context, kube kube.Interface, cfg steps.Config, feed func(page []*Pod)) ([]*Pod, error) {
 	var out []*Pod
 	opts := metav1.ListOptions{LabelSelector: MeshedPodSelector, Limit: 500}
 	for {
@@ -121,8 +128,12 @@ func ListMeshedPods(ctx context.Context, kube kube.Interface, cfg steps.Config) 
 		if err != nil {
 			return nil, fmt.Errorf("listing meshed pods (label %s): %w", MeshedPodSelector, err)
 		}
+		first := len(out)
 		for i := range list.Items {
 			out = append(out, SlimPod(cfg, &list.Items[i]))
+		}
+		if feed != nil {
+			feed(out[first:len(out):len(out)])
 		}
 		if list.Continue == "" {
 			return out, nil

@@ -173,7 +173,12 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	if in.Found {
 		status = &tar.Status
 	}
-	reading, err := observe.Read(ctx, cl.pkiReader(kf.Config), status, env.now())
+	probes, err := env.startProbes(ctx, cl, pf, progress)
+	if err != nil {
+		return nil, err
+	}
+	defer probes.stop()
+	reading, err := observe.ReadFeeding(ctx, cl.pkiReader(kf.Config), status, env.now(), probes.feed)
 	if err != nil {
 		return nil, err
 	}
@@ -197,10 +202,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	if active == "" {
 		in.Live.Problems = append(in.Live.Problems, s.Issuer.Problem("identity-issuer Secret")+": the active issuer is unknown")
 	}
-	results, err := env.probe(ctx, cl, pf, reading.Pods, progress)
-	if err != nil {
-		return nil, err
-	}
+	results := probes.wait(reading.Pods)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -269,7 +269,12 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	}
 	p.Step, p.Phase = at.Name, at.Phase
 
-	reading, err := observe.Read(ctx, cl.pkiReader(cfg), &tar.Status, env.now())
+	probes, err := env.startProbes(ctx, cl, pf, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer probes.stop()
+	reading, err := observe.ReadFeeding(ctx, cl.pkiReader(cfg), &tar.Status, env.now(), probes.feed)
 	if err != nil {
 		return nil, err
 	}
@@ -303,10 +308,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		p.Notes = append(p.Notes, fmt.Sprintf("assuming `cmctl renew -n %s %s` just happened: the renewed trust anchor %s is a stand-in made in memory, written nowhere",
 			cfg.CertManagerNamespace, cfg.AnchorSecret, steps.ShortFingerprint(steps.Fingerprint(renewed))))
 	}
-	results, err := env.probe(ctx, cl, pf, reading.Pods, nil)
-	if err != nil {
-		return nil, err
-	}
+	results := probes.wait(reading.Pods)
 	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(reading.Pods, results)
 	s.LiveChains = observe.LiveChains(reading.Pods, results)
 	// The linked clusters, read as the operator reads them, with its credentials: the remote

@@ -53,42 +53,97 @@ func (p *probeFlags) validate() error {
 // prober probes the live certificates of pods; progress, when set, is called after each probe.
 type prober func(ctx context.Context, pods []*observe.Pod, progress func(done, total int)) map[string]observe.ProbeResult
 
-// probe reads the live certificates of the meshed pods, with env.Probe in tests.
-func (e *Env) probe(ctx context.Context, cl *Clients, pf *probeFlags, pods []*observe.Pod, progress func(done, total int)) (map[string]observe.ProbeResult, error) {
+// liveProbes probes the live certificates of meshed pods as the pod list's pages arrive
+// (observe.ReadFeeding): with ten thousand pods, the list takes most of a second that the
+// probes, bound by TLS handshakes, no longer wait for.
+type liveProbes struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	probes   *observe.Probes    // nil with env.Probe (tests), which probes in wait
+	forward  *portForwardDialer // with --port-forward
+	test     prober
+	progress func(done, total int)
+	total    atomic.Int64
+}
+
+// startProbes starts the probes of inspect and plan; the caller feeds them the pods with feed,
+// and calls wait for the results and stop once done (stop after wait is harmless).
+func (e *Env) startProbes(ctx context.Context, cl *Clients, pf *probeFlags, progress func(done, total int)) (*liveProbes, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	lp := &liveProbes{ctx: ctx, cancel: cancel, test: e.Probe, progress: progress}
 	if e.Probe != nil {
-		return e.Probe(ctx, pods, progress), nil
+		return lp, nil
 	}
 	var dial observe.DialFunc
 	if pf.portForward {
 		if cl.REST == nil {
+			cancel()
 			return nil, errors.New("--port-forward needs a Kubernetes client configuration")
 		}
-		d, err := newPortForwardDialer(cl.REST, pods)
+		d, err := newPortForwardDialer(cl.REST)
 		if err != nil {
+			cancel()
 			return nil, err
 		}
-		dial = d
-	}
-	total := 0
-	for _, p := range pods {
-		if observe.Probeable(p) {
-			total++
-		}
+		lp.forward, dial = d, d.dial
 	}
 	var done atomic.Int64
-	return observe.ProbeAll(ctx, dial, pods, pf.concurrency, pf.timeout, func(*observe.Pod, observe.ProbeResult) {
+	lp.probes = observe.StartProbes(ctx, dial, pf.concurrency, pf.timeout, func(*observe.Pod, observe.ProbeResult) {
 		n := done.Add(1)
 		if progress != nil {
-			progress(int(n), total)
+			progress(int(n), int(lp.total.Load()))
 		}
-	}), nil
+	})
+	return lp, nil
 }
 
-// newPortForwardDialer returns a dialer that reaches "podIP:port" through the apiserver's
-// port-forward subresource of the pod with that IP, the way `kubectl port-forward` (and
-// `linkerd identity`) do, without a local listener: each dial is one SPDY connection with one
-// data stream.
-func newPortForwardDialer(cfg *rest.Config, pods []*observe.Pod) (observe.DialFunc, error) {
+// feed hands a page of listed pods to the probes.
+func (lp *liveProbes) feed(page []*observe.Pod) {
+	if lp.probes == nil {
+		return
+	}
+	for _, p := range page {
+		if observe.Probeable(p) {
+			lp.total.Add(1)
+		}
+	}
+	if lp.forward != nil {
+		lp.forward.learn(page)
+	}
+	lp.probes.Add(page...)
+}
+
+// wait returns the results of the probes of every pod fed; pods are all of them, for env.Probe.
+func (lp *liveProbes) wait(pods []*observe.Pod) map[string]observe.ProbeResult {
+	defer lp.cancel()
+	if lp.test != nil {
+		return lp.test(lp.ctx, pods, lp.progress)
+	}
+	return lp.probes.Wait()
+}
+
+// stop ends the probes, unfinished when the command failed before it needed them.
+func (lp *liveProbes) stop() {
+	lp.cancel()
+	if lp.probes != nil {
+		lp.probes.Wait()
+	}
+}
+
+// portForwardDialer reaches "podIP:port" through the apiserver's port-forward subresource of
+// the pod with that IP, the way `kubectl port-forward` (and `linkerd identity`) do, without a
+// local listener: each dial is one SPDY connection with one data stream. It learns the pods as
+// they are listed.
+type portForwardDialer struct {
+	transport http.RoundTripper
+	upgrader  spdy.Upgrader
+	kube      kubernetes.Interface
+
+	mu   sync.Mutex
+	byIP map[string]*observe.Pod
+}
+
+func newPortForwardDialer(cfg *rest.Config) (*portForwardDialer, error) {
 	transport, upgrader, err := spdy.RoundTripperFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("port-forward transport: %w", err)
@@ -97,49 +152,58 @@ func newPortForwardDialer(cfg *rest.Config, pods []*observe.Pod) (observe.DialFu
 	if err != nil {
 		return nil, err
 	}
-	byIP := map[string]*observe.Pod{}
+	return &portForwardDialer{transport: transport, upgrader: upgrader, kube: kube, byIP: map[string]*observe.Pod{}}, nil
+}
+
+// learn records the IPs of pods.
+func (d *portForwardDialer) learn(pods []*observe.Pod) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, p := range pods {
 		if p.IP != "" {
-			byIP[p.IP] = p
+			d.byIP[p.IP] = p
 		}
 	}
-	return func(ctx context.Context, _, addr string) (net.Conn, error) {
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
+}
+
+func (d *portForwardDialer) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	p, ok := d.byIP[host]
+	d.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("no meshed pod has IP %s", host)
+	}
+	url := d.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.Namespace).Name(p.Name).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(d.upgrader, &http.Client{Transport: d.transport}, http.MethodPost, url)
+	type result struct {
+		conn httpstream.Connection
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		conn, _, err := dialer.Dial(portForwardProtocol)
+		ch <- result{conn, err}
+	}()
+	var conn httpstream.Connection
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, fmt.Errorf("port-forward to pod %s: %w", p.Key(), r.err)
 		}
-		p, ok := byIP[host]
-		if !ok {
-			return nil, fmt.Errorf("no meshed pod has IP %s", host)
-		}
-		url := kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.Namespace).Name(p.Name).SubResource("portforward").URL()
-		dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
-		type result struct {
-			conn httpstream.Connection
-			err  error
-		}
-		ch := make(chan result, 1)
+		conn = r.conn
+	case <-ctx.Done():
 		go func() {
-			conn, _, err := dialer.Dial(portForwardProtocol)
-			ch <- result{conn, err}
-		}()
-		var conn httpstream.Connection
-		select {
-		case r := <-ch:
-			if r.err != nil {
-				return nil, fmt.Errorf("port-forward to pod %s: %w", p.Key(), r.err)
+			if r := <-ch; r.conn != nil {
+				r.conn.Close()
 			}
-			conn = r.conn
-		case <-ctx.Done():
-			go func() {
-				if r := <-ch; r.conn != nil {
-					r.conn.Close()
-				}
-			}()
-			return nil, ctx.Err()
-		}
-		return openForwardedPort(conn, p.Key(), port)
-	}, nil
+		}()
+		return nil, ctx.Err()
+	}
+	return openForwardedPort(conn, p.Key(), port)
 }
 
 // openForwardedPort opens the error and data streams of one port-forward request.
