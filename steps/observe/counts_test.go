@@ -71,11 +71,19 @@ func TestCountsKeptPerChangeMatchAWalk(t *testing.T) {
 				want = hashes[rng.IntN(2)]
 			}
 		}
-		if got, walked := x.TrustBundle(want), walkTrustBundle(x, want); !sameConvergence(got, walked) {
+		got, walked := x.TrustBundle(want), walkTrustBundle(x, want)
+		if !sameConvergence(got, walked) {
 			t.Fatalf("event %d: TrustBundle(%s) = %+v, a walk says %+v", i, want, got, walked)
 		}
-		if got, walked := tr.Certificates(), walkCertificates(tr); !sameConvergence(got, walked) {
+		if behind := x.Behind(); behind != walked.Target-walked.Converged {
+			t.Fatalf("event %d: Behind() = %d, a walk says %d", i, behind, walked.Target-walked.Converged)
+		}
+		got, walked = tr.Certificates(), walkCertificates(tr)
+		if !sameConvergence(got, walked) {
 			t.Fatalf("event %d: Certificates() = %+v, a walk says %+v", i, got, walked)
+		}
+		if behind := tr.Behind(); behind != walked.Target-walked.Converged {
+			t.Fatalf("event %d: CertTracker.Behind() = %d, a walk says %d", i, behind, walked.Target-walked.Converged)
 		}
 	}
 }

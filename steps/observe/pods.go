@@ -205,6 +205,8 @@ type PodIndex struct {
 	// rebuilt when another is asked for (once per change of the desired bundle).
 	want   string
 	behind map[string]int
+	// behindPods is the sum of behind.
+	behindPods int
 	// onChange is called, outside the lock, after every change.
 	onChange func(old, new *Pod)
 }
@@ -237,6 +239,7 @@ func (x *PodIndex) count(p *Pod, delta int) {
 	addCount(x.byHash, p.TrustRootHash, delta)
 	if p.TrustRootHash != x.want {
 		addCount(x.behind, p.Workload, delta)
+		x.behindPods += delta
 	}
 }
 
@@ -270,6 +273,14 @@ func (x *PodIndex) Delete(key string) {
 	if x.onChange != nil && old != nil {
 		x.onChange(old, nil)
 	}
+}
+
+// Behind is the number of alive meshed data-plane pods on another trust-root hash than the one
+// TrustBundle was last asked about: zero once the trust bundle has converged.
+func (x *PodIndex) Behind() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.behindPods
 }
 
 // Get returns a pod by key.
@@ -353,10 +364,11 @@ func (x *PodIndex) TrustBundle(hash string) steps.Convergence {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if hash != x.want {
-		x.want, x.behind = hash, map[string]int{}
+		x.want, x.behind, x.behindPods = hash, map[string]int{}, 0
 		for _, p := range x.pods {
 			if p.Meshed && p.Alive && !p.ControlPlane && p.TrustRootHash != hash {
 				x.behind[p.Workload]++
+				x.behindPods++
 			}
 		}
 	}

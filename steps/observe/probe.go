@@ -111,7 +111,7 @@ type CertTracker struct {
 	dial        DialFunc
 	timeout     time.Duration
 	concurrency int
-	notify      func()
+	notify      func(*Pod)
 	queue       *probeQueue
 
 	mu     sync.Mutex
@@ -159,9 +159,9 @@ const (
 	defaultProbeTime    = 5 * time.Second
 )
 
-// NewCertTracker returns a tracker over the index's pods. notify is called after a probe
-// changes what the tracker counts.
-func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout time.Duration, notify func()) *CertTracker {
+// NewCertTracker returns a tracker over the index's pods. notify is called with the pod after a
+// probe of it changes what the tracker counts.
+func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout time.Duration, notify func(*Pod)) *CertTracker {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
@@ -278,6 +278,14 @@ func (t *CertTracker) intern(certs []*x509.Certificate) *issuerChain {
 	return c
 }
 
+// Behind is the number of live meshed pods whose chain does not verify to the root: zero once
+// the workload certificates have converged.
+func (t *CertTracker) Behind() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.live) - len(t.ok)
+}
+
 // Certificates counts the alive meshed pods whose live certificate chain verifies to the root.
 // It counts pods that are there, each by its own incarnation's probe: never a pod that is gone,
 // nor a pod replaced under the same name by what its predecessor presented. Like
@@ -365,7 +373,7 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	}
 
 	if t.record(ctx, p, certs, err) && t.notify != nil {
-		t.notify()
+		t.notify(p)
 	}
 	t.afterProbe(key, p.UID)
 	return true

@@ -138,7 +138,7 @@ func TestCertTrackerProbesNewPodsBeforeReprobes(t *testing.T) {
 	changed := make(chan struct{}, 1)
 	var tracker *CertTracker
 	index := NewPodIndex(func(old, cur *Pod) { tracker.PodChanged(old, cur) })
-	tracker = NewCertTracker(index, dial, 4, time.Minute, func() {
+	tracker = NewCertTracker(index, dial, 4, time.Minute, func(*Pod) {
 		select {
 		case changed <- struct{}{}:
 		default:

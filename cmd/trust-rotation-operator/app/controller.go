@@ -127,6 +127,10 @@ type Controller struct {
 	latest   *v1alpha1.TrustAnchorRotation
 	replaced string
 
+	// churn tells the pod changes and probe results that may complete a convergence from those
+	// that only move its counts (churned).
+	churn churn
+
 	// lastStatusWrite is when the status was last written; progressTimer reconciles again when
 	// a progress-only change was held back (holdProgress).
 	lastStatusWrite time.Time
@@ -199,7 +203,7 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 
 	c.remotes = newRemotes(kube, opts.Dynamic, opts.Discovery, opts.MulticlusterNamespace, opts.RemoteWatchTimeout, c.poke)
 	c.index = observe.NewPodIndex(c.podChanged)
-	c.certs = observe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, c.poke)
+	c.certs = observe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *observe.Pod) { c.churned(p.ControlPlane) })
 
 	poke := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.poke() },
@@ -235,7 +239,7 @@ func must(err error) {
 
 func (c *Controller) podChanged(old, cur *observe.Pod) {
 	c.certs.PodChanged(old, cur)
-	c.poke()
+	c.churned(old != nil && old.ControlPlane || cur != nil && cur.ControlPlane)
 }
 
 // poke asks for a reconcile; many pokes before it runs make one.
@@ -272,6 +276,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	cause := CauseStart
 	for {
 		c.metrics.reconciles.WithLabelValues(cause).Inc()
+		c.churn.began(time.Now())
 		recheck, err := c.reconcile(ctx)
 		switch {
 		case ctx.Err() != nil:
