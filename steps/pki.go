@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -84,12 +85,43 @@ func CheckAnchor(c *x509.Certificate, now time.Time) error {
 }
 
 // SignedBy reports whether child's signature verifies with parent's key (and their names link).
+//
+// The verdict on a CA certificate is remembered: a reconcile asks it of the same anchors and
+// issuers over and over (CertificateRoot, IssuerOnCurrentAnchor, IdentityRestartedEarly...), and
+// an ECDSA verification was a quarter of the operator's CPU while pods rolled. A verdict depends
+// on the two DERs alone, so it is keyed by their hashes. Leaves (a pod's live certificate, each
+// checked once per probe) are not remembered.
 func SignedBy(child, parent *x509.Certificate) bool {
 	if child == nil || parent == nil {
 		return false
 	}
-	return child.CheckSignatureFrom(parent) == nil
+	if !child.IsCA {
+		return child.CheckSignatureFrom(parent) == nil
+	}
+	key := [2][sha256.Size]byte{sha256.Sum256(child.Raw), sha256.Sum256(parent.Raw)}
+	signatures.Lock()
+	ok, known := signatures.verified[key]
+	signatures.Unlock()
+	if known {
+		return ok
+	}
+	ok = child.CheckSignatureFrom(parent) == nil
+	signatures.Lock()
+	defer signatures.Unlock()
+	if len(signatures.verified) >= maxSignatures {
+		clear(signatures.verified) // a mesh has a few CAs at a time; this bounds a long life
+	}
+	signatures.verified[key] = ok
+	return ok
 }
+
+// signatures are SignedBy's verdicts on CA certificates, by the hashes of child and parent.
+var signatures = struct {
+	sync.Mutex
+	verified map[[2][sha256.Size]byte]bool
+}{verified: map[[2][sha256.Size]byte]bool{}}
+
+const maxSignatures = 256
 
 // EncodePEM returns the PEM encoding of certificates, in order.
 func EncodePEM(certs ...*x509.Certificate) []byte {

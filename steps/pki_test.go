@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
@@ -115,5 +116,36 @@ func TestBundleHashIsSHA256OfTheExactBytes(t *testing.T) {
 	// sha256("abc\n"), computed independently.
 	if got, want := BundleHash("abc\n"), "edeaaff3f1774ad2888673770c6d64097e391bc362d7d6fb34982ddf0efd18cb"; got != want {
 		t.Fatalf("BundleHash = %s, want %s", got, want)
+	}
+}
+
+// TestSignedByRemembersCAVerdicts: the verdicts on CA certificates are remembered, both ways,
+// under the same name-linked parents (two anchors named alike, as a renewed anchor is); a
+// leaf's are not.
+func TestSignedByRemembersCAVerdicts(t *testing.T) {
+	anchor, renewed := anchorCA(t, "root.linkerd.cluster.local"), anchorCA(t, "root.linkerd.cluster.local")
+	issuer := newCert(t, "identity.linkerd.cluster.local", anchor, true, time.Now().Add(time.Hour))
+	leaf := newCert(t, "default.default.serviceaccount.identity.linkerd.cluster.local", issuer, false, time.Now().Add(time.Hour))
+	for range 2 {
+		if !SignedBy(issuer.cert, anchor.cert) {
+			t.Error("the issuer is not signed by its anchor")
+		}
+		if SignedBy(issuer.cert, renewed.cert) {
+			t.Error("the issuer is signed by the renewed anchor, which only shares its name")
+		}
+		if !SignedBy(leaf.cert, issuer.cert) || SignedBy(leaf.cert, anchor.cert) {
+			t.Error("wrong verdict on the leaf")
+		}
+	}
+	signatures.Lock()
+	defer signatures.Unlock()
+	for _, want := range []struct {
+		child, parent *x509.Certificate
+		remembered    bool
+	}{{issuer.cert, anchor.cert, true}, {issuer.cert, renewed.cert, true}, {leaf.cert, issuer.cert, false}} {
+		_, remembered := signatures.verified[[2][sha256.Size]byte{sha256.Sum256(want.child.Raw), sha256.Sum256(want.parent.Raw)}]
+		if remembered != want.remembered {
+			t.Errorf("%s signed by %s: remembered %v, want %v", want.child.Subject.CommonName, want.parent.Subject.CommonName, remembered, want.remembered)
+		}
 	}
 }
