@@ -135,6 +135,9 @@ type CertTracker struct {
 	behind map[string]int
 	// probed, when set (tests), is called after each probe is accounted for.
 	probed func(key, uid string)
+	// OnProbe, when set before Run, is called after each probe with its error (nil: the pod
+	// presented a chain), for a probe count.
+	OnProbe func(error)
 }
 
 // Backoff of probes of a pod that has not converged. A probe that fails (the proxy has no
@@ -370,6 +373,9 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	certs, err := ProbePod(ctx, t.dial, p, t.timeout)
 	if ctx.Err() != nil {
 		return false
+	}
+	if t.OnProbe != nil {
+		t.OnProbe(err)
 	}
 
 	if t.record(ctx, p, certs, err) && t.notify != nil {

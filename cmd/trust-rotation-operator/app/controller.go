@@ -204,6 +204,7 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	c.remotes = newRemotes(kube, opts.Dynamic, opts.Discovery, opts.MulticlusterNamespace, opts.RemoteWatchTimeout, c.poke)
 	c.index = observe.NewPodIndex(c.podChanged)
 	c.certs = observe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *observe.Pod) { c.churned(p.ControlPlane) })
+	c.certs.OnProbe = metrics.countProbe
 
 	poke := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.poke() },

@@ -28,6 +28,7 @@ type Metrics struct {
 	remoteConverged        *prometheus.GaugeVec
 	remoteLastObserved     *prometheus.GaugeVec
 	identityRestartedEarly prometheus.Gauge
+	probes                 *prometheus.CounterVec
 }
 
 // Causes of trust_rotation_reconciles_total: what made the operator observe the cluster.
@@ -101,6 +102,10 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_remote_cluster_last_observed_timestamp_seconds",
 			Help: "When (Unix seconds) a linked cluster's TrustAnchorRotation was last read, as published in status.remoteClusters.",
 		}, []string{"cluster"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trust_rotation_certificate_probes_total",
+			Help: "TLS handshakes with meshed pods' linkerd-admin ports to read their live certificates, by result: presented (a chain was read) or failed (no answer, or no certificate yet).",
+		}, []string{"result"}),
 		identityRestartedEarly: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trust_rotation_identity_restarted_early_pods",
 			Help: "linkerd-identity pods that started after the trust bundle was expanded while the data plane has not converged on it and the identity issuer is on the new trust anchor (condition IdentityRestartedEarly); 0 otherwise.",
@@ -108,7 +113,7 @@ func NewMetrics() *Metrics {
 	}
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
 		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.reconciles,
-		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly,
+		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly, m.probes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range v1alpha1.Phases {
 		m.phase.WithLabelValues(string(p)).Set(0)
@@ -116,7 +121,25 @@ func NewMetrics() *Metrics {
 	for _, c := range []string{CauseStart, CauseChange, CauseRecheck, CausePoll, CauseRetry} {
 		m.reconciles.WithLabelValues(c)
 	}
+	for _, r := range []string{ProbePresented, ProbeFailed} {
+		m.probes.WithLabelValues(r)
+	}
 	return m
+}
+
+// Results of trust_rotation_certificate_probes_total.
+const (
+	ProbePresented = "presented"
+	ProbeFailed    = "failed"
+)
+
+// countProbe counts a probe of a pod's live certificate that ended with err.
+func (m *Metrics) countProbe(err error) {
+	if err != nil {
+		m.probes.WithLabelValues(ProbeFailed).Inc()
+		return
+	}
+	m.probes.WithLabelValues(ProbePresented).Inc()
 }
 
 // Observe sets the gauges from a status.

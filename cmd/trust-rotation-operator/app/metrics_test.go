@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"math/big"
 	"slices"
 	"strconv"
@@ -132,5 +133,34 @@ func TestObserveRemotes(t *testing.T) {
 	m.ObserveRemotes(nil)
 	if got := series(t, m, "trust_rotation_remote_cluster_converged"); len(got) != 0 {
 		t.Errorf("series left for unlinked clusters: %v", got)
+	}
+}
+
+// TestProbeCounter counts probes by result, both results exported from the start.
+func TestProbeCounter(t *testing.T) {
+	m := NewMetrics()
+	count := func() map[string]float64 {
+		mfs, err := m.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() == "trust_rotation_certificate_probes_total" {
+				for _, mt := range mf.GetMetric() {
+					out[mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	if got := count(); len(got) != 2 || got[ProbePresented] != 0 || got[ProbeFailed] != 0 {
+		t.Fatalf("before any probe: %v", got)
+	}
+	m.countProbe(nil)
+	m.countProbe(nil)
+	m.countProbe(errors.New("connection refused"))
+	if got := count(); got[ProbePresented] != 2 || got[ProbeFailed] != 1 {
+		t.Errorf("after 2 chains read and 1 failure: %v", got)
 	}
 }

@@ -70,6 +70,8 @@ type result struct {
 	cpuSteady, cpuRotation, cpu   time.Duration
 	steady, rotation              requests
 	steadyReconciles              requests // per minute, by cause
+	rotationReconciles            requests // by cause
+	rotationProbes                requests // by result
 	steadyWindow                  time.Duration
 	inspect                       map[int]time.Duration
 	inspectErr                    map[int]string
@@ -275,6 +277,10 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	r.steady = after.minus(before).scaled(perMinute)
 	r.steadyReconciles = reconcilesAfter.minus(reconcilesBefore).scaled(perMinute)
 
+	probesBefore, err := op.probes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	cpu1 := procCPU(op.PID())
 	if o.rotate {
 		if err := measureRotation(ctx, o, w, c, p, mesh, apps, op, r); err != nil {
@@ -287,6 +293,15 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	}
 	r.rotation = final.minus(after)
 	r.cpuRotation = procCPU(op.PID()) - cpu1
+	reconcilesFinal, err := op.reconciles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	probesFinal, err := op.probes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.rotationReconciles, r.rotationProbes = reconcilesFinal.minus(reconcilesAfter), probesFinal.minus(probesBefore)
 	r.cpu = procCPU(op.PID())
 	r.rssPeak = procStatus(op.PID(), "VmHWM")
 	if heap, err := op.get(ctx, "/debug/pprof/heap"); err == nil {
@@ -518,6 +533,7 @@ func printResult(r *result) {
 	fmt.Printf("  operator in steady state: %.2f ms of CPU per second, reconciles per minute %s\n",
 		float64(r.cpuSteady.Microseconds())/1000/r.steadyWindow.Seconds(), r.steadyReconciles)
 	fmt.Printf("  apiserver requests during the rotation: %s\n", r.rotation)
+	fmt.Printf("  during the rotation: reconciles %s; certificate probes %s\n", r.rotationReconciles, r.rotationProbes)
 	for _, n := range sortedKeys(r.inspect) {
 		fmt.Printf("  linkerd trust inspect --concurrency %-4d %s%s\n", n, r.inspect[n].Round(10*time.Millisecond), errNote(r.inspectErr[n]))
 	}

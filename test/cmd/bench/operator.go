@@ -54,6 +54,11 @@ func (o *operator) reconciles(ctx context.Context) (requests, error) {
 	return o.counter(ctx, "trust_rotation_reconciles_total", "cause")
 }
 
+// probes scrapes trust_rotation_certificate_probes_total from /metrics, by result.
+func (o *operator) probes(ctx context.Context) (requests, error) {
+	return o.counter(ctx, "trust_rotation_certificate_probes_total", "result")
+}
+
 // counter scrapes the series of a counter family from /metrics, keyed by the values of the
 // given labels joined by spaces.
 func (o *operator) counter(ctx context.Context, family string, keys ...string) (requests, error) {
