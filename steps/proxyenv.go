@@ -17,6 +17,8 @@ const (
 	AdditionalEnvAnnotation = "config.linkerd.io/proxy-additional-env"
 	// MaxRefreshEnv bounds the proxy's certificate refresh interval.
 	MaxRefreshEnv = "LINKERD2_PROXY_IDENTITY_MAX_REFRESH"
+	// MinRefreshEnv is the shortest refresh interval.
+	MinRefreshEnv = "LINKERD2_PROXY_IDENTITY_MIN_REFRESH"
 	// RefreshOverrideAnnotation marks a pod template whose proxy-additional-env the operator
 	// changed, with what it set and what was there before, so that the final restart removes
 	// exactly what it added.
@@ -40,6 +42,75 @@ func ProxyDuration(d time.Duration) string {
 	}
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
+
+// The proxy's refresh bounds when its env does not set them (linkerd2-proxy app/src/env.rs,
+// DEFAULT_IDENTITY_MIN_REFRESH and DEFAULT_IDENTITY_MAX_REFRESH).
+const (
+	DefaultMinRefresh = 10 * time.Second
+	DefaultMaxRefresh = 24 * time.Hour
+)
+
+// ParseProxyDuration parses a duration the way linkerd2-proxy parses its env (app/src/env.rs
+// parse_duration): an integer and a unit among ms, s, m, h and d, or a bare 0.
+func ParseProxyDuration(s string) (time.Duration, bool) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	if i < 0 {
+		i = len(s)
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	unit, ok := map[string]time.Duration{"ms": time.Millisecond, "s": time.Second, "m": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[s[i:]]
+	switch {
+	case s[i:] == "" && n == 0:
+		return 0, true
+	case !ok || n > int64(1<<62)/int64(unit):
+		return 0, false
+	}
+	return time.Duration(n) * unit, true
+}
+
+// ProxyRefreshBounds returns the refresh interval bounds a proxy container runs with, from its
+// env (LINKERD2_PROXY_IDENTITY_MIN_REFRESH, LINKERD2_PROXY_IDENTITY_MAX_REFRESH, as injected
+// from proxy-additional-env or Helm's proxy.additionalEnv), else the proxy's defaults. ok is
+// false when a bound is set in a way the pod spec does not show (valueFrom) or cannot be parsed.
+func ProxyRefreshBounds(c *corev1.Container) (minRefresh, maxRefresh time.Duration, ok bool) {
+	minRefresh, maxRefresh = DefaultMinRefresh, DefaultMaxRefresh
+	for _, v := range c.Env {
+		var into *time.Duration
+		switch v.Name {
+		case MinRefreshEnv:
+			into = &minRefresh
+		case MaxRefreshEnv:
+			into = &maxRefresh
+		default:
+			continue
+		}
+		d, parsed := ParseProxyDuration(v.Value)
+		if v.ValueFrom != nil || !parsed {
+			return 0, 0, false
+		}
+		*into = d
+	}
+	return minRefresh, maxRefresh, true
+}
+
+// NextRefresh is when a proxy that received a certificate valid from notBefore to notAfter
+// refreshes it: at 70 % of the remaining lifetime, clamped to [minRefresh, maxRefresh]
+// (linkerd2-proxy identity-client certify.rs refresh_in). Linkerd's identity service backdates
+// NotBefore by its clock-skew allowance (identity.issuer.clockSkewAllowance, 20s by default),
+// so the proxy received the certificate that much after notBefore; with a smaller allowance it
+// refreshes up to the difference earlier than this, with a larger one later.
+func NextRefresh(notBefore, notAfter time.Time, minRefresh, maxRefresh time.Duration) time.Time {
+	received := notBefore.Add(DefaultClockSkew)
+	d := notAfter.Sub(received) * 7 / 10
+	return received.Add(min(max(d, minRefresh), maxRefresh))
+}
+
+// DefaultClockSkew is Linkerd's identity.issuer.clockSkewAllowance default.
+const DefaultClockSkew = 20 * time.Second
 
 // AddRefreshOverride merges LINKERD2_PROXY_IDENTITY_MAX_REFRESH=interval into a
 // proxy-additional-env value and returns the new value with the marker that records what

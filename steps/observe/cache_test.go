@@ -97,10 +97,22 @@ func TestSlimPodFindsTheProxyInEitherLayout(t *testing.T) {
 		"proxy container": {injectedPod(), false},
 	} {
 		t.Run(name, func(t *testing.T) {
+			proxy, _ := steps.ProxyContainer(&tc.pod.Spec)
+			proxy.Env = append(proxy.Env, corev1.EnvVar{Name: steps.MaxRefreshEnv, Value: "5m"})
+			status := corev1.ContainerStatus{Name: steps.ProxyContainerName, RestartCount: 2}
+			if tc.wantNative {
+				tc.pod.Status.InitContainerStatuses = append(tc.pod.Status.InitContainerStatuses, status)
+			} else {
+				tc.pod.Status.ContainerStatuses = append(tc.pod.Status.ContainerStatuses, status)
+			}
 			direct := SlimPod(cfg, tc.pod)
 			if !direct.Meshed || direct.NativeSidecar != tc.wantNative || direct.AdminPort != 4191 {
 				t.Errorf("SlimPod: meshed=%v native=%v adminPort=%d; want true %v 4191",
 					direct.Meshed, direct.NativeSidecar, direct.AdminPort, tc.wantNative)
+			}
+			if direct.RefreshMin != steps.DefaultMinRefresh || direct.RefreshMax != 5*time.Minute || direct.ProxyRestarts != 2 {
+				t.Errorf("SlimPod: refresh %v..%v, proxy restarts %d; want %v..5m and 2 from the proxy's env and status",
+					direct.RefreshMin, direct.RefreshMax, direct.ProxyRestarts, steps.DefaultMinRefresh)
 			}
 			// The bench's informer strips pods with TransformPod first: what it keeps must still
 			// say meshed, in the same layout, with the same admin port.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
 )
@@ -105,11 +106,11 @@ func TestCertificatesCounts(t *testing.T) {
 	x.Upsert(endedPod("job-0", "8", ""))
 
 	ctx := t.Context()
-	tr.record(ctx, pods["web-0"], []*x509.Certificate{issuer}, nil)
-	tr.record(ctx, pods["web-1"], []*x509.Certificate{issuer}, nil)
-	tr.record(ctx, pods["web-2"], []*x509.Certificate{stranger}, nil)
-	tr.record(ctx, pods["api-0"], nil, errors.New("connection refused"))
-	tr.record(ctx, cp, []*x509.Certificate{issuer}, nil)
+	tr.record(ctx, pods["web-0"], []*x509.Certificate{issuer}, time.Time{}, nil)
+	tr.record(ctx, pods["web-1"], []*x509.Certificate{issuer}, time.Time{}, nil)
+	tr.record(ctx, pods["web-2"], []*x509.Certificate{stranger}, time.Time{}, nil)
+	tr.record(ctx, pods["api-0"], nil, time.Time{}, errors.New("connection refused"))
+	tr.record(ctx, cp, []*x509.Certificate{issuer}, time.Time{}, nil)
 	offPath := "certificate issued by " + steps.ShortFingerprint(steps.Fingerprint(stranger)) +
 		", which does not chain to " + steps.ShortFingerprint(steps.Fingerprint(anchor)) + ", the active issuer's trust anchor"
 
@@ -148,8 +149,8 @@ func TestCertificatesCounts(t *testing.T) {
 		t.Errorf("on the other root: %d of %d, %d workloads behind; want 1 of 5, 3", c.Converged, c.Target, c.BehindWorkloads)
 	}
 	tr.SetActive(anchor, false)
-	tr.record(ctx, x.pods["app/web-0"], []*x509.Certificate{issuer}, nil)
-	tr.record(ctx, pods["web-2"], []*x509.Certificate{issuer}, nil)
-	tr.record(ctx, pods["api-0"], []*x509.Certificate{issuer}, nil)
+	tr.record(ctx, x.pods["app/web-0"], []*x509.Certificate{issuer}, time.Time{}, nil)
+	tr.record(ctx, pods["web-2"], []*x509.Certificate{issuer}, time.Time{}, nil)
+	tr.record(ctx, pods["api-0"], []*x509.Certificate{issuer}, time.Time{}, nil)
 	check("converged", steps.Convergence{Converged: 5, Target: 5})
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
 )
@@ -60,9 +61,9 @@ func TestCountsKeptPerChangeMatchAWalk(t *testing.T) {
 			}
 			p := pods[rng.IntN(len(pods))]
 			if rng.IntN(4) == 0 {
-				tr.record(t.Context(), p, nil, errors.New("connection refused"))
+				tr.record(t.Context(), p, nil, time.Time{}, errors.New("connection refused"))
 			} else {
-				tr.record(t.Context(), p, chains[rng.IntN(2)], nil)
+				tr.record(t.Context(), p, chains[rng.IntN(2)], time.Time{}, nil)
 			}
 		default:
 			if rng.IntN(2) == 0 {
@@ -200,8 +201,68 @@ func TestProbeReportsWhatTheStatusWouldShow(t *testing.T) {
 		{[]*x509.Certificate{issuer}, nil, true}, // converged
 		{[]*x509.Certificate{issuer}, nil, false},
 	} {
-		if got := tr.record(t.Context(), p, step.certs, step.err); got != step.want {
+		if got := tr.record(t.Context(), p, step.certs, time.Time{}, step.err); got != step.want {
 			t.Errorf("probe %d: changed = %v, want %v", i+1, got, step.want)
 		}
+	}
+}
+
+// TestOffPathPodWaitsForItsProxyRefresh: while urgent, a pod presenting a certificate off the
+// root's path is probed again once its proxy refreshes (steps.NextRefresh), not on a backoff of
+// seconds; when the refresh is unknown, or already due, the backoff stays. A proxy restarted in
+// place is probed again at once.
+func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
+	anchor, _ := newCert(t, "root", true, nil, nil)
+	other, otherKey := newCert(t, "other-root", true, nil, nil)
+	stranger, _ := newCert(t, "stranger", true, other, otherKey)
+	var tr *CertTracker
+	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	tr = NewCertTracker(x, nil, 1, 0, nil)
+	defer tr.queue.ShutDown()
+	tr.SetActive(anchor, true)
+	p := &Pod{Namespace: "app", Name: "web-0", UID: "u", Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true}
+	x.Upsert(p)
+	due := func() time.Duration {
+		tr.queue.mu.Lock()
+		defer tr.queue.mu.Unlock()
+		w, ok := tr.queue.waiting[p.Key()]
+		if !ok {
+			return 0
+		}
+		return time.Until(w.at)
+	}
+	off := []*x509.Certificate{stranger}
+
+	tr.record(t.Context(), p, off, time.Now().Add(time.Hour), nil)
+	if d := due(); d < 59*time.Minute || d > time.Hour+refreshMargin {
+		t.Errorf("refresh in an hour: next probe in %v, want at the refresh", d)
+	}
+	tr.queue.mu.Lock()
+	clear(tr.queue.waiting)
+	tr.queue.delays = nil
+	tr.queue.mu.Unlock()
+	for _, refresh := range []time.Time{{}, time.Now().Add(-time.Minute)} {
+		tr.record(t.Context(), p, off, refresh, nil)
+		if d := due(); d <= 0 || d > probeOtherUrgentCap {
+			t.Errorf("refresh %v: next probe in %v, want the backoff (at most %v)", refresh, d, probeOtherUrgentCap)
+		}
+	}
+
+	for {
+		if soon, _ := tr.queue.Len(); soon == 0 {
+			break
+		}
+		key, _ := tr.queue.Get(false)
+		tr.queue.Done(key)
+	}
+	restarted := *p
+	restarted.ProxyRestarts++
+	x.Upsert(&restarted)
+	if soon, _ := tr.queue.Len(); soon != 1 {
+		t.Errorf("after the proxy restarted in place: %d probes queued now, want 1", soon)
+	}
+	x.Upsert(&restarted)
+	if soon, _ := tr.queue.Len(); soon != 1 {
+		t.Errorf("another event of the same pod: %d probes queued now, want still 1", soon)
 	}
 }

@@ -58,6 +58,12 @@ type Pod struct {
 	// Identity is the proxy's identity name, the SNI its admin port answers to.
 	Identity       string
 	ServiceAccount string
+	// RefreshMin and RefreshMax bound the proxy's certificate refresh interval, from its env
+	// (steps.ProxyRefreshBounds); both zero when the pod spec does not tell.
+	RefreshMin, RefreshMax time.Duration
+	// ProxyRestarts is the proxy container's restart count: a proxy restarted in place holds a
+	// certificate it obtained anew.
+	ProxyRestarts int32
 
 	// key is Key, built once by SlimPod: every map of the operator (the index, the probe
 	// results, the probe queue) is keyed by it, and a reconcile looks up every pod behind.
@@ -98,6 +104,18 @@ func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
 	if c, layout := steps.ProxyContainer(&pod.Spec); c != nil {
 		p.Meshed, p.NativeSidecar = true, layout == steps.NativeSidecar
 		p.AdminPort = steps.ProxyAdminPort(c)
+		if lo, hi, ok := steps.ProxyRefreshBounds(c); ok {
+			p.RefreshMin, p.RefreshMax = lo, hi
+		}
+		statuses := pod.Status.ContainerStatuses
+		if p.NativeSidecar {
+			statuses = pod.Status.InitContainerStatuses
+		}
+		for _, cs := range statuses {
+			if cs.Name == steps.ProxyContainerName {
+				p.ProxyRestarts = cs.RestartCount
+			}
+		}
 	}
 	p.Identity = intern(cfg.IdentityName(p.ServiceAccount, p.Namespace))
 	return p
@@ -177,10 +195,23 @@ func TransformPod(obj any) (any, error) {
 	}
 	if c, layout := steps.ProxyContainer(&pod.Spec); c != nil {
 		kept := []corev1.Container{{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}}
+		for _, v := range c.Env {
+			if v.Name == steps.MinRefreshEnv || v.Name == steps.MaxRefreshEnv {
+				kept[0].Env = append(kept[0].Env, v)
+			}
+		}
+		statuses := &slim.Status.ContainerStatuses
+		from := pod.Status.ContainerStatuses
 		if layout == steps.NativeSidecar {
 			slim.Spec.InitContainers = kept
+			statuses, from = &slim.Status.InitContainerStatuses, pod.Status.InitContainerStatuses
 		} else {
 			slim.Spec.Containers = kept
+		}
+		for _, cs := range from {
+			if cs.Name == steps.ProxyContainerName {
+				*statuses = append(*statuses, corev1.ContainerStatus{Name: cs.Name, RestartCount: cs.RestartCount})
+			}
 		}
 	}
 	return slim, nil

@@ -71,17 +71,19 @@ func IssuerChain(chain []*x509.Certificate) ([]*x509.Certificate, error) {
 	return nil, errors.New("the leaf certificate is not signed by any certificate the proxy presents")
 }
 
-// ProbePod reads a pod's live certificate chain and returns its issuer chain (IssuerChain).
-func ProbePod(ctx context.Context, dial DialFunc, p *Pod, timeout time.Duration) ([]*x509.Certificate, error) {
+// ProbePod reads a pod's live certificate chain and returns its issuer chain (IssuerChain) and
+// its leaf.
+func ProbePod(ctx context.Context, dial DialFunc, p *Pod, timeout time.Duration) (issuers []*x509.Certificate, leaf *x509.Certificate, err error) {
 	if !p.Running {
-		return nil, errors.New("pod is not running")
+		return nil, nil, errors.New("pod is not running")
 	}
 	addr := net.JoinHostPort(p.IP, strconv.Itoa(int(p.AdminPort)))
 	chain, err := ReadChain(ctx, dial, addr, p.Identity, timeout)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return IssuerChain(chain)
+	issuers, err = IssuerChain(chain)
+	return issuers, chain[0], err
 }
 
 // probeResult is the last probe of one pod incarnation (one UID).
@@ -159,7 +161,10 @@ const (
 	probeOtherBase      = time.Second
 	probeOtherUrgentCap = 30 * time.Second
 	probeRelaxedCap     = 5 * time.Minute
-	defaultProbeTime    = 5 * time.Second
+	// refreshMargin follows a proxy's predicted refresh (steps.NextRefresh) before the probe
+	// that looks for the new certificate: the refresh itself is a round trip to identity.
+	refreshMargin    = time.Second
+	defaultProbeTime = 5 * time.Second
 )
 
 // NewCertTracker returns a tracker over the index's pods. notify is called with the pod after a
@@ -205,7 +210,14 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 		t.live[cur.UID] = cur.Workload
 		addCount(t.behind, cur.Workload, +1)
 	}
-	if cur.Running && !t.ok[cur.UID] && t.root.root != nil && t.results[cur.UID] == nil {
+	if !cur.Running || t.ok[cur.UID] || t.root.root == nil {
+		return
+	}
+	if r := t.results[cur.UID]; r == nil {
+		t.queue.Add(cur.Key(), laneSoon)
+	} else if old != nil && old.UID == cur.UID && cur.ProxyRestarts != old.ProxyRestarts {
+		// The proxy restarted in place: it obtained a certificate anew, from the issuer of now.
+		r.failures = 0
 		t.queue.Add(cur.Key(), laneSoon)
 	}
 }
@@ -370,15 +382,18 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	if !ok || !p.Meshed || !p.Alive || !p.Running {
 		return true
 	}
-	certs, err := ProbePod(ctx, t.dial, p, t.timeout)
+	certs, leaf, err := ProbePod(ctx, t.dial, p, t.timeout)
 	if ctx.Err() != nil {
 		return false
 	}
 	if t.OnProbe != nil {
 		t.OnProbe(err)
 	}
-
-	if t.record(ctx, p, certs, err) && t.notify != nil {
+	var refresh time.Time
+	if leaf != nil && p.RefreshMax > 0 {
+		refresh = steps.NextRefresh(leaf.NotBefore, leaf.NotAfter, p.RefreshMin, p.RefreshMax)
+	}
+	if t.record(ctx, p, certs, refresh, err) && t.notify != nil {
 		t.notify(p)
 	}
 	t.afterProbe(key, p.UID)
@@ -387,7 +402,9 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 
 // record accounts for a probe of p that returned certs or err, schedules the next probe of a pod
 // that has not converged, and reports whether what the convergence says of the pod changed.
-func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certificate, err error) (changed bool) {
+// refresh is when the proxy refreshes the certificate it presented (steps.NextRefresh); zero
+// when unknown.
+func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certificate, refresh time.Time, err error) (changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	w, live := t.live[p.UID]
@@ -443,8 +460,14 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 		if t.urgent && r.failures <= probeQuickRetries {
 			delay = probeQuickDelay
 		}
-		if err == nil {
-			delay, limit, l = probeOtherBase<<min(r.failures-1, 16), probeOtherUrgentCap, laneLater // only while urgent
+		if err == nil { // only while urgent
+			delay, limit, l = probeOtherBase<<min(r.failures-1, 16), probeOtherUrgentCap, laneLater
+			if until := time.Until(refresh); until > 0 {
+				// Until the proxy refreshes, it presents this certificate: probing it again
+				// before then is a handshake for nothing. A proxy that restarts in place meanwhile
+				// is probed as the pod reports it (PodChanged).
+				delay, limit = until+refreshMargin, until+refreshMargin
+			}
 		}
 		t.queue.AddAfter(p.Key(), l, min(delay, limit))
 	}

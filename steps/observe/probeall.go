@@ -121,7 +121,7 @@ func (p *Probes) next() *Pod {
 func (p *Probes) work() {
 	defer p.wg.Done()
 	for pod := p.next(); pod != nil; pod = p.next() {
-		chain, err := ProbePod(p.ctx, p.dial, pod, p.timeout)
+		chain, _, err := ProbePod(p.ctx, p.dial, pod, p.timeout)
 		r := ProbeResult{Chain: chain, Err: err}
 		if err == nil {
 			r.Issuer, r.key = steps.Fingerprint(chain[0]), chainKey(chain)
