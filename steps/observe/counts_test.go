@@ -265,4 +265,21 @@ func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
 	if soon, _ := tr.queue.Len(); soon != 1 {
 		t.Errorf("another event of the same pod: %d probes queued now, want still 1", soon)
 	}
+
+	// A change of root judges again the chain the pod presented; the pod is probed again at its
+	// refresh, not at once.
+	tr.queue.ShutDown()
+	tr.queue = newProbeQueue()
+	tr.record(t.Context(), p, off, time.Now().Add(time.Hour), nil)
+	third, _ := newCert(t, "third-root", true, nil, nil)
+	tr.SetActive(third, true)
+	if soon, later := tr.queue.Len(); soon+later != 0 {
+		t.Errorf("after the root changed: %d+%d probes queued now, want none before the refresh", soon, later)
+	}
+	if d := due(); d < 59*time.Minute {
+		t.Errorf("after the root changed: next probe in %v, want at the refresh", d)
+	}
+	if tr.SetActive(other, true); tr.Certificates().Converged != 1 {
+		t.Error("after the root changed to the one the chain verifies to: the pod has not converged")
+	}
 }

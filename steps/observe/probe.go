@@ -91,6 +91,9 @@ type probeResult struct {
 	chain    *issuerChain // nil when the probe failed
 	err      string
 	failures int
+	// refresh is when the proxy refreshes the certificate it presented (Unix nanoseconds; 0 when
+	// unknown): until then a probe reads the same chain again.
+	refresh int64
 }
 
 // issuerChain is an issuer chain pods present (IssuerChain), shared by every pod that presents
@@ -255,6 +258,9 @@ func (t *CertTracker) SetActive(root *x509.Certificate, urgent bool) {
 	if changed || becameUrgent {
 		// Everything not converged is probed again now; pods last seen off the root's path
 		// after those never probed or whose probe failed (see probeQueue).
+		// A pod whose chain was read is probed again only once its proxy refreshes: until then
+		// it presents the chain just judged against the new root.
+		now := time.Now().UnixNano()
 		t.index.Each(func(p *Pod) {
 			if p.Running && !t.ok[p.UID] {
 				l := laneSoon
@@ -262,6 +268,10 @@ func (t *CertTracker) SetActive(root *x509.Certificate, urgent bool) {
 					r.failures = 0
 					if r.err == "" {
 						l = laneLater
+						if r.refresh > now {
+							t.queue.AddAfter(p.Key(), l, time.Duration(r.refresh-now)+refreshMargin)
+							return
+						}
 					}
 				}
 				t.queue.Add(p.Key(), l)
@@ -420,7 +430,10 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 		t.results[p.UID] = r
 	}
 	prevChain, prevErr := r.chain, r.err
-	r.chain, r.err = nil, ""
+	r.chain, r.err, r.refresh = nil, "", 0
+	if err == nil && !refresh.IsZero() {
+		r.refresh = refresh.UnixNano()
+	}
 	if err == nil {
 		r.chain = t.intern(certs)
 	} else {
