@@ -166,7 +166,10 @@ const (
 	probeRelaxedCap     = 5 * time.Minute
 	// refreshMargin follows a proxy's predicted refresh (steps.NextRefresh) before the probe
 	// that looks for the new certificate: the refresh itself is a round trip to identity.
-	refreshMargin    = time.Second
+	refreshMargin = time.Second
+	// probeRefreshCap is the longest a pod seen off the root's path waits for its next probe
+	// while urgent, however far its proxy's refresh.
+	probeRefreshCap  = 5 * time.Minute
 	defaultProbeTime = 5 * time.Second
 )
 
@@ -269,7 +272,7 @@ func (t *CertTracker) SetActive(root *x509.Certificate, urgent bool) {
 					if r.err == "" {
 						l = laneLater
 						if r.refresh > now {
-							t.queue.AddAfter(p.Key(), l, time.Duration(r.refresh-now)+refreshMargin)
+							t.queue.AddAfter(p.Key(), l, min(time.Duration(r.refresh-now)+refreshMargin, probeRefreshCap))
 							return
 						}
 					}
@@ -478,8 +481,11 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 			if until := time.Until(refresh); until > 0 {
 				// Until the proxy refreshes, it presents this certificate: probing it again
 				// before then is a handshake for nothing. A proxy that restarts in place meanwhile
-				// is probed as the pod reports it (PodChanged).
-				delay, limit = until+refreshMargin, until+refreshMargin
+				// is probed as the pod reports it (PodChanged). The wait is capped all the same,
+				// so that a reading that does not hold cannot hold the rotation until the
+				// refresh, hours later: a 10,000-pod bench run stalled on two pods read off the
+				// root's path that presented the new issuer's certificate when probed again.
+				delay, limit = until+refreshMargin, probeRefreshCap
 			}
 		}
 		t.queue.AddAfter(p.Key(), l, min(delay, limit))
