@@ -38,10 +38,10 @@ func ReadChain(ctx context.Context, dial DialFunc, addr, identity string, timeou
 		// default, which was two thirds of a probe's CPU on each side at 10,000 pods; with
 		// X25519, the exchange was still a fifth of a probe's CPU (both sides, BenchmarkProbeAll),
 		// about 1.6 times what P-256 costs with Go's assembly. Go orders CurvePreferences its own
-		// way (X25519 first), so P-256 is the only one offered. The proxy's rustls offers it with
-		// either crypto backend and in FIPS builds, which have no X25519 (linkerd2-proxy
-		// linkerd/meshtls/src/backend/aws_lc.rs: aws-lc-rs's default groups, X25519, secp256r1,
-		// secp384r1, X25519MLKEM768; ring's: X25519, secp256r1, secp384r1).
+		// way (X25519 first), so P-256 is the only one offered. The proxy's rustls accepts it
+		// with either crypto backend (linkerd2-proxy linkerd/meshtls/src/backend/aws_lc.rs keeps
+		// aws-lc-rs's default groups, X25519, secp256r1, secp384r1 and X25519MLKEM768; ring's
+		// are X25519, secp256r1 and secp384r1).
 		CurvePreferences: []tls.CurveID{tls.CurveP256},
 		// Verification is the caller's: it compares the leaf's issuer with the active one.
 		InsecureSkipVerify: true, //nolint:gosec // the chain is only read, never trusted
