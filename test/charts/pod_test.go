@@ -147,21 +147,26 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	}
 	follower.waitFollowing()
 	t.Logf("%s leads, %s follows", leader.identity(), follower.identity())
-	err = poll.Until(ctx, 2*time.Minute, "the leader to report the rotation Synced", func(ctx context.Context) (bool, error) {
-		return leader.reportsSynced(ctx)
+	// Synced from a fresh TrustAnchorRotation: the leader bootstraps the previous anchor and the
+	// trust roots, one act each. The phase reads Synced from the first act on (bootstrap is a
+	// step of that phase), so the objects are waited for, not read once.
+	err = poll.Until(ctx, 2*time.Minute, "the leader to report the rotation Synced and bootstrap the previous anchor and the trust roots", func(ctx context.Context) (bool, error) {
+		if synced, err := leader.reportsSynced(ctx); err != nil || !synced {
+			return false, err
+		}
+		if _, err := kube.CoreV1().Secrets("linkerd").Get(ctx, "linkerd-previous-anchor", metav1.GetOptions{}); err != nil {
+			return false, poll.Pending("the previous anchor: %v", err)
+		}
+		if _, err := kube.CoreV1().ConfigMaps("linkerd").Get(ctx, "linkerd-identity-trust-roots", metav1.GetOptions{}); err != nil {
+			return false, poll.Pending("the trust roots: %v", err)
+		}
+		return true, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if synced, err := follower.reportsSynced(ctx); err != nil || synced {
 		t.Errorf("the follower %s reports a phase (%v): only the leader reconciles", follower.identity(), err)
-	}
-	// Synced from a fresh TrustAnchorRotation: the leader bootstrapped.
-	if _, err := kube.CoreV1().Secrets("linkerd").Get(ctx, "linkerd-previous-anchor", metav1.GetOptions{}); err != nil {
-		t.Errorf("the leader did not bootstrap the previous anchor: %v", err)
-	}
-	if _, err := kube.CoreV1().ConfigMaps("linkerd").Get(ctx, "linkerd-identity-trust-roots", metav1.GetOptions{}); err != nil {
-		t.Errorf("the leader did not bootstrap the trust roots: %v", err)
 	}
 	// Both reached the apiserver through the Service, from their pod IPs: nothing else routes.
 	for _, p := range []*runningPod{a, b} {
