@@ -231,24 +231,24 @@ func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
 		}
 		return time.Until(w.at)
 	}
+	forgetDelays := func() {
+		tr.queue.mu.Lock()
+		defer tr.queue.mu.Unlock()
+		clear(tr.queue.waiting)
+		tr.queue.delays = nil
+	}
 	off := []*x509.Certificate{stranger}
 
 	tr.record(t.Context(), p, off, time.Now().Add(2*time.Minute), nil)
 	if d := due(); d < 2*time.Minute-5*time.Second || d > 2*time.Minute+refreshMargin {
 		t.Errorf("refresh in 2 minutes: next probe in %v, want at the refresh", d)
 	}
-	tr.queue.mu.Lock()
-	clear(tr.queue.waiting)
-	tr.queue.delays = nil
-	tr.queue.mu.Unlock()
+	forgetDelays()
 	tr.record(t.Context(), p, off, time.Now().Add(time.Hour), nil)
 	if d := due(); d < probeRefreshCap-5*time.Second || d > probeRefreshCap {
 		t.Errorf("refresh in an hour: next probe in %v, want at most %v (a wrong reading is read again)", d, probeRefreshCap)
 	}
-	tr.queue.mu.Lock()
-	clear(tr.queue.waiting)
-	tr.queue.delays = nil
-	tr.queue.mu.Unlock()
+	forgetDelays()
 	for _, refresh := range []time.Time{{}, time.Now().Add(-time.Minute)} {
 		tr.record(t.Context(), p, off, refresh, nil)
 		if d := due(); d <= 0 || d > probeOtherUrgentCap {

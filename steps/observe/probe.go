@@ -259,10 +259,10 @@ func (t *CertTracker) SetActive(root *x509.Certificate, urgent bool) {
 		}
 	}
 	if changed || becameUrgent {
-		// Everything not converged is probed again now; pods last seen off the root's path
-		// after those never probed or whose probe failed (see probeQueue).
-		// A pod whose chain was read is probed again only once its proxy refreshes: until then
-		// it presents the chain just judged against the new root.
+		// Everything not converged is probed again: pods never probed or whose probe failed
+		// now, pods last seen off the root's path after them (see probeQueue), and only once
+		// their proxy refreshes when that is known: until then they present the chain just
+		// judged against the new root.
 		now := time.Now().UnixNano()
 		t.index.Each(func(p *Pod) {
 			if p.Running && !t.ok[p.UID] {
