@@ -291,3 +291,32 @@ func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
 		t.Error("after the root changed to the one the chain verifies to: the pod has not converged")
 	}
 }
+
+// TestRefreshIsNotPredictedFromALeafOlderThanThePod: a leaf issued before its pod was created
+// (beyond the clock skew allowance and a margin) is another proxy's, answering on a reused IP:
+// its refresh predicts nothing of the pod, which is probed again on the backoff.
+func TestRefreshIsNotPredictedFromALeafOlderThanThePod(t *testing.T) {
+	issued := time.Now().Add(-time.Hour).Truncate(time.Second)
+	leaf := &x509.Certificate{NotBefore: issued.Add(-steps.DefaultClockSkew), NotAfter: issued.Add(24 * time.Hour)}
+	pod := func(created time.Time) *Pod {
+		return &Pod{Created: created, RefreshMin: steps.DefaultMinRefresh, RefreshMax: steps.DefaultMaxRefresh}
+	}
+	want := steps.NextRefresh(leaf.NotBefore, leaf.NotAfter, steps.DefaultMinRefresh, steps.DefaultMaxRefresh)
+	for _, c := range []struct {
+		name    string
+		created time.Time
+		want    time.Time
+	}{
+		{"pod created before the leaf", issued.Add(-10 * time.Second), want},
+		{"pod created just after the leaf: clocks differ", issued.Add(leafBeforePodMargin - time.Second), want},
+		{"pod created well after the leaf: another pod's proxy", issued.Add(leafBeforePodMargin + time.Second), time.Time{}},
+		{"creation unknown", time.Time{}, want},
+	} {
+		if got := predictRefresh(pod(c.created), leaf); !got.Equal(c.want) {
+			t.Errorf("%s: refresh %v, want %v", c.name, got, c.want)
+		}
+	}
+	if got := predictRefresh(&Pod{Created: issued}, leaf); !got.IsZero() {
+		t.Errorf("refresh bounds unknown: refresh %v, want none", got)
+	}
+}

@@ -402,16 +402,34 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	if t.OnProbe != nil {
 		t.OnProbe(err)
 	}
-	var refresh time.Time
-	if leaf != nil && p.RefreshMax > 0 {
-		refresh = steps.NextRefresh(leaf.NotBefore, leaf.NotAfter, p.RefreshMin, p.RefreshMax)
-	}
-	if t.record(ctx, p, certs, refresh, err) && t.notify != nil {
+	if t.record(ctx, p, certs, predictRefresh(p, leaf), err) && t.notify != nil {
 		t.notify(p)
 	}
 	t.afterProbe(key, p.UID)
 	return true
 }
+
+// predictRefresh is when p's proxy refreshes leaf, the certificate it presented
+// (steps.NextRefresh); zero when unknown, or when the reading cannot be relied on to last: a leaf
+// issued before the pod was created belongs to no proxy of that pod. Linkerd's identity backdates
+// a certificate by its clock skew allowance, so the leaf must predate the pod by more than that
+// and a margin for the clocks of nodes. Such a reading is the previous holder of the pod's IP
+// answering, whose pod is going (on a node its sandbox holds the IP until its proxy is gone, so
+// only a simulated mesh, or a CNI that reuses an IP early, shows it): the pod is probed again on
+// the backoff, not at a refresh hours away.
+func predictRefresh(p *Pod, leaf *x509.Certificate) time.Time {
+	if leaf == nil || p.RefreshMax <= 0 {
+		return time.Time{}
+	}
+	if !p.Created.IsZero() && leaf.NotBefore.Before(p.Created.Add(-steps.DefaultClockSkew-leafBeforePodMargin)) {
+		return time.Time{}
+	}
+	return steps.NextRefresh(leaf.NotBefore, leaf.NotAfter, p.RefreshMin, p.RefreshMax)
+}
+
+// leafBeforePodMargin is how much earlier than a pod's creation, beyond the clock skew allowance,
+// a leaf it presents may have been issued before predictRefresh distrusts the reading.
+const leafBeforePodMargin = time.Minute
 
 // record accounts for a probe of p that returned certs or err, schedules the next probe of a pod
 // that has not converged, and reports whether what the convergence says of the pod changed.
