@@ -411,25 +411,29 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 
 // predictRefresh is when p's proxy refreshes leaf, the certificate it presented
 // (steps.NextRefresh); zero when unknown, or when the reading cannot be relied on to last: a leaf
-// issued before the pod was created belongs to no proxy of that pod. Linkerd's identity backdates
-// a certificate by its clock skew allowance, so the leaf must predate the pod by more than that
-// and a margin for the clocks of nodes. Such a reading is the previous holder of the pod's IP
-// answering, whose pod is going (on a node its sandbox holds the IP until its proxy is gone, so
-// only a simulated mesh, or a CNI that reuses an IP early, shows it): the pod is probed again on
-// the backoff, not at a refresh hours away.
+// issued before the pod was created belongs to no proxy of that pod. Such a reading is the
+// previous holder of the pod's IP answering while its own pod goes. On a node that cannot happen
+// (the old pod's sandbox holds the IP until its proxy is gone), but where it does (a simulated
+// mesh whose kubelet lags, a CNI that hands out an IP early) the pod is probed again on the
+// backoff, not at the other proxy's refresh, hours away.
+//
+// Linkerd's identity backdates NotBefore by its clock skew allowance (steps.DefaultClockSkew by
+// default); leafBeforePodMargin covers the clocks of nodes. An identity configured with a larger
+// allowance makes fresh leaves look older than their pods: those pods are probed on the backoff,
+// as before refreshes were predicted, which costs probes and nothing else.
 func predictRefresh(p *Pod, leaf *x509.Certificate) time.Time {
 	if leaf == nil || p.RefreshMax <= 0 {
 		return time.Time{}
 	}
-	if !p.Created.IsZero() && leaf.NotBefore.Before(p.Created.Add(-steps.DefaultClockSkew-leafBeforePodMargin)) {
+	if !p.Created.IsZero() && leaf.NotBefore.Add(steps.DefaultClockSkew+leafBeforePodMargin).Before(p.Created) {
 		return time.Time{}
 	}
 	return steps.NextRefresh(leaf.NotBefore, leaf.NotAfter, p.RefreshMin, p.RefreshMax)
 }
 
-// leafBeforePodMargin is how much earlier than a pod's creation, beyond the clock skew allowance,
-// a leaf it presents may have been issued before predictRefresh distrusts the reading.
-const leafBeforePodMargin = time.Minute
+// leafBeforePodMargin is how much earlier than its pod's creation a leaf may have been issued
+// (beyond the clock skew allowance) before predictRefresh distrusts the reading.
+const leafBeforePodMargin = 5 * time.Second
 
 // record accounts for a probe of p that returned certs or err, schedules the next probe of a pod
 // that has not converged, and reports whether what the convergence says of the pod changed.
