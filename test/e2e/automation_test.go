@@ -129,13 +129,16 @@ func TestHandsOffRotation(t *testing.T) {
 		e.Mesh.ResetRolloutStats()
 		starts := proxyStarts(&e)
 
+		renewed := time.Now()
 		newAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
 		if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Until(opens), "restarts held outside the maintenance window",
 			func(tar *v1alpha1.TrustAnchorRotation) bool {
 				return strings.Contains(tar.Status.BlockingMessage, "the next maintenance window opens at "+opens.Format(time.RFC3339))
 			}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v (the anchor renewed %s before the window opened)", err, opens.Sub(renewed).Round(time.Second))
 		}
+		t.Logf("restarts held %s after the anchor's renewal, %s before the window opens",
+			time.Since(renewed).Round(100*time.Millisecond), time.Until(opens).Round(100*time.Millisecond))
 		// Counted first, then the clock read: every start counted happened before the window.
 		if got := proxyStarts(&e); time.Now().Before(opens) && got != starts {
 			t.Fatalf("pods were replaced before the maintenance window opened: %d proxy starts, want %d", got, starts)
