@@ -320,3 +320,48 @@ func TestRefreshIsNotPredictedFromALeafOlderThanThePod(t *testing.T) {
 		t.Errorf("refresh bounds unknown: refresh %v, want none", got)
 	}
 }
+
+// TestFirstProbeWaitsForTheProxyUnlessTheRotationDoes: a data-plane pod that starts running is
+// first probed a second later while nothing urgent waits on it (its proxy is still asking for its
+// certificate); a control-plane pod, and any pod while urgent, at once.
+func TestFirstProbeWaitsForTheProxyUnlessTheRotationDoes(t *testing.T) {
+	anchor, _ := newCert(t, "root", true, nil, nil)
+	var tr *CertTracker
+	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	tr = NewCertTracker(x, nil, 1, 0, nil)
+	defer tr.queue.ShutDown()
+	due := func(p *Pod) (time.Duration, bool) {
+		tr.queue.mu.Lock()
+		defer tr.queue.mu.Unlock()
+		if _, now := tr.queue.queued[p.Key()]; now {
+			return 0, true
+		}
+		w, ok := tr.queue.waiting[p.Key()]
+		if !ok {
+			return 0, false
+		}
+		return time.Until(w.at), true
+	}
+	pod := func(name string, controlPlane bool) *Pod {
+		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, ControlPlane: controlPlane,
+			Meshed: true, Alive: true, Running: true}
+	}
+
+	tr.SetActive(anchor, false)
+	app, cp := pod("web", false), pod("identity", true)
+	x.Upsert(app)
+	x.Upsert(cp)
+	if d, ok := due(app); !ok || d < probeFirstDelay-100*time.Millisecond || d > probeFirstDelay {
+		t.Errorf("not urgent, data-plane pod: first probe in %v (queued %v), want in %v", d, ok, probeFirstDelay)
+	}
+	if d, ok := due(cp); !ok || d != 0 {
+		t.Errorf("control-plane pod: first probe in %v (queued %v), want at once", d, ok)
+	}
+
+	tr.SetActive(anchor, true)
+	urgent := pod("api", false)
+	x.Upsert(urgent)
+	if d, ok := due(urgent); !ok || d != 0 {
+		t.Errorf("urgent, data-plane pod: first probe in %v (queued %v), want at once", d, ok)
+	}
+}

@@ -107,8 +107,8 @@ type issuerChain struct {
 // CertTracker probes meshed pods' live certificates and counts the pods whose chain verifies to
 // the root it is given (steps.State.CertificateRoot: the active issuer's trust anchor), whichever
 // issuer under that root signed them. It probes only pods that have not converged: a pod is
-// probed when it starts running, and again with a per-pod backoff while its chain does not verify
-// to the root. While urgent (during RenewingWorkloadCerts) the backoff is capped low so
+// probed when it starts running (see firstProbeDelay), and again with a per-pod backoff while its
+// chain does not verify to the root. While urgent (during RenewingWorkloadCerts) the backoff is capped low so
 // convergence is seen within seconds; otherwise a pod already observed off the root's path is
 // not probed again until the root changes or the rotation needs it.
 type CertTracker struct {
@@ -169,7 +169,11 @@ const (
 	refreshMargin = time.Second
 	// probeRefreshCap is the longest a pod seen off the root's path waits for its next probe
 	// while urgent, however far its proxy's refresh.
-	probeRefreshCap  = 5 * time.Minute
+	probeRefreshCap = 5 * time.Minute
+	// probeFirstDelay is how long after it starts a data-plane proxy is first probed while not
+	// urgent (firstProbeDelay): linkerd2-proxy reports itself ready once it has its certificate
+	// ("Certified identity", linkerd/app/src/lib.rs), usually well within this.
+	probeFirstDelay  = time.Second
 	defaultProbeTime = 5 * time.Second
 )
 
@@ -220,12 +224,25 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 		return
 	}
 	if r := t.results[cur.UID]; r == nil {
-		t.queue.Add(cur.Key(), laneSoon)
+		t.queue.AddAfter(cur.Key(), laneSoon, t.firstProbeDelay(cur))
 	} else if old != nil && old.UID == cur.UID && cur.ProxyRestarts != old.ProxyRestarts {
-		// The proxy restarted in place: it obtained a certificate anew, from the issuer of now.
+		// The proxy restarted in place: it obtains a certificate anew, from the issuer of now.
 		r.failures = 0
-		t.queue.Add(cur.Key(), laneSoon)
+		t.queue.AddAfter(cur.Key(), laneSoon, t.firstProbeDelay(cur))
 	}
+}
+
+// firstProbeDelay is how long after a proxy starts its first probe waits. A pod runs as soon as
+// its proxy container has started, and the proxy then asks identity for its certificate: probed
+// at once, it usually has none yet, and the failed handshake is retried. While urgent the
+// rotation waits on exactly these pods, and a control-plane pod's certificate is what a step
+// waits on, so those are probed at once; otherwise nothing waits on the reading for a second.
+// Called with t.mu held.
+func (t *CertTracker) firstProbeDelay(p *Pod) time.Duration {
+	if t.urgent || p.ControlPlane {
+		return 0
+	}
+	return probeFirstDelay
 }
 
 // minPruneAt is the least number of interned issuer chains at which the tracker drops those no
