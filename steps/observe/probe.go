@@ -108,9 +108,9 @@ type issuerChain struct {
 // the root it is given (steps.State.CertificateRoot: the active issuer's trust anchor), whichever
 // issuer under that root signed them. It probes only pods that have not converged: a pod is
 // probed when it starts running (see firstProbeDelay), and again with a per-pod backoff while its
-// chain does not verify to the root. While urgent (during RenewingWorkloadCerts) the backoff is capped low so
-// convergence is seen within seconds; otherwise a pod already observed off the root's path is
-// not probed again until the root changes or the rotation needs it.
+// chain does not verify to the root. While urgent (during RenewingWorkloadCerts) the backoff is
+// capped low so convergence is seen within seconds; otherwise a pod already observed off the
+// root's path is not probed again until the root changes or the rotation needs it.
 type CertTracker struct {
 	index       *PodIndex
 	dial        DialFunc
