@@ -223,13 +223,8 @@ func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
 	p := &Pod{Namespace: "app", Name: "web-0", UID: "u", Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true}
 	x.Upsert(p)
 	due := func() time.Duration {
-		tr.queue.mu.Lock()
-		defer tr.queue.mu.Unlock()
-		w, ok := tr.queue.waiting[p.Key()]
-		if !ok {
-			return 0
-		}
-		return time.Until(w.at)
+		d, _ := pendingDelay(tr.queue, p.Key())
+		return d
 	}
 	forgetDelays := func() {
 		tr.queue.mu.Lock()
@@ -332,15 +327,12 @@ func TestFirstProbeWaitsForTheProxyUnlessTheRotationDoes(t *testing.T) {
 	defer tr.queue.ShutDown()
 	due := func(p *Pod) (time.Duration, bool) {
 		tr.queue.mu.Lock()
-		defer tr.queue.mu.Unlock()
-		if _, now := tr.queue.queued[p.Key()]; now {
+		_, now := tr.queue.queued[p.Key()]
+		tr.queue.mu.Unlock()
+		if now {
 			return 0, true
 		}
-		w, ok := tr.queue.waiting[p.Key()]
-		if !ok {
-			return 0, false
-		}
-		return time.Until(w.at), true
+		return pendingDelay(tr.queue, p.Key())
 	}
 	pod := func(name string, controlPlane bool) *Pod {
 		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, ControlPlane: controlPlane,
@@ -351,7 +343,7 @@ func TestFirstProbeWaitsForTheProxyUnlessTheRotationDoes(t *testing.T) {
 	app, cp := pod("web", false), pod("identity", true)
 	x.Upsert(app)
 	x.Upsert(cp)
-	if d, ok := due(app); !ok || d < probeFirstDelay-100*time.Millisecond || d > probeFirstDelay {
+	if d, ok := due(app); !ok || d < probeFirstDelay/2 || d > probeFirstDelay {
 		t.Errorf("not urgent, data-plane pod: first probe in %v (queued %v), want in %v", d, ok, probeFirstDelay)
 	}
 	if d, ok := due(cp); !ok || d != 0 {
@@ -364,4 +356,16 @@ func TestFirstProbeWaitsForTheProxyUnlessTheRotationDoes(t *testing.T) {
 	if d, ok := due(urgent); !ok || d != 0 {
 		t.Errorf("urgent, data-plane pod: first probe in %v (queued %v), want at once", d, ok)
 	}
+}
+
+// pendingDelay is how long until the delayed add of key in q falls due, and whether one is
+// pending.
+func pendingDelay(q *probeQueue, key string) (time.Duration, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w, ok := q.waiting[key]
+	if !ok {
+		return 0, false
+	}
+	return time.Until(w.at), true
 }
