@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/linkerd/trust-rotation/test/internal/proc"
 )
 
 // process is one component the cluster started. Every component gets its own log file, runs in
@@ -37,29 +38,6 @@ func (p *process) exited() error {
 	}
 }
 
-// spawnRequests feeds the spawner goroutine, see spawner.
-var spawnRequests = make(chan spawnRequest)
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	errc chan error
-}
-
-// spawner starts every component process from one goroutine locked to its OS thread for the
-// life of the program. The components are started with Pdeathsig=SIGKILL so that the kernel kills
-// them if their parent dies without running Stop (a test binary killed by a timeout, a
-// SIGKILL'd testbed). Linux sends that signal when the parent *thread* exits, and the Go runtime
-// may retire threads; forking from a thread that never exits makes the guarantee hold for the
-// whole process lifetime.
-func init() {
-	go func() {
-		runtime.LockOSThread() // never unlocked: this thread lives as long as the process
-		for req := range spawnRequests {
-			req.errc <- req.cmd.Start()
-		}
-	}()
-}
-
 // startProcess starts bin with args, logging to logFile.
 func startProcess(name, bin string, args []string, logFile string) (*process, error) {
 	out, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -70,12 +48,12 @@ func startProcess(name, bin string, args []string, logFile string) (*process, er
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = out
 	cmd.Stderr = out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	fmt.Fprintf(out, "# %s %s %q\n", time.Now().Format(time.RFC3339), bin, args)
 
-	errc := make(chan error, 1)
-	spawnRequests <- spawnRequest{cmd: cmd, errc: errc}
-	if err := <-errc; err != nil {
+	// Killed by the kernel should the owner die without stopping it (a test binary killed by
+	// a timeout, a SIGKILL'd testbed).
+	if err := proc.StartOrphanProof(cmd); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	p := &process{name: name, cmd: cmd, logFile: logFile, done: make(chan struct{})}

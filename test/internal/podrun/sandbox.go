@@ -180,10 +180,8 @@ func Start(spec Spec, n Net, logPath string) (*Sandbox, error) {
 	cmd.ExtraFiles = []*os.File{r} // fd 3: the spec, and the go-ahead once the network is up
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET,
-		// Killed with its parent thread (see spawn), should the test die without stopping it.
-		Pdeathsig: syscall.SIGKILL,
 	}
-	p, err := spawn(cmd, logPath)
+	p, err := proc.StartCommand(cmd, logPath) // killed with the test, should it die first
 	r.Close()
 	if err != nil {
 		n.lock.Close()
@@ -200,31 +198,6 @@ func Start(spec Spec, n Net, logPath string) (*Sandbox, error) {
 		return nil, fmt.Errorf("handing the sandbox its spec: %w", err)
 	}
 	return s, nil
-}
-
-// spawnRequests feeds spawn's goroutine, locked to its OS thread for the life of the program:
-// Linux sends the Pdeathsig when the parent *thread* exits, and the Go runtime may retire threads.
-var spawnRequests = make(chan func())
-
-func init() {
-	go func() {
-		runtime.LockOSThread() // never unlocked
-		for f := range spawnRequests {
-			f()
-		}
-	}()
-}
-
-func spawn(cmd *exec.Cmd, logPath string) (*proc.Process, error) {
-	var p *proc.Process
-	var err error
-	done := make(chan struct{})
-	spawnRequests <- func() {
-		p, err = proc.StartCommand(cmd, logPath)
-		close(done)
-	}
-	<-done
-	return p, err
 }
 
 // setupNet creates the sandbox's veth, configures both ends, and routes the sandbox through the

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -33,7 +34,8 @@ func Start(bin string, args, env []string, logPath string) (*Process, error) {
 }
 
 // StartCommand starts cmd, prepared by the caller (its environment, extra files, namespaces),
-// with stdout and stderr appended to logPath (created or truncated).
+// with stdout and stderr appended to logPath (created or truncated). Like every process this
+// package starts, it is killed should its parent die without stopping it (StartOrphanProof).
 func StartCommand(cmd *exec.Cmd, logPath string) (*Process, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -41,7 +43,7 @@ func StartCommand(cmd *exec.Cmd, logPath string) (*Process, error) {
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{}), LogPath: logPath}
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	if err := p.cmd.Start(); err != nil {
+	if err := StartOrphanProof(p.cmd); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
 	}
@@ -51,6 +53,33 @@ func StartCommand(cmd *exec.Cmd, logPath string) (*Process, error) {
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// StartOrphanProof starts cmd with Pdeathsig=SIGKILL, so that the kernel kills it if this process
+// dies without stopping it: a test binary killed by its timeout must not leave an operator or an
+// apiserver behind, holding ports, files and the test bed's lock. Linux sends that signal when
+// the parent *thread* exits, and the Go runtime may retire threads, so every process is forked
+// from one goroutine locked to its OS thread for the life of the program.
+func StartOrphanProof(cmd *exec.Cmd) error {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	errc := make(chan error, 1)
+	spawnRequests <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
+// spawnRequests feeds StartOrphanProof's goroutine, locked to its OS thread and never unlocked.
+var spawnRequests = make(chan func())
+
+func init() {
+	go func() {
+		runtime.LockOSThread()
+		for f := range spawnRequests {
+			f()
+		}
+	}()
 }
 
 // PID is the process's ID.

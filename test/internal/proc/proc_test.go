@@ -1,7 +1,13 @@
 package proc
 
 import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"strings"
 	"testing"
 	"time"
@@ -54,5 +60,60 @@ func waitLog(t *testing.T, p *Process, line string) {
 			t.Fatalf("exited before logging %q: %q", line, p.LogTail(10))
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// orphanParentEnv makes the test binary, run again as a child, start a long sleep with Start,
+// print its PID and wait to be killed.
+const orphanParentEnv = "PROC_TEST_ORPHAN_PARENT"
+
+func TestMain(m *testing.M) {
+	if logPath := os.Getenv(orphanParentEnv); logPath != "" {
+		p, err := Start("/bin/sleep", []string{"600"}, nil, logPath)
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println(p.PID())
+		select {} // killed by the test
+	}
+	os.Exit(m.Run())
+}
+
+func TestAProcessDiesWithItsParent(t *testing.T) {
+	parent := exec.Command(os.Args[0], "-test.run=^$")
+	parent.Env = append(os.Environ(), orphanParentEnv+"="+filepath.Join(t.TempDir(), "log"))
+	out, err := parent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	pid, convErr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || convErr != nil {
+		_ = parent.Process.Kill()
+		t.Fatalf("the parent printed %q (%v), not the child's PID", line, err)
+	}
+	child, _ := os.FindProcess(pid)
+	t.Cleanup(func() { _ = child.Kill() })
+	if err := child.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the child (pid %d) is not running while its parent is: %v", pid, err)
+	}
+	_ = parent.Process.Kill() // dies without stopping its child, as a test binary on timeout
+	_ = parent.Wait()
+	// The child is not ours to reap: it is gone once signal 0 finds no process, or a zombie
+	// (state Z) left to its new parent.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child (pid %d) outlived its killed parent by a minute: %s", pid, stat)
+		}
+		time.Sleep(10 * time.Millisecond) // polling /proc: a process's end raises no event we can wait on
 	}
 }
