@@ -320,15 +320,46 @@ func measureRotation(ctx context.Context, o options, w *world, c *cluster.Cluste
 	apps []meshsim.Workload, op *operator, r *result) error {
 	pods := r.pods
 	progress("%d pods: rotating the trust anchor", pods)
-	go func() { // a CPU profile of the rotation's first minute, for pprof
-		if prof, err := op.get(ctx, "/debug/pprof/profile?seconds=60"); err == nil {
-			_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-cpu-%d.pprof", pods)), prof, 0o644)
-		}
-	}()
+	stop := profileCPU(ctx, o, op, pods)
+	defer stop()
 	if err := rotate(ctx, w, c, p, mesh, apps, r); err != nil {
 		return fmt.Errorf("rotation: %w (operator log: %s)", err, op.LogPath)
 	}
 	return nil
+}
+
+// cpuProfileChunk is the length of each CPU profile taken while the operator rotates.
+const cpuProfileChunk = 30 * time.Second
+
+// profileCPU takes back-to-back CPU profiles of the operator until stop is called, which waits
+// for the profile under way to end: operator-cpu-<pods>-<i>.pprof in the log directory cover the
+// whole rotation (`go tool pprof -top bin/bench/operator-cpu-<pods>-*.pprof` merges them).
+func profileCPU(ctx context.Context, o options, op *operator, pods int) (stop func()) {
+	old, _ := filepath.Glob(filepath.Join(o.logDir, fmt.Sprintf("operator-cpu-%d*.pprof", pods)))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			prof, err := op.get(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(cpuProfileChunk.Seconds())))
+			if err != nil {
+				return
+			}
+			_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-cpu-%d-%03d.pprof", pods, i)), prof, 0o644)
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 func inspectAll(ctx context.Context, o options, c *cluster.Cluster, r *result) {
