@@ -2,8 +2,8 @@
 // policy and coordination kinds it reads and writes, and cert-manager's Certificates, Issuers
 // and CertificateRequests.
 //
-// They are client-go's own generic typed clients (k8s.io/client-go/gentype, what every
-// generated client is made of) over a scheme of just those kinds. client-go's Clientset cannot
+// They make the requests of client-go's generated typed clients (see typed) over a scheme of
+// just those kinds. client-go's Clientset cannot
 // be narrowed: importing any of its typed clients registers every API group Kubernetes serves
 // (k8s.io/client-go/kubernetes/scheme), and its apply configurations parse the whole OpenAPI
 // schema at start; together with cert-manager's clientset that was 12 MiB of the operator's
@@ -14,6 +14,7 @@ package kube
 
 import (
 	"context"
+	"net/http"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -27,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 )
@@ -130,6 +130,11 @@ func init() {
 // Clients are the typed clients of cfg's cluster.
 type Clients struct {
 	core, apps, policy, coordination, certManager rest.Interface
+
+	// What CoreClientFor builds another core client from.
+	cfg         *rest.Config
+	httpClient  *http.Client
+	kubeLimiter flowcontrol.RateLimiter
 }
 
 var (
@@ -152,7 +157,7 @@ func NewForConfig(cfg *rest.Config) (*Clients, error) {
 		return flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	}
 	kubeLimiter := limiter()
-	c := &Clients{}
+	c := &Clients{cfg: rest.CopyConfig(cfg), httpClient: httpClient, kubeLimiter: kubeLimiter}
 	for _, g := range []struct {
 		into    *rest.Interface
 		gv      schema.GroupVersion
@@ -165,19 +170,31 @@ func NewForConfig(cfg *rest.Config) (*Clients, error) {
 		{&c.coordination, coordinationv1.SchemeGroupVersion, "/apis", kubeLimiter},
 		{&c.certManager, cmapi.SchemeGroupVersion, "/apis", limiter()},
 	} {
-		gc := rest.CopyConfig(cfg)
-		gc.RateLimiter = g.limiter
-		gc.GroupVersion = &g.gv
-		gc.APIPath = g.apiPath
-		gc.NegotiatedSerializer = codecs.WithoutConversion()
-		if gc.UserAgent == "" {
-			gc.UserAgent = rest.DefaultKubernetesUserAgent()
-		}
-		if *g.into, err = rest.RESTClientForConfigAndClient(gc, httpClient); err != nil {
+		if *g.into, err = restClient(cfg, httpClient, g.limiter, g.gv, g.apiPath, codecs.WithoutConversion()); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+func restClient(cfg *rest.Config, httpClient *http.Client, limiter flowcontrol.RateLimiter, gv schema.GroupVersion, apiPath string,
+	ns runtime.NegotiatedSerializer) (rest.Interface, error) {
+	gc := rest.CopyConfig(cfg)
+	gc.RateLimiter = limiter
+	gc.GroupVersion = &gv
+	gc.APIPath = apiPath
+	gc.NegotiatedSerializer = ns
+	if gc.UserAgent == "" {
+		gc.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	return rest.RESTClientForConfigAndClient(gc, httpClient)
+}
+
+// CoreClientFor returns a client of the core group that decodes with ns: for a reader that
+// decodes a kind into a type of its own (observe.WirePod). It shares the connection and the rate
+// limiter of the other Kubernetes clients.
+func (c *Clients) CoreClientFor(ns runtime.NegotiatedSerializer) (rest.Interface, error) {
+	return restClient(c.cfg, c.httpClient, c.kubeLimiter, corev1.SchemeGroupVersion, "/api", ns)
 }
 
 // resource is a typed client of a built-in kind: client-go's own, preferring protobuf as its
@@ -185,16 +202,16 @@ func NewForConfig(cfg *rest.Config) (*Clients, error) {
 func resource[T interface {
 	runtime.Object
 	metav1.Object
-}, L runtime.Object](c rest.Interface, name, namespace string, newT func() T, newL func() L) *gentype.ClientWithList[T, L] {
-	return gentype.NewClientWithList(name, c, parameterCodec, namespace, newT, newL, gentype.PrefersProtobuf[T]())
+}, L runtime.Object](c rest.Interface, name, namespace string, newT func() T, newL func() L) *typed[T, L] {
+	return &typed[T, L]{client: c, resource: name, namespace: namespace, newT: newT, newL: newL, protobuf: true}
 }
 
 // custom is a typed client of a custom resource: JSON only, as the apiserver serves those.
 func custom[T interface {
 	runtime.Object
 	metav1.Object
-}, L runtime.Object](c rest.Interface, name, namespace string, newT func() T, newL func() L) *gentype.ClientWithList[T, L] {
-	return gentype.NewClientWithList(name, c, parameterCodec, namespace, newT, newL)
+}, L runtime.Object](c rest.Interface, name, namespace string, newT func() T, newL func() L) *typed[T, L] {
+	return &typed[T, L]{client: c, resource: name, namespace: namespace, newT: newT, newL: newL}
 }
 
 func (c *Clients) CoreV1() CoreV1                 { return core{c.core} }
