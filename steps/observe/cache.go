@@ -38,12 +38,17 @@ func (p *CachedPod) GetObjectMeta() metav1.Object {
 	}
 }
 
-// PodCacheTransform returns a cache.TransformFunc that turns each *corev1.Pod into a
-// *CachedPod, with the identity names computed by cfg. Tombstones pass through.
+// PodCacheTransform returns a cache.TransformFunc that turns each *WirePod (or *corev1.Pod) into
+// a *CachedPod, with the identity names computed by cfg. Tombstones pass through.
 func PodCacheTransform(cfg steps.Config) func(any) (any, error) {
 	return func(obj any) (any, error) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
+		var pod *corev1.Pod
+		switch o := obj.(type) {
+		case *WirePod:
+			pod = &o.Pod
+		case *corev1.Pod:
+			pod = o
+		default:
 			return obj, nil
 		}
 		return &CachedPod{Pod: SlimPod(cfg, pod), ResourceVersion: pod.ResourceVersion}, nil

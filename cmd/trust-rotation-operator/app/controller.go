@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -182,16 +182,19 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	c.deployments = cache.NewSharedIndexInformer(
 		cache.NewListWatchFromClient(kube.AppsV1().RESTClient(), "deployments", cfg.LinkerdNamespace, fields.Everything()),
 		&appsv1.Deployment{}, 0, cache.Indexers{})
-	c.pods = cache.NewSharedIndexInformer(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = observe.MeshedPodSelector
-			return kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = observe.MeshedPodSelector
-			return kube.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
-		},
-	}, &corev1.Pod{}, 0, cache.Indexers{})
+	// Meshed pods are decoded off the wire as observe.WirePods, only what the rotation reads,
+	// when the clients can (kube.Clients; a fake clientset decodes them in full).
+	pods := observe.TypedPodsListWatch(kube.CoreV1().Pods(metav1.NamespaceAll))
+	if wc, ok := kube.(interface {
+		CoreClientFor(runtime.NegotiatedSerializer) (rest.Interface, error)
+	}); ok {
+		core, err := wc.CoreClientFor(observe.WireSerializer())
+		if err != nil {
+			return nil, err
+		}
+		pods = observe.WirePodsListWatch(core)
+	}
+	c.pods = cache.NewSharedIndexInformer(pods, &observe.WirePod{}, 0, cache.Indexers{})
 	// Cache each pod as the few fields the rotation reads (observe.CachedPod), shared with the
 	// PodIndex: a stripped corev1.Pod still weighs kilobytes, and at 10,000 pods it was most of
 	// the operator's memory.
