@@ -239,10 +239,20 @@ func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
 		t.Errorf("refresh in 2 minutes: next probe in %v, want at the refresh", d)
 	}
 	forgetDelays()
+	tr.results[p.UID].failures = 0 // the pod's first reading off the path
 	tr.record(t.Context(), p, off, time.Now().Add(time.Hour), nil)
 	if d := due(); d < probeRefreshCap-5*time.Second || d > probeRefreshCap {
 		t.Errorf("refresh in an hour: next probe in %v, want at most %v (a wrong reading is read again)", d, probeRefreshCap)
 	}
+	// Each further reading off the path doubles the cap, three times at most.
+	for _, want := range []time.Duration{2 * probeRefreshCap, 4 * probeRefreshCap, 8 * probeRefreshCap, 8 * probeRefreshCap} {
+		forgetDelays()
+		tr.record(t.Context(), p, off, time.Now().Add(24*time.Hour), nil)
+		if d := due(); d < want-5*time.Second || d > want {
+			t.Errorf("read off the path %d times, refresh in a day: next probe in %v, want %v", tr.results[p.UID].failures, d, want)
+		}
+	}
+	tr.results[p.UID].failures = 1
 	forgetDelays()
 	for _, refresh := range []time.Time{{}, time.Now().Add(-time.Minute)} {
 		tr.record(t.Context(), p, off, refresh, nil)

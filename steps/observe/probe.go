@@ -167,9 +167,11 @@ const (
 	// refreshMargin follows a proxy's predicted refresh (steps.NextRefresh) before the probe
 	// that looks for the new certificate: the refresh itself is a round trip to identity.
 	refreshMargin = time.Second
-	// probeRefreshCap is the longest a pod seen off the root's path waits for its next probe
-	// while urgent, however far its proxy's refresh.
-	probeRefreshCap = 5 * time.Minute
+	// probeRefreshCap is the longest a pod first seen off the root's path waits for its next
+	// probe while urgent, however far its proxy's refresh; it doubles with each reading off the
+	// path, probeRefreshCapDoublings times at most (40 minutes).
+	probeRefreshCap          = 5 * time.Minute
+	probeRefreshCapDoublings = 3
 	// probeFirstDelay is how long after it starts a data-plane proxy is first probed while not
 	// urgent (firstProbeDelay): linkerd2-proxy reports itself ready once it has its certificate
 	// ("Certified identity", linkerd/app/src/lib.rs), usually well within this.
@@ -524,7 +526,10 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 				// so that a reading that does not hold cannot hold the rotation until the
 				// refresh, hours later: a 10,000-pod bench run stalled on two pods read off the
 				// root's path that presented the new issuer's certificate when probed again.
-				delay, limit = until+refreshMargin, probeRefreshCap
+				// The cap doubles with each reading that found the pod still off the path (up to
+				// probeRefreshCapDoublings times): a pod that waits for its restart all through a
+				// long rollout is read again after 5, 10, 20 minutes, not every 5.
+				delay, limit = until+refreshMargin, probeRefreshCap<<min(r.failures-1, probeRefreshCapDoublings)
 			}
 		}
 		t.queue.AddAfter(p.Key(), l, min(delay, limit))
