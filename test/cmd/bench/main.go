@@ -622,8 +622,8 @@ func printTable(rs []*result) {
 		added := r.wall - r.busy
 		return fmt.Sprintf("%s (%.2f %%)", added.Round(10*time.Millisecond), 100*float64(added)/float64(r.wall))
 	})
-	row("operator peak RSS (VmHWM)", "≤ 64 MiB at 10k", func(r *result) string { return mib(r.rssPeak) })
-	row("operator CPU: steady per minute / rotation / total", "", func(r *result) string {
+	row("operator peak RSS (VmHWM)", "≤ 48 MiB at 10k", func(r *result) string { return mib(r.rssPeak) })
+	row("operator CPU: steady per minute / rotation / total", "rotation ≤ 70 s at 10k", func(r *result) string {
 		return fmt.Sprintf("%.2fs / %.1fs / %.1fs", r.cpuSteady.Seconds()*float64(time.Minute)/float64(r.steadyWindow), r.cpuRotation.Seconds(), r.cpu.Seconds())
 	})
 	row("operator CPU per second, steady state", "≤ 5 ms", func(r *result) string {
@@ -636,7 +636,7 @@ func printTable(rs []*result) {
 	for _, n := range sortedKeys(rs[0].inspect) {
 		target := ""
 		if n == 50 {
-			target = "≤ 10 s at 10k"
+			target = "≤ 5 s at 10k"
 		}
 		row(fmt.Sprintf("`linkerd trust inspect --concurrency %d`", n), target, func(r *result) string {
 			return r.inspect[n].Round(10*time.Millisecond).String() + errNote(r.inspectErr[n])
