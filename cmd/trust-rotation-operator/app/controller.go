@@ -21,11 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -111,7 +109,7 @@ type Controller struct {
 	writer   steps.Writer
 	crash    *crashHook
 	metrics  *Metrics
-	recorder record.EventRecorder
+	recorder eventRecorder
 	trigger  chan struct{}
 
 	anchor, previous, issuer, bundle, deployments, pods, rotation cache.SharedIndexInformer
@@ -595,31 +593,10 @@ func namedInformer(rc cache.Getter, resource, ns, name string, obj runtime.Objec
 	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
 }
 
-func newRecorder(ctx context.Context, clients kube.Interface) record.EventRecorder {
-	// client-go's spam filter lets 25 events of one object through, then one per 5 minutes: a
-	// rotation with automatic restarts, or a writer fighting the trust bundle, emits more than
-	// that, and the events that matter most (RotationComplete) came last and were dropped.
-	b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{BurstSize: 200, QPS: 0.1}))
-	b.StartRecordingToSink(eventSink{clients.CoreV1()})
+// newRecorder returns the recorder of the operator's Events, writing until ctx ends.
+func newRecorder(ctx context.Context, clients kube.Interface) eventRecorder {
 	s := runtime.NewScheme()
 	must(kube.AddToScheme(s))
 	must(v1alpha1.AddToScheme(s))
-	return b.NewRecorder(s, corev1.EventSource{Component: "trust-rotation-operator"})
-}
-
-// eventSink writes a recorder's Events into their own namespaces, as client-go's
-// EventSinkImpl does (with no deadline of its own: the broadcaster stops with the recorder's
-// context).
-type eventSink struct{ core kube.CoreV1 }
-
-func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	return s.core.Events(e.Namespace).Create(context.TODO(), e, metav1.CreateOptions{})
-}
-
-func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	return s.core.Events(e.Namespace).Update(context.TODO(), e, metav1.UpdateOptions{})
-}
-
-func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	return s.core.Events(e.Namespace).Patch(context.TODO(), e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+	return newEventWriter(ctx, clients, s, "trust-rotation-operator")
 }
