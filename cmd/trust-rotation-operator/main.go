@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -106,6 +107,13 @@ func main() {
 	// CPU in an operator that idles between events. GOGC in the environment wins.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
+	}
+	// One P: the operator's work is a chain of hand-offs (HTTP/2 read loop, watch decoder,
+	// reflector, handlers, probe workers), each too short to be worth waking a second thread
+	// for, and Go never picks fewer than two Ps on its own (the chart's CPU limit is 500m).
+	// GOMAXPROCS in the environment wins.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
