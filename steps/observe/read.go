@@ -121,16 +121,21 @@ func (s *Reading) Unreadable() []string {
 // ListMeshedPods lists the meshed pods of every namespace (label linkerd.io/control-plane-ns) in
 // pages, in their slim form, handing each page to feed (when not nil) before asking for the next.
 func ListMeshedPods(ctx context.Context, kube kube.Interface, cfg steps.Config, feed func(page []*Pod)) ([]*Pod, error) {
+	lw, err := MeshedPodsListWatch(kube)
+	if err != nil {
+		return nil, err
+	}
 	var out []*Pod
-	opts := metav1.ListOptions{LabelSelector: MeshedPodSelector, Limit: 500}
+	opts := metav1.ListOptions{Limit: 500}
 	for {
-		list, err := kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		obj, err := lw.ListWithContext(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("listing meshed pods (label %s): %w", MeshedPodSelector, err)
 		}
+		list := obj.(*WirePodList)
 		first := len(out)
 		for i := range list.Items {
-			out = append(out, SlimPod(cfg, &list.Items[i]))
+			out = append(out, SlimPod(cfg, &list.Items[i].Pod))
 		}
 		if feed != nil {
 			feed(out[first:len(out):len(out)])

@@ -158,6 +158,23 @@ func WirePodsListWatch(core rest.Interface) *cache.ListWatch {
 	}
 }
 
+// MeshedPodsListWatch lists and watches the meshed pods of every namespace as WirePods: decoded
+// off the wire when the clients can build a client with another serializer (kube.Clients),
+// decoded in full through the typed client otherwise (a fake clientset).
+func MeshedPodsListWatch(k kube.Interface) (*cache.ListWatch, error) {
+	wc, ok := k.(interface {
+		CoreClientFor(runtime.NegotiatedSerializer) (rest.Interface, error)
+	})
+	if !ok {
+		return TypedPodsListWatch(k.CoreV1().Pods(metav1.NamespaceAll)), nil
+	}
+	core, err := wc.CoreClientFor(WireSerializer())
+	if err != nil {
+		return nil, err
+	}
+	return WirePodsListWatch(core), nil
+}
+
 // TypedPodsListWatch lists and watches the meshed pods of every namespace through a typed client
 // that decodes them in full (a fake clientset's), handing them on as WirePods, so that the
 // informer sees one type whichever client it has.

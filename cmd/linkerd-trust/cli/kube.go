@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/linkerd/trust-rotation/steps"
+	stepskube "github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -104,11 +105,19 @@ type Clients struct {
 	// Remote makes a client of a linked cluster's TrustAnchorRotations from its credentials
 	// Secret in namespace; nil: observe.RemoteClient (tests use a fake).
 	Remote func(ctx context.Context, namespace string, t observe.RemoteTarget) (observe.RotationGetter, error)
+	// Reader, when set, reads the cluster through the operator's own clients, which decode
+	// meshed pods off the wire (observe.WirePod), at a quarter of a full decode's CPU
+	// (BenchmarkPodDecode). Nil: reads go through Kube (tests use a fake).
+	Reader stepskube.Interface
 }
 
 // pkiReader reads the Linkerd PKI's certificates without reading a private key.
 func (cl *Clients) pkiReader(cfg steps.Config) observe.PKIReader {
-	return observe.PKIReader{Kube: clientset.Kube(cl.Kube), CertManager: clientset.CertManager(cl.CertManager), Config: cfg}
+	r := observe.PKIReader{Kube: clientset.Kube(cl.Kube), CertManager: clientset.CertManager(cl.CertManager), Config: cfg}
+	if cl.Reader != nil {
+		r.Kube = cl.Reader
+	}
+	return r
 }
 
 // clients builds the clients from the flags, through env.Clients when set.
@@ -141,7 +150,11 @@ func NewClients(k *KubeFlags) (*Clients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the dynamic client: %w", err)
 	}
-	return &Clients{REST: cfg, Kube: kube, CertManager: cm, Rotations: tars, Dynamic: dyn}, nil
+	reader, err := stepskube.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	return &Clients{REST: cfg, Kube: kube, CertManager: cm, Rotations: tars, Dynamic: dyn, Reader: reader}, nil
 }
 
 func isTerminalFile(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -182,15 +181,9 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 		&appsv1.Deployment{}, 0, cache.Indexers{})
 	// Meshed pods are decoded off the wire as observe.WirePods, only what the rotation reads,
 	// when the clients can (kube.Clients; a fake clientset decodes them in full).
-	pods := observe.TypedPodsListWatch(kube.CoreV1().Pods(metav1.NamespaceAll))
-	if wc, ok := kube.(interface {
-		CoreClientFor(runtime.NegotiatedSerializer) (rest.Interface, error)
-	}); ok {
-		core, err := wc.CoreClientFor(observe.WireSerializer())
-		if err != nil {
-			return nil, err
-		}
-		pods = observe.WirePodsListWatch(core)
+	pods, err := observe.MeshedPodsListWatch(kube)
+	if err != nil {
+		return nil, err
 	}
 	c.pods = cache.NewSharedIndexInformer(pods, &observe.WirePod{}, 0, cache.Indexers{})
 	// Cache each pod as the few fields the rotation reads (observe.CachedPod), shared with the
