@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sethvargo/go-retry"
@@ -123,6 +124,10 @@ type Controller struct {
 	// it replaced: until the informer catches up, the cache still shows that one.
 	latest   *v1alpha1.TrustAnchorRotation
 	replaced string
+	// echo is the resourceVersion of the status a reconcile wrote once it had decided (not a
+	// checkpoint it saved on the way): that version's watch event tells the operator nothing
+	// the reconcile did not know, so it is not a change to observe (rotationUpdated).
+	echo atomic.Pointer[string]
 
 	// churn tells the pod changes and probe results that may complete a convergence from those
 	// that only move its counts (churned).
@@ -205,10 +210,17 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 		UpdateFunc: func(any, any) { c.poke() },
 		DeleteFunc: func(any) { c.poke() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{c.anchor, c.previous, c.issuer, c.bundle, c.deployments, c.rotation} {
+	for _, inf := range []cache.SharedIndexInformer{c.anchor, c.previous, c.issuer, c.bundle, c.deployments} {
 		if _, err := inf.AddEventHandler(poke); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := c.rotation.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.poke() },
+		UpdateFunc: func(_, obj any) { c.rotationUpdated(obj) },
+		DeleteFunc: func(any) { c.poke() },
+	}); err != nil {
+		return nil, err
 	}
 	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.index.Upsert(obj.(*observe.CachedPod).Pod) },
@@ -235,6 +247,18 @@ func must(err error) {
 func (c *Controller) podChanged(old, cur *observe.Pod) {
 	c.certs.PodChanged(old, cur)
 	c.churned(old != nil && old.ControlPlane || cur != nil && cur.ControlPlane)
+}
+
+// rotationUpdated pokes for a changed TrustAnchorRotation unless it is the echo of the status
+// the last reconcile wrote after deciding. While pods roll, those writes are a third of the
+// reconciles, and each echo would be observed at once, outside the churn's pacing.
+func (c *Controller) rotationUpdated(obj any) {
+	if tar, ok := obj.(*v1alpha1.TrustAnchorRotation); ok && tar.Name == c.opts.RotationName {
+		if rv := c.echo.Load(); rv != nil && *rv == tar.ResourceVersion {
+			return
+		}
+	}
+	c.poke()
 }
 
 // poke asks for a reconcile; many pokes before it runs make one.
@@ -442,7 +466,8 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	if !equality.Semantic.DeepEqual(status, base.Status) && (drifted || !c.holdProgress(&base.Status, &status)) {
 		obj := base.DeepCopy()
 		obj.Status = status
-		if _, err := c.write(ctx, obj); err != nil {
+		out, err := c.write(ctx, obj)
+		if err != nil {
 			if apierrors.IsConflict(err) {
 				// Usually the cache catches up and the newer object's event pokes us; but a 409
 				// that no newer object follows (a proxy's, a webhook's) would leave the rotation
@@ -452,6 +477,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 			}
 			return time.Time{}, err
 		}
+		c.echo.Store(&out.ResourceVersion)
 		c.lastStatusWrite = time.Now()
 	}
 	c.metrics.Observe(&status)

@@ -351,6 +351,49 @@ func TestReconcileActsOnARenewedAnchor(t *testing.T) {
 	}
 }
 
+// The watch event of the status a reconcile wrote once it had decided is not a change to observe;
+// the checkpoint it saved on the way, and any later version (a user's edit), are.
+func TestReconcileIgnoresTheEchoOfItsOwnStatus(t *testing.T) {
+	b, _ := renewedBed(t, Options{})
+	b.reconcile()
+	if len(b.tars.writes) != 2 {
+		t.Fatalf("%d status writes, want the checkpoint and the projection", len(b.tars.writes))
+	}
+	projected := b.tars.get(steps.DefaultRotationName)
+	rv, err := strconv.Atoi(projected.ResourceVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(rv int) *v1alpha1.TrustAnchorRotation {
+		tar := projected.DeepCopy()
+		tar.ResourceVersion = strconv.Itoa(rv)
+		return tar
+	}
+	other := at(rv)
+	other.Name = "another"
+	for _, tc := range []struct {
+		name string
+		obj  *v1alpha1.TrustAnchorRotation
+		poke bool
+	}{
+		{"the projected status", projected, false},
+		{"the checkpoint saved before the act", at(rv - 1), true},
+		{"a later version", at(rv + 1), true},
+		{"another rotation at the same version", other, true},
+	} {
+		b.c.rotationUpdated(tc.obj)
+		poked := false
+		select {
+		case <-b.c.trigger:
+			poked = true
+		default:
+		}
+		if poked != tc.poke {
+			t.Errorf("update to %s (resourceVersion %s): poked %v, want %v", tc.name, tc.obj.ResourceVersion, poked, tc.poke)
+		}
+	}
+}
+
 // A failed act publishes nothing but the checkpoint saved before it, with a Warning Event.
 func TestReconcileFailedAct(t *testing.T) {
 	b, _ := renewedBed(t, Options{})
