@@ -133,10 +133,11 @@ type Controller struct {
 	// that only move its counts (churned).
 	churn churn
 
-	// lastStatusWrite is when the status was last written; progressTimer reconciles again when
-	// a progress-only change was held back (holdProgress).
-	lastStatusWrite time.Time
-	progressTimer   *time.Timer
+	// reconcileBegan is when the running reconcile began, lastWriteBegan when the one that last
+	// wrote the status did; progressTimer reconciles again when a progress-only change was held
+	// back (holdProgress).
+	reconcileBegan, lastWriteBegan time.Time
+	progressTimer                  *time.Timer
 
 	// bundleRewrites counts the rewrites of a drifted trust bundle in a row, the last at
 	// bundleRewriteAt; bundleTimer reconciles again when the next one is due (repairBundle).
@@ -295,7 +296,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	cause := CauseStart
 	for {
 		c.metrics.reconciles.WithLabelValues(cause).Inc()
-		c.churn.began(time.Now())
+		c.reconcileBegan = time.Now()
+		c.churn.began(c.reconcileBegan)
 		recheck, err := c.reconcile(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -478,7 +480,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 			return time.Time{}, err
 		}
 		c.echo.Store(&out.ResourceVersion)
-		c.lastStatusWrite = time.Now()
+		c.lastWriteBegan = c.reconcileBegan
 	}
 	c.metrics.Observe(&status)
 	c.metrics.ObserveCertificates(s)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -50,5 +51,38 @@ func TestProgressOnly(t *testing.T) {
 				t.Errorf("progressOnly = %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestHoldProgressMeasuresFromReconcileBeginnings: the reconcile churn paces to begin
+// progressWriteInterval after the last writing one began writes its progress, however long that
+// one took to write; one that begins sooner holds it and pokes once the interval has passed.
+func TestHoldProgressMeasuresFromReconcileBeginnings(t *testing.T) {
+	prev := v1alpha1.TrustAnchorRotationStatus{BlockingMessage: "Waiting for 7 pod(s)",
+		WorkloadCertificates: &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging, ConvergedPods: 3, TargetPods: 10}}
+	next := *prev.DeepCopy()
+	next.WorkloadCertificates.ConvergedPods, next.BlockingMessage = 4, "Waiting for 6 pod(s)"
+
+	c := &Controller{trigger: make(chan struct{}, 1)}
+	c.lastWriteBegan = time.Now()
+	c.reconcileBegan = c.lastWriteBegan.Add(progressWriteInterval)
+	if c.holdProgress(&prev, &next) {
+		t.Fatal("the paced reconcile held its progress")
+	}
+	if c.progressTimer != nil {
+		t.Fatal("the paced reconcile armed a timer")
+	}
+
+	c.reconcileBegan = c.lastWriteBegan.Add(progressWriteInterval / 2)
+	if !c.holdProgress(&prev, &next) {
+		t.Fatal("a reconcile half an interval after the last write wrote its progress")
+	}
+	select {
+	case <-c.trigger:
+	case <-time.After(10 * progressWriteInterval):
+		t.Fatal("no poke once the interval passed")
+	}
+	if early := time.Until(c.lastWriteBegan.Add(progressWriteInterval)); early > 20*time.Millisecond {
+		t.Errorf("poked %v before the interval passed", early)
 	}
 }
