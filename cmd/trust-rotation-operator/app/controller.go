@@ -129,6 +129,9 @@ type Controller struct {
 	// the reconcile did not know, so it is not a change to observe (rotationUpdated).
 	echo atomic.Pointer[string]
 
+	// parsed keeps what snapshot parsed of the Secrets and the bundle until they change.
+	parsed parsedSources
+
 	// churn tells the pod changes and probe results that may complete a convergence from those
 	// that only move its counts (churned).
 	churn churn
@@ -519,19 +522,19 @@ func (c *Controller) snapshot(now time.Time, step string, status *v1alpha1.Trust
 	s := &steps.State{
 		Config:       cfg,
 		Now:          now,
-		Anchor:       observe.SourceFromSecret(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
-		Previous:     observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
-		Issuer:       observe.SourceFromSecret(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),
+		Anchor:       c.parsed.anchor.source(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
+		Previous:     c.parsed.previous.source(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
+		Issuer:       c.parsed.issuer.source(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),
 		ControlPlane: map[string]steps.Deployment{},
 	}
 	if err := s.FromStatus(status); err != nil {
 		return nil, err
 	}
+	var cm *corev1.ConfigMap
 	if obj, ok, _ := c.bundle.GetStore().GetByKey(cfg.LinkerdNamespace + "/" + cfg.TrustRootsConfigMap); ok {
-		s.Bundle = observe.BundleFromConfigMap(obj.(*corev1.ConfigMap))
-	} else {
-		s.Bundle = observe.BundleFromConfigMap(nil)
+		cm = obj.(*corev1.ConfigMap)
 	}
+	s.Bundle = c.parsed.bundle.get(cm, func() steps.Bundle { return observe.BundleFromConfigMap(cm) })
 	for _, name := range cfg.ControlPlane() {
 		var d *appsv1.Deployment
 		if obj, ok, _ := c.deployments.GetStore().GetByKey(cfg.LinkerdNamespace + "/" + name); ok {
