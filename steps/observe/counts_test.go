@@ -1,10 +1,12 @@
 package observe
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"sort"
 	"testing"
@@ -378,4 +380,87 @@ func pendingDelay(q *probeQueue, key string) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Until(w.at), true
+}
+
+// TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt: while urgent, the capped re-read of a
+// pod off the root's path is no handshake when its Deployment rolls out a newer template; the
+// next re-read is scheduled at the doubled cap. A pod of the newest template, a rollout rolled
+// back, or newer pods being deleted leave the re-read a handshake.
+func TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt(t *testing.T) {
+	anchor, _ := newCert(t, "root", true, nil, nil)
+	other, otherKey := newCert(t, "other-root", true, nil, nil)
+	stranger, _ := newCert(t, "stranger", true, other, otherKey)
+	var tr *CertTracker
+	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	dials := 0 // of the old pod's address
+	dial := func(_ context.Context, _, addr string) (net.Conn, error) {
+		if addr == "10.0.0.1:4191" {
+			dials++
+		}
+		return nil, errors.New("refused")
+	}
+	tr = NewCertTracker(x, dial, 1, 0, nil)
+	defer tr.queue.ShutDown()
+	tr.SetActive(anchor, true)
+	t0 := time.Now().Add(-time.Hour)
+	ips := 0
+	pod := func(name, hash string, created time.Duration) *Pod {
+		ips++
+		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/web", TemplateHash: hash,
+			Created: t0.Add(created), Meshed: true, Alive: true, Running: true, IP: fmt.Sprintf("10.0.0.%d", ips), AdminPort: 4191}
+	}
+	old := pod("web-a-1", "a", 0)
+	x.Upsert(old)
+	tr.record(t.Context(), old, []*x509.Certificate{stranger}, time.Now().Add(time.Hour), nil) // off the path, cap 5m
+	reread := func() (handshake bool) {
+		t.Helper()
+		before := dials
+		tr.queue.Add(old.Key(), laneLater)
+		for { // the old pod's re-read, and the first probes of the pods upserted since
+			if soon, later := tr.queue.Len(); soon+later == 0 {
+				break
+			}
+			if !tr.probeNext(t.Context(), false) {
+				t.Fatal("the queue shut down")
+			}
+		}
+		return dials > before
+	}
+
+	if !reread() {
+		t.Error("no newer template: the re-read made no handshake")
+	}
+	tr.record(t.Context(), old, []*x509.Certificate{stranger}, time.Now().Add(time.Hour), nil)
+	failures := tr.results[old.UID].failures
+
+	x.Upsert(pod("web-b-1", "b", time.Minute))
+	tr.queue.mu.Lock()
+	clear(tr.queue.waiting) // the retry the failed probe above scheduled
+	tr.queue.delays = nil
+	tr.queue.mu.Unlock()
+	if reread() {
+		t.Error("the Deployment rolls out template b: the re-read of a pod of template a made a handshake")
+	}
+	if got := tr.results[old.UID].failures; got != failures+1 {
+		t.Errorf("readings off the path: %d, want %d", got, failures+1)
+	}
+	if d, _ := pendingDelay(tr.queue, old.Key()); d < probeRefreshCap<<min(failures, probeRefreshCapDoublings)-5*time.Second || d > probeRefreshCap<<min(failures, probeRefreshCapDoublings) {
+		t.Errorf("next re-read in %v, want at the doubled cap %v", d, probeRefreshCap<<min(failures, probeRefreshCapDoublings))
+	}
+	if tr.Certificates().Converged != 0 {
+		t.Error("a pod not read counted as converged")
+	}
+
+	rollback := pod("web-a-2", "a", 2*time.Minute)
+	x.Upsert(rollback)
+	if !reread() {
+		t.Error("rolled back to template a: the re-read made no handshake")
+	}
+	x.Delete(rollback.Key())
+	gone := *x.pods["app/web-b-1"]
+	gone.Terminating = true
+	x.Upsert(&gone)
+	if !reread() {
+		t.Error("the only pod of template b is being deleted: the re-read made no handshake")
+	}
 }

@@ -26,6 +26,9 @@ type Pod struct {
 	UID             string
 	// Workload is "namespace/Kind/name" of the pod's restartable owner.
 	Workload string
+	// TemplateHash is the pod-template-hash label a Deployment's ReplicaSet gives its pods: the
+	// template the pod was made from (PodIndex.Replacing).
+	TemplateHash string
 	// ControlPlane is true for Linkerd's own pods (linkerd.io/control-plane-component).
 	ControlPlane bool
 	// TrustRootHash is the linkerd.io/trust-root-sha256 annotation.
@@ -88,6 +91,7 @@ func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
 		Name:           key[len(pod.Namespace)+1:],
 		UID:            string(pod.UID),
 		Workload:       intern(workloadOf(pod)),
+		TemplateHash:   intern(pod.Labels[podTemplateHashLabel]),
 		TrustRootHash:  intern(pod.Annotations[steps.TrustRootSHA256Annotation]),
 		ServiceAccount: intern(pod.Spec.ServiceAccountName),
 		IP:             pod.Status.PodIP,
@@ -331,6 +335,26 @@ func (x *PodIndex) Each(fn func(*Pod)) {
 			fn(p)
 		}
 	}
+}
+
+// Replacing reports whether p's Deployment is rolling out another template than p's: its newest
+// alive pod that is not being deleted was made from another template, after p. That pod's
+// ReplicaSet is the Deployment's new one, and p's is scaled down as the new pods become ready.
+// A rollback makes pods from p's template again, newer still, and p is no longer on its way out.
+// The walk is over the workload's own pods.
+func (x *PodIndex) Replacing(p *Pod) bool {
+	if p.TemplateHash == "" {
+		return false
+	}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var newest *Pod
+	for _, q := range x.workloads[p.Workload] {
+		if q.TemplateHash != "" && !q.Terminating && (newest == nil || q.Created.After(newest.Created)) {
+			newest = q
+		}
+	}
+	return newest != nil && newest.TemplateHash != p.TemplateHash && newest.Created.After(p.Created)
 }
 
 // MeshedPods is the number of alive meshed pods, control plane included.
