@@ -1,10 +1,18 @@
 package main
 
 import (
+	"encoding/pem"
 	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/linkerd/trust-rotation/steps/kube"
 )
 
 // --v and --vmodule above 7 are lowered to 7, where client-go logs no request or response body:
@@ -38,5 +46,39 @@ func TestVerbosityIsCapped(t *testing.T) {
 		}
 		_ = fs.Set("vmodule", "")
 		_ = fs.Set("v", "0")
+	}
+}
+
+// By default the operator's clients speak HTTP/1.1 to an apiserver that offers HTTP/2 too, and
+// --kube-api-http2 lets them negotiate HTTP/2 as client-go does by default.
+func TestClientsSpeakHTTP1UnlessHTTP2IsAsked(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"kind":"Namespace","apiVersion":"v1","metadata":{"name":%q}}`, r.Proto)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	for _, http2 := range []bool{false, true} {
+		cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
+		if !http2 {
+			useHTTP1(cfg)
+		}
+		clients, err := kube.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := clients.CoreV1().Namespaces().Get(t.Context(), "any", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "HTTP/1.1"
+		if http2 {
+			want = "HTTP/2.0"
+		}
+		if ns.Name != want {
+			t.Errorf("--kube-api-http2=%v: the apiserver saw %s, want %s", http2, ns.Name, want)
+		}
 	}
 }
