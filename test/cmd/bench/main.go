@@ -334,6 +334,8 @@ const cpuProfileChunk = 30 * time.Second
 // profileCPU takes back-to-back CPU profiles of the operator until stop is called, which waits
 // for the profile under way to end: operator-cpu-<pods>-<i>.pprof in the log directory cover the
 // whole rotation (`go tool pprof -top bin/bench/operator-cpu-<pods>-*.pprof` merges them).
+// Between two, when the operator's RSS is the highest seen yet, it takes a heap profile,
+// operator-heap-<pods>-peak.pprof: what was live near the rotation's peak RSS.
 func profileCPU(ctx context.Context, o options, op *operator, pods int) (stop func()) {
 	old, _ := filepath.Glob(filepath.Join(o.logDir, fmt.Sprintf("operator-cpu-%d*.pprof", pods)))
 	for _, f := range old {
@@ -343,6 +345,7 @@ func profileCPU(ctx context.Context, o options, op *operator, pods int) (stop fu
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
+		var peak int64
 		for i := 0; ; i++ {
 			select {
 			case <-done:
@@ -354,6 +357,12 @@ func profileCPU(ctx context.Context, o options, op *operator, pods int) (stop fu
 				return
 			}
 			_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-cpu-%d-%03d.pprof", pods, i)), prof, 0o644)
+			if rss := procStatus(op.PID(), "VmRSS"); rss > peak {
+				peak = rss
+				if heap, err := op.get(ctx, "/debug/pprof/heap"); err == nil {
+					_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-heap-%d-peak.pprof", pods)), heap, 0o644)
+				}
+			}
 		}
 	}()
 	return func() {
