@@ -132,28 +132,27 @@ func TestSlimPodFindsTheProxyInEitherLayout(t *testing.T) {
 	}
 }
 
-func TestPodCacheTransform(t *testing.T) {
+func TestPodTransform(t *testing.T) {
 	cfg := steps.DefaultConfig()
-	got, err := PodCacheTransform(cfg)(injectedPod())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, ok := got.(*CachedPod)
-	if !ok {
-		t.Fatalf("transform returned %T, want *CachedPod", got)
-	}
-	if key, err := cache.MetaNamespaceKeyFunc(cp); err != nil || key != "shop/web-6d4cf56db6-x7k2p" {
-		t.Errorf("cache key = %q, %v; want shop/web-6d4cf56db6-x7k2p", key, err)
-	}
 	want := SlimPod(cfg, injectedPod())
-	if *cp.Pod != *want {
-		t.Errorf("cached pod = %+v, want what SlimPod makes: %+v", *cp.Pod, *want)
-	}
-	if cp.ResourceVersion != "4711" {
-		t.Errorf("resourceVersion = %q, want 4711", cp.ResourceVersion)
+	for name, obj := range map[string]any{"corev1.Pod": injectedPod(), "WirePod": &WirePod{Pod: *injectedPod()}} {
+		got, err := PodTransform(cfg)(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := got.(*Pod)
+		if !ok {
+			t.Fatalf("%s: transform returned %T, want *Pod", name, got)
+		}
+		if *p != *want {
+			t.Errorf("%s: pod = %+v, want what SlimPod makes: %+v", name, *p, *want)
+		}
+		if key, err := podKey(obj); err != nil || key != p.Key() || key != "shop/web-6d4cf56db6-x7k2p" {
+			t.Errorf("%s: key before the transform %q (%v), after %q; want shop/web-6d4cf56db6-x7k2p", name, key, err, p.Key())
+		}
 	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "shop/x"}
-	if got, _ := PodCacheTransform(cfg)(tomb); got != tomb {
+	if got, _ := PodTransform(cfg)(tomb); got != tomb {
 		t.Errorf("a tombstone was transformed into %v", got)
 	}
 }
@@ -168,7 +167,7 @@ func BenchmarkPodCache(b *testing.B) {
 			_ = SlimPod(cfg, slim.(*corev1.Pod)) // the PodIndex's copy
 			return slim, err
 		},
-		"CachedPod": PodCacheTransform(cfg),
+		"Pod": PodTransform(cfg),
 	} {
 		b.Run(name, func(b *testing.B) {
 			pod := injectedPod()
@@ -185,7 +184,7 @@ func BenchmarkPodCache(b *testing.B) {
 // heap still reachable from 10,000 transformed pods after a GC, per pod.
 func BenchmarkPodCacheRetained(b *testing.B) {
 	cfg := steps.DefaultConfig()
-	transform := PodCacheTransform(cfg)
+	transform := PodTransform(cfg)
 	wire, err := json.Marshal(injectedPod())
 	if err != nil {
 		b.Fatal(err)

@@ -112,9 +112,10 @@ type Controller struct {
 	recorder eventRecorder
 	trigger  chan struct{}
 
-	anchor, previous, issuer, bundle, deployments, pods, rotation cache.SharedIndexInformer
-	index                                                         *observe.PodIndex
-	certs                                                         *observe.CertTracker
+	anchor, previous, issuer, bundle, deployments, rotation cache.SharedIndexInformer
+	pods                                                    *observe.PodInformer
+	index                                                   *observe.PodIndex
+	certs                                                   *observe.CertTracker
 	// auto watches what the opt-in automations need, once the spec enables them.
 	auto *automation
 	// remotes watches the linked clusters' TrustAnchorRotations.
@@ -194,11 +195,6 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	if err != nil {
 		return nil, err
 	}
-	c.pods = cache.NewSharedIndexInformer(pods, &observe.WirePod{}, 0, cache.Indexers{})
-	// Cache each pod as the few fields the rotation reads (observe.CachedPod), shared with the
-	// PodIndex: a stripped corev1.Pod still weighs kilobytes, and at 10,000 pods it was most of
-	// the operator's memory.
-	must(c.pods.SetTransform(observe.PodCacheTransform(cfg)))
 	// Every TrustAnchorRotation: the driven one, and any other, to mark it Ignored.
 	c.rotation = cache.NewSharedIndexInformer(
 		tars.ListWatch(fields.Everything()),
@@ -206,6 +202,9 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 
 	c.remotes = newRemotes(kube, opts.Dynamic, opts.Discovery, opts.MulticlusterNamespace, opts.RemoteWatchTimeout, c.poke)
 	c.index = observe.NewPodIndex(c.podChanged)
+	// The index is the pod informer's store: each pod is held once, as the few fields the
+	// rotation reads (observe.SlimPod).
+	c.pods = observe.NewPodInformer(pods, cfg, c.index)
 	c.certs = observe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *observe.Pod) { c.churned(p.ControlPlane) })
 	c.certs.OnProbe = metrics.countProbe
 
@@ -223,19 +222,6 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 		AddFunc:    func(any) { c.poke() },
 		UpdateFunc: func(_, obj any) { c.rotationUpdated(obj) },
 		DeleteFunc: func(any) { c.poke() },
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.index.Upsert(obj.(*observe.CachedPod).Pod) },
-		UpdateFunc: func(_, obj any) { c.index.Upsert(obj.(*observe.CachedPod).Pod) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				c.index.Delete(t.Key)
-				return
-			}
-			c.index.Delete(obj.(*observe.CachedPod).Pod.Key())
-		},
 	}); err != nil {
 		return nil, err
 	}
@@ -277,7 +263,10 @@ func (c *Controller) poke() {
 func (c *Controller) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	c.recorder = newRecorder(ctx, c.kube)
-	informers := []cache.SharedIndexInformer{c.anchor, c.previous, c.issuer, c.bundle, c.deployments, c.pods, c.rotation}
+	informers := []interface {
+		RunWithContext(context.Context)
+		HasSynced() bool
+	}{c.anchor, c.previous, c.issuer, c.bundle, c.deployments, c.pods, c.rotation}
 	synced := make([]cache.InformerSynced, 0, len(informers))
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
