@@ -20,7 +20,9 @@ import (
 const MeshedPodSelector = steps.ControlPlaneNSLabel
 
 // Pod is what the rotation needs of a meshed pod. SlimPod turns a Pod into one in the
-// informer's transform function, so the cache never holds full pod specs.
+// informer's transform function, so the cache never holds full pod specs. The operator holds one
+// per meshed pod: the bools are together and so are the int32s, so that a Pod takes 256 bytes,
+// a size class of Go's allocator (TestPodSize), not 288.
 type Pod struct {
 	Namespace, Name string
 	UID             string
@@ -29,10 +31,10 @@ type Pod struct {
 	// TemplateHash is the pod-template-hash label a Deployment's ReplicaSet gives its pods: the
 	// template the pod was made from (PodIndex.Replacing).
 	TemplateHash string
-	// ControlPlane is true for Linkerd's own pods (linkerd.io/control-plane-component).
-	ControlPlane bool
 	// TrustRootHash is the linkerd.io/trust-root-sha256 annotation.
 	TrustRootHash string
+	// ControlPlane is true for Linkerd's own pods (linkerd.io/control-plane-component).
+	ControlPlane bool
 	// Meshed is true when the pod has a linkerd-proxy container, in either layout
 	// (steps.ProxyContainer).
 	Meshed bool
@@ -58,15 +60,15 @@ type Pod struct {
 	IP          string
 	// AdminPort is the proxy container's linkerd-admin port.
 	AdminPort int32
+	// ProxyRestarts is the proxy container's restart count: a proxy restarted in place holds a
+	// certificate it obtained anew.
+	ProxyRestarts int32
 	// Identity is the proxy's identity name, the SNI its admin port answers to.
 	Identity       string
 	ServiceAccount string
 	// RefreshMin and RefreshMax bound the proxy's certificate refresh interval, from its env
 	// (steps.ProxyRefreshBounds); both zero when the pod spec does not tell.
 	RefreshMin, RefreshMax time.Duration
-	// ProxyRestarts is the proxy container's restart count: a proxy restarted in place holds a
-	// certificate it obtained anew.
-	ProxyRestarts int32
 
 	// key is Key, built once by SlimPod: every map of the operator (the index, the probe
 	// results, the probe queue) is keyed by it, and a reconcile looks up every pod behind.
