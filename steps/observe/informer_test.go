@@ -60,14 +60,8 @@ func TestPodInformerFeedsTheIndex(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	// The fake watch serves no watch-list (initial events ended by a bookmark): the informer lists.
-	inf := NewPodInformer(cache.ToListWatcherWithWatchListSemantics(lw, listOnly{}), steps.DefaultConfig(), index)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go inf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("the informer did not sync")
-	}
+	ctx := t.Context()
+	syncPodInformer(ctx, t, lw, index)
 	hashes := func() map[string]string {
 		out := map[string]string{}
 		index.Each(func(p *Pod) { out[p.Name] = p.TrustRootHash })
@@ -115,6 +109,28 @@ func TestPodInformerFeedsTheIndex(t *testing.T) {
 	}
 }
 
+// syncPodInformer runs a PodInformer of lw into x until ctx ends, and waits until it has synced.
+// The fake watches serve no watch-list (initial events ended by a bookmark): the informer lists.
+func syncPodInformer(ctx context.Context, tb testing.TB, lw *cache.ListWatch, x *PodIndex) {
+	inf := NewPodInformer(cache.ToListWatcherWithWatchListSemantics(lw, listOnly{}), steps.DefaultConfig(), x)
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		tb.Fatal("the informer did not sync")
+	}
+}
+
+// numberedWirePods are n meshed pods of five service accounts, each of its own name and UID.
+func numberedWirePods(n int) []WirePod {
+	out := make([]WirePod, n)
+	for i := range out {
+		p := injectedPod()
+		p.Name, p.UID = fmt.Sprintf("web-6d4cf56db6-%05d", i), types.UID(fmt.Sprintf("uid-%05d", i))
+		p.Spec.ServiceAccountName = fmt.Sprintf("web-%d", i%5)
+		out[i].Pod = *p
+	}
+	return out
+}
+
 // listOnly is a client that does not serve watch-lists (watchlist.DoesClientNotSupportWatchListSemantics).
 type listOnly struct{}
 
@@ -126,13 +142,7 @@ func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
 func BenchmarkPodInformerRetained(b *testing.B) {
 	const pods = 10000
 	cfg := steps.DefaultConfig()
-	list := &WirePodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: make([]WirePod, pods)}
-	for i := range list.Items {
-		p := injectedPod()
-		p.Name, p.UID = fmt.Sprintf("web-6d4cf56db6-%05d", i), types.UID(fmt.Sprintf("uid-%05d", i))
-		p.Spec.ServiceAccountName = fmt.Sprintf("web-%d", i%5)
-		list.Items[i].Pod = *p
-	}
+	list := &WirePodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: numberedWirePods(pods)}
 	for _, bc := range []struct {
 		name string
 		fill func(*testing.B, *PodIndex)
@@ -151,11 +161,7 @@ func BenchmarkPodInformerRetained(b *testing.B) {
 			}
 			ctx, cancel := context.WithCancel(b.Context())
 			defer cancel()
-			inf := NewPodInformer(cache.ToListWatcherWithWatchListSemantics(lw, listOnly{}), cfg, x)
-			go inf.RunWithContext(ctx)
-			if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-				b.Fatal("the informer did not sync")
-			}
+			syncPodInformer(ctx, b, lw, x)
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
@@ -182,14 +188,8 @@ func BenchmarkPodInformerRetained(b *testing.B) {
 // BenchmarkPodInformerEvent is the cost of one watched pod update, from the watch's event to the
 // index's hook: the transform (SlimPod), the queue and the index.
 func BenchmarkPodInformerEvent(b *testing.B) {
-	cfg := steps.DefaultConfig()
 	const pods = 1000
-	updates := make([]WirePod, pods)
-	for i := range updates {
-		p := injectedPod()
-		p.Name, p.UID = fmt.Sprintf("web-6d4cf56db6-%05d", i), types.UID(fmt.Sprintf("uid-%05d", i))
-		updates[i].Pod = *p
-	}
+	updates := numberedWirePods(pods)
 	seen := make(chan struct{}, 1)
 	x := NewPodIndex(func(_, _ *Pod) {
 		select {
@@ -208,13 +208,7 @@ func BenchmarkPodInformerEvent(b *testing.B) {
 			return w, nil
 		},
 	}
-	ctx, cancel := context.WithCancel(b.Context())
-	defer cancel()
-	inf := NewPodInformer(cache.ToListWatcherWithWatchListSemantics(lw, listOnly{}), cfg, x)
-	go inf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		b.Fatal("the informer did not sync")
-	}
+	syncPodInformer(b.Context(), b, lw, x)
 	w := <-watches
 	b.ReportAllocs()
 	i := 0
