@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -103,24 +104,33 @@ func serveWatchStream() {
 
 // BenchmarkPodWatch is the operator's CPU per pod event read off its pod watch (the transport,
 // the framing and the WirePod decoder), over HTTP/2 as client-go negotiates by default and over
-// HTTP/1.1, with events back to back (a burst: many events a read) and one every millisecond
-// (each event wakes the reader: a rotation's pods roll at about a hundred events a second); the
-// apiserver runs in another process.
+// HTTP/1.1, with events back to back (a burst: many events a read), one every millisecond and
+// one every ten (each event wakes the reader: a rotation's pods roll at about a hundred events a
+// second), the last also read every 100ms as the operator does (kube.ReadCoalescer); the
+// apiserver runs in another process. The paced cases are slow: run them with -benchtime 1000x.
 func BenchmarkPodWatch(b *testing.B) {
 	for _, bc := range []struct {
-		name   string
-		protos []string
-		every  time.Duration
+		name     string
+		protos   []string
+		every    time.Duration
+		coalesce time.Duration
 	}{
-		{"http2/burst", nil, 0},
-		{"http1.1/burst", []string{"http/1.1"}, 0},
-		{"http2/paced", nil, time.Millisecond},
-		{"http1.1/paced", []string{"http/1.1"}, time.Millisecond},
+		{"http2/burst", nil, 0, 0},
+		{"http1.1/burst", []string{"http/1.1"}, 0, 0},
+		{"http2/paced", nil, time.Millisecond, 0},
+		{"http1.1/paced", []string{"http/1.1"}, time.Millisecond, 0},
+		{"http1.1/paced10ms", []string{"http/1.1"}, 10 * time.Millisecond, 0},
+		{"http1.1/paced10ms/coalesced100ms", []string{"http/1.1"}, 10 * time.Millisecond, 100 * time.Millisecond},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			protos := bc.protos
 			url, ca := startWatchServer(b, bc.every)
-			clients, err := kube.NewForConfig(&rest.Config{Host: url, TLSClientConfig: rest.TLSClientConfig{CAData: ca, NextProtos: protos}})
+			rc := &kube.ReadCoalescer{Every: bc.coalesce}
+			cfg := &rest.Config{Host: url, TLSClientConfig: rest.TLSClientConfig{CAData: ca, NextProtos: protos}}
+			if bc.coalesce > 0 {
+				cfg.Dial = rc.Dial((&net.Dialer{}).DialContext)
+			}
+			clients, err := kube.NewForConfig(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -144,6 +154,7 @@ func BenchmarkPodWatch(b *testing.B) {
 				}
 			}
 			next() // the connection is up
+			rc.Start()
 			cpu0 := processCPU(b)
 			for b.Loop() {
 				next()
