@@ -50,6 +50,8 @@ type options struct {
 	burst                   int
 	// http2 lets the clients negotiate HTTP/2 with the apiserver (useHTTP1).
 	http2 bool
+	// podWatchReadInterval paces the reads of the pod watch's connection (kube.ReadCoalescer).
+	podWatchReadInterval time.Duration
 	// pprof serves /debug/pprof/ on the admin endpoint, for profiling at scale.
 	pprof bool
 	// countAPIRequests counts the operator's apiserver requests by verb and resource in
@@ -81,6 +83,7 @@ func main() {
 	fs.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst limit towards the apiserver")
 	fs.BoolVar(&o.http2, "kube-api-http2", false, "speak HTTP/2 to the apiserver, all requests and watches over one connection; by default each watch has an HTTP/1.1 connection of its own, which reads a burst of watch events with about half the CPU")
+	fs.DurationVar(&o.podWatchReadInterval, "pod-watch-read-interval", 100*time.Millisecond, "once the pods are listed, the pod watch's connection reads what arrived at most this often: while pods roll, their events are read a batch at a time instead of waking the operator for each, and a pod event reaches it this much later at most (0: read each event as it arrives; not with --kube-api-http2, whose one connection carries every request)")
 	fs.StringSliceVar(&o.app.RestartNamespaces, "restart-namespaces", nil, "automatic restarts (spec.dataPlaneRestart.policy Automatic) watch and restart the workloads of these namespaces only, for RBAC that allows them there alone (the chart's dataPlaneRestart.rbacScope Namespaces); the others a rotation needs restarted are named for you to restart. Empty: every namespace, watched cluster-wide")
 	fs.StringVar(&o.app.MulticlusterNamespace, "multicluster-namespace", app.DefaultMulticlusterNamespace, "namespace of Linkerd multicluster's Links and their credentials Secrets, and of spec.remoteClusters' kubeconfig Secrets: the operator holds a rotation until every linked cluster is ready for its next step (empty: no linked clusters)")
 	fs.DurationVar(&o.app.RemoteStaleAfter, "remote-stale-after", steps.DefaultRemoteStaleAfter, "how old the last read of a linked cluster's TrustAnchorRotation may be before the rotation stops trusting it")
@@ -152,6 +155,11 @@ func run(ctx context.Context, o options) error {
 	clients, err := kube.NewForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	if !o.http2 && o.podWatchReadInterval > 0 {
+		if o.app.Pods, o.app.PodsSynced, err = pacedPodClient(cfg, o.podWatchReadInterval); err != nil {
+			return err
+		}
 	}
 	tars, err := client.NewForConfig(cfg)
 	if err != nil {
@@ -263,6 +271,17 @@ func useHTTP1(cfg *rest.Config) {
 		Timeout:         30 * time.Second,
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 10 * time.Second, Count: 3},
 	}).DialContext
+}
+
+// pacedPodClient returns a client for the pod informer alone whose connections read at most
+// every interval once started (kube.ReadCoalescer), and the function that starts them. With
+// HTTP/1.1 a watch has its connection to itself, so only the pod events wait.
+func pacedPodClient(cfg *rest.Config, interval time.Duration) (kube.Interface, func(), error) {
+	rc := &kube.ReadCoalescer{Every: interval}
+	pc := rest.CopyConfig(cfg)
+	pc.Dial = rc.Dial(cfg.Dial)
+	c, err := kube.NewForConfig(pc)
+	return c, rc.Start, err
 }
 
 // restConfig loads a kubeconfig, or the in-cluster config, and the namespace to default to.

@@ -93,6 +93,11 @@ type Options struct {
 	// stale; RemoteWatchTimeout bounds one watch of a remote (its renewal is a read).
 	RemoteStaleAfter   time.Duration
 	RemoteWatchTimeout time.Duration
+	// Pods, when set, is the client the meshed pods are listed and watched with (its
+	// connections may pace their reads: kube.ReadCoalescer); nil uses the controller's.
+	// PodsSynced, when set, is called once the pod informer has synced.
+	Pods       kube.Interface
+	PodsSynced func()
 	// CrashAt is a test-only fault hook, "<point>:<step>[@<n>]" (see CrashEnv): the operator
 	// crashes at that point of that step. Empty: never.
 	CrashAt string
@@ -191,7 +196,11 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 		&appsv1.Deployment{}, 0, cache.Indexers{})
 	// Meshed pods are decoded off the wire as observe.WirePods, only what the rotation reads,
 	// when the clients can (kube.Clients; a fake clientset decodes them in full).
-	pods, err := observe.MeshedPodsListWatch(kube)
+	podClient := kube
+	if opts.Pods != nil {
+		podClient = opts.Pods
+	}
+	pods, err := observe.MeshedPodsListWatch(podClient)
 	if err != nil {
 		return nil, err
 	}
@@ -280,6 +289,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	if err := c.remotes.start(ctx); err != nil {
 		return err
+	}
+	if c.opts.PodsSynced != nil {
+		c.opts.PodsSynced()
 	}
 	log.Info("Caches synced; reconciling", "rotation", c.opts.RotationName, "meshedPods", c.index.MeshedPods())
 	go c.certs.Run(ctx)
