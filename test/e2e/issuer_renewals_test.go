@@ -107,12 +107,16 @@ func rotateWithIssuerRenewals(e *Env, propagating, renewing int) {
 	}
 
 	// Restart the data plane: the operator replaces identity at once, restarts it onto the latest
-	// issuer, then the rest of the control plane.
+	// issuer, then the rest of the control plane. The rotation then waits in RenewingWorkloadCerts
+	// for the next restart. The replaced pods count among its targets until the operator has seen
+	// them go, which the rollouts' end does not wait for (a terminating pod's proxy still serves,
+	// and the operator reads pod events up to --pod-watch-read-interval late): wait for the count
+	// to settle on the pods that remain.
 	e.RestartApps()
 	tar, err := WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "the control plane on the new anchor",
 		func(tar *v1alpha1.TrustAnchorRotation) bool {
-			return stepOf(tar) == steps.StepRenewWorkloadCertificates && tar.Status.WorkloadCertificates != nil &&
-				tar.Status.WorkloadCertificates.ConvergedPods >= 3
+			wc := tar.Status.WorkloadCertificates
+			return stepOf(tar) == steps.StepRenewWorkloadCertificates && wc != nil && wc.ConvergedPods >= 3 && wc.TargetPods == int32(pods)
 		})
 	if err != nil {
 		t.Fatal(err)
