@@ -234,11 +234,14 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 	if tar.Status.WorkloadCertificateRefreshInterval == nil || tar.Status.WorkloadCertificateRefreshInterval.Duration != 5*time.Minute {
 		t.Errorf("workloadCertificateRefreshInterval = %v, want 5m", tar.Status.WorkloadCertificateRefreshInterval)
 	}
-	// The control plane moves onto the new issuer by itself; the workloads need a restart.
+	// The control plane moves onto the new issuer by itself; the workloads need a restart, so
+	// the rotation waits in RenewingWorkloadCerts. The control-plane pods just replaced count
+	// among its targets until the operator has seen them go: wait for the count to settle.
 	tar, err = WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "the control plane on the new issuer",
 		func(tar *v1alpha1.TrustAnchorRotation) bool {
-			return stepOf(tar) == steps.StepRenewWorkloadCertificates && tar.Status.WorkloadCertificates != nil &&
-				tar.Status.WorkloadCertificates.ConvergedPods == int32(controlPlane)
+			wc := tar.Status.WorkloadCertificates
+			return stepOf(tar) == steps.StepRenewWorkloadCertificates && wc != nil &&
+				wc.ConvergedPods == int32(controlPlane) && wc.TargetPods == int32(pods)
 		})
 	if err != nil {
 		t.Fatal(err)
