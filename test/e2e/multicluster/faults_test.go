@@ -38,10 +38,13 @@ func TestMulticlusterRemoteUnreachableAndOperatorKilled(t *testing.T) {
 		if err := east.c.StopAPIServer(); err != nil {
 			t.Fatal(err)
 		}
-		tar := west.wait(t, ctx, "parked: east unreachable", parkedOn(step, "east", steps.ReasonRemoteUnreadable))
-		if want := "cluster east: cannot read its TrustAnchorRotation cluster (Link linkerd-multicluster/east)"; !strings.Contains(tar.Status.BlockingMessage, want) {
-			t.Errorf("blocking message %q: want it to say %q", tar.Status.BlockingMessage, want)
-		}
+		// West's new operator may first report east as not read yet (the same reason), until its
+		// first read of east fails: wait for the message that says east cannot be read.
+		unreachable := parkedOn(step, "east", steps.ReasonRemoteUnreadable)
+		const want = "cluster east: cannot read its TrustAnchorRotation cluster (Link linkerd-multicluster/east)"
+		west.wait(t, ctx, "parked, saying "+want, func(tar *v1alpha1.TrustAnchorRotation) bool {
+			return unreachable(tar) && strings.Contains(tar.Status.BlockingMessage, want)
+		})
 		// East's operator cannot renew its lease and gives up leadership: it exits, as it would
 		// in a pod, and the keeper starts it again.
 		select {
