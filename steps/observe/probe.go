@@ -14,10 +14,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube"
 )
 
 // DialFunc opens a connection to a pod's address; the CLI swaps in a port-forward.
-type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+type DialFunc = kube.DialFunc
 
 // ReadChain reads the certificate chain a proxy presents on its admin port, the way
 // `linkerd identity` does: a TLS handshake with ServerName set to the pod's identity name and no
