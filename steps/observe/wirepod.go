@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -128,12 +127,6 @@ var (
 	wireScheme     = WireScheme()
 	wireParameters = runtime.NewParameterCodec(wireScheme)
 )
-
-// WireSerializer decodes v1 Pods as WirePods: the serializer of the core client
-// WirePodsListWatch reads through (kube.Clients.CoreClientFor).
-func WireSerializer() runtime.NegotiatedSerializer {
-	return serializer.NewCodecFactory(wireScheme).WithoutConversion()
-}
 
 // WirePodsListWatch lists and watches the meshed pods (MeshedPodSelector) of every namespace as
 // WirePods, in protobuf, through core: a client that decodes with WireSerializer.
