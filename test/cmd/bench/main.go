@@ -57,6 +57,7 @@ type options struct {
 	operatorEnv  []string
 	rotate       bool
 	hold         bool
+	cpuProfile   bool
 }
 
 // result is one size's figures.
@@ -67,6 +68,7 @@ type result struct {
 	gaps                          []gap
 	wall, busy                    time.Duration
 	rssSynced, rssPeak            int64
+	rssTop                        rssSample // the highest of the rotation's one-second samples
 	cpuSteady, cpuRotation, cpu   time.Duration
 	steady, rotation              requests
 	steadyReconciles              requests // per minute, by cause
@@ -94,6 +96,7 @@ func main() {
 	flag.BoolVar(&o.rotate, "rotate", true, "rotate the trust anchor; false measures sync, steady state and inspect only")
 	opArgs := flag.String("operator-args", "", "extra operator flags, space-separated")
 	opEnv := flag.String("operator-env", "", "extra environment of the operator process alone, space-separated NAME=value (GODEBUG=gctrace=1, GOMEMLIMIT=40MiB); the bench's own environment would reach the simulated mesh it hosts too")
+	flag.BoolVar(&o.cpuProfile, "cpu-profile", true, "take CPU profiles of the operator while it rotates, and a heap profile at its highest RSS; profiling adds to the operator's RSS (the profile's buffers, and the binary's symbol tables it pages in to write each profile)")
 	flag.BoolVar(&o.hold, "hold", false, "after measuring the first size, keep its cluster, mesh and operator up until interrupted (SIGINT), for profiling by hand, then stop")
 	flag.Parse()
 	var err error
@@ -320,12 +323,48 @@ func measureRotation(ctx context.Context, o options, w *world, c *cluster.Cluste
 	apps []meshsim.Workload, op *operator, r *result) error {
 	pods := r.pods
 	progress("%d pods: rotating the trust anchor", pods)
-	stop := profileCPU(ctx, o, op, pods)
-	defer stop()
+	if o.cpuProfile {
+		stop := profileCPU(ctx, o, op, pods)
+		defer stop()
+	}
+	top := sampleRSS(op.PID())
+	defer func() { r.rssTop = top() }()
 	if err := rotate(ctx, w, c, p, mesh, apps, r); err != nil {
 		return fmt.Errorf("rotation: %w (operator log: %s)", err, op.LogPath)
 	}
 	return nil
+}
+
+// rssSample is what one reading of /proc/<pid>/status says of the operator's resident memory:
+// the total, the anonymous part (the Go heap, stacks and runtime) and the file-backed part (the
+// binary's pages).
+type rssSample struct{ rss, anon, file int64 }
+
+// sampleRSS reads the operator's resident memory every second until the returned function is
+// called, which returns the sample with the highest total.
+func sampleRSS(pid int) (stop func() rssSample) {
+	done := make(chan struct{})
+	result := make(chan rssSample, 1)
+	go func() {
+		var top rssSample
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			if s := (rssSample{procStatus(pid, "VmRSS"), procStatus(pid, "RssAnon"), procStatus(pid, "RssFile")}); s.rss > top.rss {
+				top = s
+			}
+			select {
+			case <-done:
+				result <- top
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() rssSample {
+		close(done)
+		return <-result
+	}
 }
 
 // cpuProfileChunk is the length of each CPU profile taken while the operator rotates.
@@ -569,6 +608,10 @@ func printResult(r *result) {
 	}
 	fmt.Printf("  operator RSS after sync %s, peak (VmHWM) %s; CPU %.1fs total, %.2fs per steady minute, %.1fs during the rotation\n",
 		mib(r.rssSynced), mib(r.rssPeak), r.cpu.Seconds(), r.cpuSteady.Seconds()*float64(time.Minute)/float64(r.steadyWindow), r.cpuRotation.Seconds())
+	if r.rssTop.rss > 0 {
+		fmt.Printf("  operator RSS at its highest one-second sample of the rotation: %s (anonymous %s, file-backed %s)\n",
+			mib(r.rssTop.rss), mib(r.rssTop.anon), mib(r.rssTop.file))
+	}
 	fmt.Printf("  apiserver requests per minute, steady state (%s window): %s\n", r.steadyWindow.Round(time.Second), r.steady)
 	fmt.Printf("  operator in steady state: %.2f ms of CPU per second, reconciles per minute %s\n",
 		float64(r.cpuSteady.Microseconds())/1000/r.steadyWindow.Seconds(), r.steadyReconciles)
