@@ -123,8 +123,7 @@ func walkCertificates(tr *CertTracker) steps.Convergence {
 	behind := map[string]int{}
 	tr.index.Each(func(p *Pod) {
 		c.Target++
-		r := tr.results[p.UID]
-		if r != nil && r.chain != nil && tr.root.verifies(r.chain.key, r.chain.certs) {
+		if tp := tr.live[p.UID]; tp != nil && tp.probed && tp.result.chain != nil && tr.root.verifies(tp.result.chain.key, tp.result.chain.certs) {
 			c.Converged++
 		} else {
 			behind[p.Workload]++
@@ -241,7 +240,7 @@ func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
 		t.Errorf("refresh in 2 minutes: next probe in %v, want at the refresh", d)
 	}
 	forgetDelays()
-	tr.results[p.UID].failures = 0 // the pod's first reading off the path
+	tr.live[p.UID].result.failures = 0 // the pod's first reading off the path
 	tr.record(t.Context(), p, off, time.Now().Add(time.Hour), nil)
 	if d := due(); d < probeRefreshCap-5*time.Second || d > probeRefreshCap {
 		t.Errorf("refresh in an hour: next probe in %v, want at most %v (a wrong reading is read again)", d, probeRefreshCap)
@@ -251,10 +250,10 @@ func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
 		forgetDelays()
 		tr.record(t.Context(), p, off, time.Now().Add(24*time.Hour), nil)
 		if d := due(); d < want-5*time.Second || d > want {
-			t.Errorf("read off the path %d times, refresh in a day: next probe in %v, want %v", tr.results[p.UID].failures, d, want)
+			t.Errorf("read off the path %d times, refresh in a day: next probe in %v, want %v", tr.live[p.UID].result.failures, d, want)
 		}
 	}
-	tr.results[p.UID].failures = 1
+	tr.live[p.UID].result.failures = 1
 	forgetDelays()
 	for _, refresh := range []time.Time{{}, time.Now().Add(-time.Minute)} {
 		tr.record(t.Context(), p, off, refresh, nil)
@@ -431,7 +430,7 @@ func TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt(t *testing.T) {
 		t.Error("no newer template: the re-read made no handshake")
 	}
 	tr.record(t.Context(), old, []*x509.Certificate{stranger}, time.Now().Add(time.Hour), nil)
-	failures := tr.results[old.UID].failures
+	failures := tr.live[old.UID].result.failures
 
 	x.Upsert(pod("web-b-1", "b", time.Minute))
 	tr.queue.mu.Lock()
@@ -441,7 +440,7 @@ func TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt(t *testing.T) {
 	if reread() {
 		t.Error("the Deployment rolls out template b: the re-read of a pod of template a made a handshake")
 	}
-	if got := tr.results[old.UID].failures; got != failures+1 {
+	if got := tr.live[old.UID].result.failures; got != failures+1 {
 		t.Errorf("readings off the path: %d, want %d", got, failures+1)
 	}
 	if d, _ := pendingDelay(tr.queue, old.Key()); d < probeRefreshCap<<min(failures, probeRefreshCapDoublings)-5*time.Second || d > probeRefreshCap<<min(failures, probeRefreshCapDoublings) {

@@ -104,6 +104,17 @@ func ProbePod(ctx context.Context, dial DialFunc, p *Pod, timeout time.Duration)
 	return issuers, chain[0], err
 }
 
+// tracked is what the CertTracker knows of one live pod incarnation (one UID): one map entry and
+// one allocation per meshed pod, for the tracker's share of the operator's memory.
+type tracked struct {
+	workload string
+	// result is the pod's last probe, when probed is set.
+	result probeResult
+	probed bool
+	// ok is set while the chain of the last probe verifies to the root.
+	ok bool
+}
+
 // probeResult is the last probe of one pod incarnation (one UID).
 type probeResult struct {
 	chain    *issuerChain // nil when the probe failed
@@ -144,16 +155,15 @@ type CertTracker struct {
 	// past pruneAt (every renewal of the issuer adds one).
 	chains  map[string]*issuerChain
 	pruneAt int
-	// live holds the UIDs of the alive meshed pods of the index, kept by PodChanged: the pods
-	// the tracker counts. results and ok are keyed by UID too, not by name: a pod replaced under
-	// the same name (a StatefulSet's, or a bare pod recreated) is another incarnation that must
-	// be probed on its own. Both hold only live pods: PodChanged drops a pod's entries when it
-	// goes, and a probe that ends after its pod went stores nothing. So ok ⊆ live, and the
-	// counts are len(ok) of len(live), both read under mu.
-	live    map[string]string // UID -> workload
-	results map[string]*probeResult
-	ok      map[string]bool // pods whose chain verifies to the root
-	// behind counts, per workload, the live pods not in ok, kept as both change, so that naming
+	// live holds the alive meshed pods of the index by UID, kept by PodChanged: the pods the
+	// tracker counts. They are keyed by UID, not by name: a pod replaced under the same name (a
+	// StatefulSet's, or a bare pod recreated) is another incarnation that must be probed on its
+	// own. PodChanged drops a pod's entry when it goes, and a probe that ends after its pod went
+	// stores nothing. converged counts the entries that are ok: the counts are converged of
+	// len(live), both read under mu.
+	live      map[string]*tracked
+	converged int
+	// behind counts, per workload, the live pods not ok, kept as both change, so that naming
 	// the workloads behind costs what is behind, not the mesh.
 	behind map[string]int
 	// probed, when set (tests), is called after each probe is accounted for.
@@ -212,9 +222,7 @@ func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout tim
 		root:    newCertificateCheck(nil),
 		chains:  map[string]*issuerChain{},
 		pruneAt: minPruneAt,
-		live:    map[string]string{},
-		results: map[string]*probeResult{},
-		ok:      map[string]bool{},
+		live:    map[string]*tracked{},
 		behind:  map[string]int{},
 	}
 }
@@ -226,28 +234,32 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old != nil && (cur == nil || cur.UID != old.UID || !cur.Alive || !cur.Meshed) {
-		if w, live := t.live[old.UID]; live && !t.ok[old.UID] {
-			addCount(t.behind, w, -1)
+		if tp := t.live[old.UID]; tp != nil {
+			if tp.ok {
+				t.converged--
+			} else {
+				addCount(t.behind, tp.workload, -1)
+			}
+			delete(t.live, old.UID)
 		}
-		delete(t.live, old.UID)
-		delete(t.results, old.UID)
-		delete(t.ok, old.UID)
 	}
 	if cur == nil || !cur.Meshed || !cur.Alive {
 		return
 	}
-	if _, live := t.live[cur.UID]; !live {
-		t.live[cur.UID] = cur.Workload
+	tp := t.live[cur.UID]
+	if tp == nil {
+		tp = &tracked{workload: cur.Workload}
+		t.live[cur.UID] = tp
 		addCount(t.behind, cur.Workload, +1)
 	}
-	if !cur.Running || t.ok[cur.UID] || t.root.root == nil {
+	if !cur.Running || tp.ok || t.root.root == nil {
 		return
 	}
-	if r := t.results[cur.UID]; r == nil {
+	if !tp.probed {
 		t.queue.AddAfter(cur.Key(), laneSoon, t.firstProbeDelay(cur))
 	} else if old != nil && old.UID == cur.UID && cur.ProxyRestarts != old.ProxyRestarts {
 		// The proxy restarted in place: it obtains a certificate anew, from the issuer of now.
-		r.failures = 0
+		tp.result.failures = 0
 		t.queue.AddAfter(cur.Key(), laneSoon, t.firstProbeDelay(cur))
 	}
 }
@@ -283,15 +295,14 @@ func (t *CertTracker) SetActive(root *x509.Certificate, urgent bool) {
 	t.urgent = urgent
 	if changed {
 		t.root = newCertificateCheck(root)
-		t.ok, t.behind = map[string]bool{}, map[string]int{}
-		for uid, r := range t.results {
-			if r.chain != nil && t.root.verifies(r.chain.key, r.chain.certs) {
-				t.ok[uid] = true
-			}
-		}
-		for uid, w := range t.live {
-			if !t.ok[uid] {
-				t.behind[w]++
+		t.converged, t.behind = 0, map[string]int{}
+		for _, tp := range t.live {
+			c := tp.result.chain
+			tp.ok = tp.probed && c != nil && t.root.verifies(c.key, c.certs)
+			if tp.ok {
+				t.converged++
+			} else {
+				t.behind[tp.workload]++
 			}
 		}
 	}
@@ -302,9 +313,11 @@ func (t *CertTracker) SetActive(root *x509.Certificate, urgent bool) {
 		// judged against the new root.
 		now := time.Now().UnixNano()
 		t.index.Each(func(p *Pod) {
-			if p.Running && !t.ok[p.UID] {
+			tp := t.live[p.UID]
+			if p.Running && (tp == nil || !tp.ok) {
 				l := laneSoon
-				if r := t.results[p.UID]; r != nil {
+				if tp != nil && tp.probed {
+					r := &tp.result
 					r.failures = 0
 					if r.err == "" {
 						l = laneLater
@@ -328,8 +341,8 @@ func (t *CertTracker) intern(certs []*x509.Certificate) *issuerChain {
 	}
 	if len(t.chains) >= t.pruneAt {
 		used := map[*issuerChain]bool{}
-		for _, r := range t.results {
-			used[r.chain] = true
+		for _, tp := range t.live {
+			used[tp.result.chain] = true
 		}
 		for k, c := range t.chains {
 			if !used[c] {
@@ -348,7 +361,7 @@ func (t *CertTracker) intern(certs []*x509.Certificate) *issuerChain {
 func (t *CertTracker) Behind() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.live) - len(t.ok)
+	return len(t.live) - t.converged
 }
 
 // Certificates counts the alive meshed pods whose live certificate chain verifies to the root.
@@ -359,21 +372,22 @@ func (t *CertTracker) Behind() int {
 func (t *CertTracker) Certificates() steps.Convergence {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := steps.Convergence{Converged: len(t.ok), Target: len(t.live)}
+	c := steps.Convergence{Converged: t.converged, Target: len(t.live)}
 	if c.Done() {
 		return c
 	}
 	c.Behind, c.BehindWorkloads = topWorkloads(t.behind)
 	t.index.mu.RLock()
 	t.index.eachPodOf(c.Behind, func(p *Pod) bool {
-		if _, live := t.live[p.UID]; !live || t.ok[p.UID] {
+		tp := t.live[p.UID]
+		if tp == nil || tp.ok {
 			return true
 		}
 		reason := "not probed yet"
-		switch r := t.results[p.UID]; {
+		switch r := &tp.result; {
 		case !p.Running:
 			reason = "not running"
-		case r == nil:
+		case !tp.probed:
 		case r.err != "":
 			reason = "probe failed: " + r.err
 		default:
@@ -395,8 +409,8 @@ func (t *CertTracker) LiveChains() []steps.LiveChain {
 	defer t.mu.Unlock()
 	var lc liveChains
 	t.index.Each(func(p *Pod) {
-		if r := t.results[p.UID]; r != nil && r.chain != nil {
-			lc.add(r.chain.key, r.chain.certs, p.Key())
+		if tp := t.live[p.UID]; tp != nil && tp.result.chain != nil {
+			lc.add(tp.result.chain.key, tp.result.chain.certs, p.Key())
 		}
 	})
 	return lc.list()
@@ -483,18 +497,15 @@ const leafBeforePodMargin = 5 * time.Second
 func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certificate, refresh time.Time, err error) (changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	w, live := t.live[p.UID]
-	if !live {
+	tp := t.live[p.UID]
+	if tp == nil {
 		// The pod was deleted, or replaced under the same name, while it was probed: what it
 		// presented says nothing of any pod there is now (PodChanged queued a replacement).
 		return false
 	}
-	r := t.results[p.UID]
-	first := r == nil
-	if first {
-		r = &probeResult{}
-		t.results[p.UID] = r
-	}
+	first := !tp.probed
+	tp.probed = true
+	r := &tp.result
 	prevChain, prevErr := r.chain, r.err
 	r.chain, r.err, r.refresh = nil, "", 0
 	if err == nil && !refresh.IsZero() {
@@ -507,24 +518,25 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 		r.failures++
 		klog.FromContext(ctx).V(4).Info("Probe failed", "pod", p.Key(), "err", err)
 	}
-	wasOK := t.ok[p.UID]
+	wasOK := tp.ok
 	nowOK := err == nil && t.root.verifies(r.chain.key, r.chain.certs)
 	switch {
 	case nowOK && !wasOK:
-		addCount(t.behind, w, -1)
+		addCount(t.behind, tp.workload, -1)
+		t.converged++
 	case wasOK && !nowOK:
-		addCount(t.behind, w, +1)
+		addCount(t.behind, tp.workload, +1)
+		t.converged--
 	}
+	tp.ok = nowOK
 	// What a convergence says of the pod changed: whether it converged, or why not (the
 	// reason it names the pod with). The operator observes on changes only, so a probe that
 	// turned "not probed yet" into "probe failed: …" must be one.
 	changed = first || wasOK != nowOK || r.err != prevErr || r.chain != prevChain
 	if nowOK {
-		t.ok[p.UID] = true
 		r.failures = 0
 		return changed
 	}
-	delete(t.ok, p.UID)
 	if err == nil {
 		r.failures++
 	}
@@ -576,10 +588,11 @@ func (t *CertTracker) retry(p *Pod, r *probeResult, refresh time.Time, err error
 func (t *CertTracker) skipReread(p *Pod) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := t.results[p.UID]
-	if _, live := t.live[p.UID]; !live || r == nil || r.chain == nil || t.ok[p.UID] {
+	tp := t.live[p.UID]
+	if tp == nil || !tp.probed || tp.result.chain == nil || tp.ok {
 		return false
 	}
+	r := &tp.result
 	refresh := time.Unix(0, r.refresh)
 	if r.refresh == 0 || !time.Now().Before(refresh) || !t.index.Replacing(p) {
 		return false

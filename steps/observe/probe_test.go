@@ -127,8 +127,8 @@ func TestCertTrackerForgetsAPodDeletedWhileProbed(t *testing.T) {
 	}
 	b.tracker.mu.Lock()
 	defer b.tracker.mu.Unlock()
-	if r, ok := b.tracker.ok[gone.UID]; ok || b.tracker.results[gone.UID] != nil {
-		t.Errorf("the deleted pod left a result (ok %v, result %+v)", r, b.tracker.results[gone.UID])
+	if tp := b.tracker.live[gone.UID]; tp != nil {
+		t.Errorf("the deleted pod left an entry (%+v)", tp)
 	}
 }
 
