@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -137,6 +138,29 @@ func EncodePEM(certs ...*x509.Certificate) []byte {
 // then the previous one — PEM-encoded. The operator and `linkerd trust bundle` both call it, so
 // their bytes, and hence the trust-root-sha256 the injector stamps, are identical.
 func RenderBundle(anchors ...*x509.Certificate) string {
+	rendered.Lock()
+	defer rendered.Unlock()
+	if slices.EqualFunc(anchors, rendered.anchors, sameCertificate) {
+		return rendered.bundle
+	}
+	rendered.anchors, rendered.bundle = slices.Clone(anchors), renderBundle(anchors)
+	return rendered.bundle
+}
+
+// rendered is the last bundle RenderBundle rendered, and for which anchors: the operator asks
+// for the same bundle on every reconcile, thousands of times over a rotation.
+var rendered struct {
+	sync.Mutex
+	anchors []*x509.Certificate
+	bundle  string
+}
+
+// sameCertificate reports whether a and b are the same certificate, or both nil.
+func sameCertificate(a, b *x509.Certificate) bool {
+	return a == b || a != nil && b != nil && a.Equal(b)
+}
+
+func renderBundle(anchors []*x509.Certificate) string {
 	seen := map[string]bool{}
 	var unique []*x509.Certificate
 	for _, a := range anchors {

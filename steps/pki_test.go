@@ -72,6 +72,14 @@ func TestRenderBundleIsDeterministicAndDeduplicated(t *testing.T) {
 	if RenderBundle(a.cert, nil) != RenderBundle(a.cert) {
 		t.Fatal("a nil previous anchor changed the bundle")
 	}
+	// The last bundle is remembered for the anchors it was rendered for, and only for those.
+	swapped, err := ParseCertificates([]byte(RenderBundle(b.cert, a.cert)))
+	if err != nil || len(swapped) != 2 || Fingerprint(swapped[0]) != Fingerprint(b.cert) {
+		t.Fatalf("the bundle of b then a does not start with b: %v %d", err, len(swapped))
+	}
+	if RenderBundle(a.cert, b.cert) != one || RenderBundle() != "" {
+		t.Fatal("a bundle rendered again differs, or no anchor rendered a bundle")
+	}
 }
 
 func TestParseCertificates(t *testing.T) {
