@@ -146,17 +146,26 @@ func trimFloat(f float64) string {
 
 // procStatus reads a kB field of /proc/<pid>/status, in bytes.
 func procStatus(pid int, field string) int64 {
+	return procStatusFields(pid, field)[0]
+}
+
+// procStatusFields reads kB fields of /proc/<pid>/status, in bytes, in the order asked, from
+// one reading of the file: 0 for a field that is not there.
+func procStatusFields(pid int, fields ...string) []int64 {
+	out := make([]int64, len(fields))
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0
+		return out
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb * 1024
+		for i, field := range fields {
+			if v, ok := strings.CutPrefix(line, field+":"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				out[i] = kb * 1024
+			}
 		}
 	}
-	return 0
+	return out
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every Linux
