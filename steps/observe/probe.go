@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -24,54 +25,81 @@ type DialFunc = kube.DialFunc
 // `linkerd identity` does: a TLS handshake with ServerName set to the pod's identity name and no
 // client certificate, ended as soon as the proxy has presented its chain. The chain is not
 // verified here — the caller decides against which issuer.
+//
+// The handshake is readChainTLS13's, which decrypts AES-128-GCM only. A linkerd2-proxy from
+// before it accepted AES (its rustls with ring offered ChaCha20-Poly1305 alone) chooses
+// ChaCha20-Poly1305, and from then on the probes go through crypto/tls, which speaks both.
 func ReadChain(ctx context.Context, dial DialFunc, addr, identity string, timeout time.Duration) ([]*x509.Certificate, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if !proxiesWithoutAES.Load() {
+		chain, err := readChainWith(ctx, dial, addr, identity, readChainTLS13)
+		if !errors.Is(err, errChaCha20Chosen) {
+			return chain, err
+		}
+		if !proxiesWithoutAES.Swap(true) {
+			klog.InfoS("A proxy chose ChaCha20-Poly1305: probing with crypto/tls from now on", "addr", addr)
+		}
+	}
+	return readChainWith(ctx, dial, addr, identity, readChainCryptoTLS)
+}
+
+// proxiesWithoutAES is set once a proxy chose ChaCha20-Poly1305 (ReadChain).
+var proxiesWithoutAES atomic.Bool
+
+// readChainWith dials addr and reads the chain with read, within ctx.
+func readChainWith(ctx context.Context, dial DialFunc, addr, identity string, read func(net.Conn, string) ([]*x509.Certificate, error)) ([]*x509.Certificate, error) {
 	raw, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	defer raw.Close()
+	// The probe ends with its context, timed out or cancelled, by closing the connection, as
+	// crypto/tls's HandshakeContext does: a port-forwarded connection has no deadlines.
+	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
+	defer stop()
+	chain, err := read(raw, identity)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("TLS handshake with SNI %s: %w", identity, err)
+	}
+	return chain, nil
+}
+
+// readChainCryptoTLS reads the chain with crypto/tls.
+func readChainCryptoTLS(raw net.Conn, identity string) ([]*x509.Certificate, error) {
 	var chain []*x509.Certificate
 	conn := tls.Client(raw, &tls.Config{
 		ServerName: identity,
 		MinVersion: tls.VersionTLS12,
-		// The probe keeps no secret: it reads a certificate and hangs up, so the key exchange is
-		// the cheapest one every linkerd2-proxy accepts. Go offers X25519MLKEM768 first by
-		// default, which was two thirds of a probe's CPU on each side at 10,000 pods; with
-		// X25519, the exchange was still a fifth of a probe's CPU (both sides, BenchmarkProbeAll),
-		// about 1.6 times what P-256 costs with Go's assembly. Go orders CurvePreferences its own
-		// way (X25519 first), so P-256 is the only one offered. The proxy's rustls accepts it
-		// with either crypto backend (linkerd2-proxy linkerd/meshtls/src/backend/aws_lc.rs keeps
-		// aws-lc-rs's default groups, X25519, secp256r1, secp384r1 and X25519MLKEM768; ring's
-		// are X25519, secp256r1 and secp384r1).
+		// P-256, as readChainTLS13 offers: the cheapest key exchange every linkerd2-proxy
+		// accepts (X25519 cost 1.6 times as much; Go would offer X25519MLKEM768 first).
 		CurvePreferences: []tls.CurveID{tls.CurveP256},
 		// Verification is the caller's: it compares the leaf's issuer with the active one.
 		InsecureSkipVerify: true, //nolint:gosec // the chain is only read, never trusted
-		// The chain is all the probe reads, and it has it once the proxy's Certificate message
-		// is parsed: the handshake ends there, before the client checks the proxy's signature
-		// over the handshake (CertificateVerify) and finishes. That check proves the proxy holds
-		// the leaf's key, which tells the convergence nothing, and it was the costliest part of
-		// the probe's handshake left (an ECDSA verification, 6 % of the operator's CPU over a
-		// 10,000-pod rotation). crypto/tls calls VerifyConnection for a server's certificate
+		// The handshake ends once the proxy's Certificate message is parsed, before the client
+		// checks the proxy's signature over the handshake (CertificateVerify), as
+		// readChainTLS13's does. crypto/tls calls VerifyConnection for a server's certificate
 		// right after parsing it (Conn.verifyServerCertificate), in TLS 1.2 and 1.3 alike.
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			chain = cs.PeerCertificates
 			return errChainRead
 		},
 	})
-	err = conn.HandshakeContext(ctx)
+	err := conn.Handshake() // ends when readChainWith closes raw
 	switch {
 	case len(chain) > 0:
 		return chain, nil
 	case err == nil, errors.Is(err, errChainRead):
 		return nil, errors.New("no certificate presented")
 	default:
-		return nil, fmt.Errorf("TLS handshake with SNI %s: %w", identity, err)
+		return nil, err
 	}
 }
 
-// errChainRead ends a probe's handshake once the proxy has presented its chain (ReadChain).
+// errChainRead ends a crypto/tls probe's handshake once the proxy has presented its chain.
 var errChainRead = errors.New("the probe has read the certificate chain")
 
 // IssuerChain returns the part of a live chain above the leaf: the certificate of the chain that

@@ -5,7 +5,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
@@ -20,7 +19,9 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 )
 
-func newCert(t testing.TB, cn string, ca bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+// newCert returns a certificate for cn, and its key: self-signed when parent is nil. Its DNS
+// names are cn and names.
+func newCert(t testing.TB, cn string, ca bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, names ...string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -28,7 +29,7 @@ func newCert(t testing.TB, cn string, ca bool, parent *x509.Certificate, parentK
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: ca, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, DNSNames: []string{cn}}
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, DNSNames: append([]string{cn}, names...)}
 	if parent == nil {
 		parent, parentKey = tmpl, key
 	}
@@ -45,28 +46,7 @@ func newCert(t testing.TB, cn string, ca bool, parent *x509.Certificate, parentK
 func serveAdmin(t testing.TB, identity string, issuer *x509.Certificate, issuerKey *ecdsa.PrivateKey) int32 {
 	t.Helper()
 	leaf, key := newCert(t, identity, false, issuer, issuerKey)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
-		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if h.ServerName != identity {
-				return nil, net.ErrClosed
-			}
-			return &tls.Certificate{Certificate: [][]byte{leaf.Raw, issuer.Raw}, PrivateKey: key}, nil
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = c.(*tls.Conn).Handshake(); c.Close() }()
-		}
-	}()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, port, _ := net.SplitHostPort(tlsServer(t, identity, []*x509.Certificate{leaf, issuer}, key, nil))
 	n, _ := strconv.Atoi(port)
 	return int32(n)
 }
