@@ -276,7 +276,8 @@ func (a *Ahead) controlPlaneRolledOut() {
 		for i := range int(d.Replicas) {
 			key := fmt.Sprintf("%s/%s-<new pod %d>", d.Namespace, name, i+1)
 			kept = append(kept, &Pod{key: key, Namespace: d.Namespace, Name: key[len(d.Namespace)+1:], Workload: workload, ControlPlane: true,
-				TrustRootHash: hash, Meshed: true, Alive: true, Running: true, Created: s.Now, Started: s.Now, RestartedAt: d.RestartedAt})
+				TrustRootHash: hash, Meshed: true, Alive: true, Running: true, Created: s.Now,
+				ControlPlaneStart: &ControlPlaneStart{Started: s.Now, RestartedAt: d.RestartedAt}})
 			if s.Issuer.Usable() {
 				// A new pod's proxy presents a certificate from the issuer identity signs with now.
 				chain := []*x509.Certificate{s.Issuer.Cert}

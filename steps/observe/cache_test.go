@@ -82,7 +82,7 @@ func TestSlimPodKnowsWhenAControlPlanePodStarted(t *testing.T) {
 		}
 	}
 	pod.Labels = map[string]string{steps.ControlPlaneNSLabel: "linkerd"}
-	if got := SlimPod(cfg, pod); !got.Started.IsZero() || got.RestartedAt != "" {
+	if got := SlimPod(cfg, pod); got.ControlPlaneStart != nil {
 		t.Errorf("a data-plane pod: Started %v RestartedAt %q, want neither kept", got.Started, got.RestartedAt)
 	}
 }

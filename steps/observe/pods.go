@@ -2,6 +2,7 @@ package observe
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,15 +50,10 @@ type Pod struct {
 	Terminating bool
 	// Created is the pod's creationTimestamp.
 	Created time.Time
-	// Started is, for a control-plane pod, when its containers last started: the latest
-	// state.running.startedAt of its containers (init containers included), or Created while
-	// none runs. A container restarted in place (an OOM kill) reads its configuration again, so
-	// this, not Created, is when it last read the trust roots. Zero for other pods.
-	Started time.Time
-	// RestartedAt is, for a control-plane pod, its kubectl.kubernetes.io/restartedAt
-	// annotation: the restart of the pod template it was created from. "" for other pods.
-	RestartedAt string
-	IP          string
+	// ControlPlaneStart is set for a control-plane pod only: a few pods of thousands, so the
+	// others do not carry its fields.
+	*ControlPlaneStart
+	IP string
 	// AdminPort is the proxy container's linkerd-admin port.
 	AdminPort int32
 	// ProxyRestarts is the proxy container's restart count: a proxy restarted in place holds a
@@ -73,6 +69,18 @@ type Pod struct {
 	// key is Key, built once by SlimPod: every map of the operator (the index, the probe
 	// results, the probe queue) is keyed by it, and a reconcile looks up every pod behind.
 	key string
+}
+
+// ControlPlaneStart is when a control-plane pod last read the trust roots.
+type ControlPlaneStart struct {
+	// Started is when the pod's containers last started: the latest state.running.startedAt of
+	// its containers (init containers included), or its creation while none runs. A container
+	// restarted in place (an OOM kill) reads its configuration again, so this, not Created, is
+	// when it last read the trust roots.
+	Started time.Time
+	// RestartedAt is the pod's kubectl.kubernetes.io/restartedAt annotation: the restart of the
+	// pod template it was created from.
+	RestartedAt string
 }
 
 // Key is namespace/name.
@@ -104,8 +112,7 @@ func SlimPod(cfg steps.Config, pod *corev1.Pod) *Pod {
 	p.Terminating = pod.DeletionTimestamp != nil
 	p.Created = pod.CreationTimestamp.Time
 	if p.ControlPlane {
-		p.Started = lastStarted(pod)
-		p.RestartedAt = pod.Annotations[steps.RestartedAtAnnotation]
+		p.ControlPlaneStart = &ControlPlaneStart{Started: lastStarted(pod), RestartedAt: pod.Annotations[steps.RestartedAtAnnotation]}
 	}
 	if c, layout := steps.ProxyContainer(&pod.Spec); c != nil {
 		p.Meshed, p.NativeSidecar = true, layout == steps.NativeSidecar
@@ -235,8 +242,10 @@ type PodIndex struct {
 	dataPlane int
 	// meshed is the number of alive meshed pods, control plane included.
 	meshed int
-	// workloads holds the alive meshed pods by workload, control plane included.
-	workloads map[string]map[string]*Pod
+	// workloads holds the alive meshed pods by workload, control plane included, in no order. A
+	// slice, not a map by key: a workload has a few pods, and a map of a few was a third of
+	// the index's memory per pod. Removing a pod scans its workload's.
+	workloads map[string][]*Pod
 	// want is the trust-root hash TrustBundle was last asked about, and behind counts, per
 	// workload, the alive meshed data-plane pods on another hash: kept per event for that hash,
 	// rebuilt when another is asked for (once per change of the desired bundle).
@@ -250,7 +259,7 @@ type PodIndex struct {
 
 // NewPodIndex returns an empty index. onChange, if set, sees every change.
 func NewPodIndex(onChange func(old, new *Pod)) *PodIndex {
-	return &PodIndex{pods: map[string]*Pod{}, byHash: map[string]int{}, workloads: map[string]map[string]*Pod{},
+	return &PodIndex{pods: map[string]*Pod{}, byHash: map[string]int{}, workloads: map[string][]*Pod{},
 		behind: map[string]int{}, onChange: onChange}
 }
 
@@ -259,15 +268,10 @@ func (x *PodIndex) count(p *Pod, delta int) {
 		return
 	}
 	x.meshed += delta
-	set := x.workloads[p.Workload]
 	if delta > 0 {
-		if set == nil {
-			set = map[string]*Pod{}
-			x.workloads[p.Workload] = set
-		}
-		set[p.Key()] = p
-	} else if delete(set, p.Key()); len(set) == 0 {
-		delete(x.workloads, p.Workload)
+		x.workloads[p.Workload] = append(x.workloads[p.Workload], p)
+	} else {
+		x.removeFromWorkload(p)
 	}
 	if p.ControlPlane {
 		return
@@ -277,6 +281,26 @@ func (x *PodIndex) count(p *Pod, delta int) {
 	if p.TrustRootHash != x.want {
 		addCount(x.behind, p.Workload, delta)
 		x.behindPods += delta
+	}
+}
+
+// removeFromWorkload removes p, the very pod counted, from its workload's pods.
+func (x *PodIndex) removeFromWorkload(p *Pod) {
+	pods := x.workloads[p.Workload]
+	i := slices.Index(pods, p)
+	if i < 0 {
+		return
+	}
+	last := len(pods) - 1
+	pods[i], pods[last] = pods[last], nil
+	switch pods = pods[:last]; {
+	case len(pods) == 0:
+		delete(x.workloads, p.Workload)
+	case len(pods) < cap(pods)/4:
+		// A workload scaled down gives back what it held.
+		x.workloads[p.Workload] = slices.Clip(slices.Clone(pods))
+	default:
+		x.workloads[p.Workload] = pods
 	}
 }
 
@@ -370,14 +394,10 @@ func (x *PodIndex) MeshedPods() int {
 // workload's pods by name, until fn returns false. Called with x.mu held.
 func (x *PodIndex) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool) {
 	for _, w := range workloads {
-		set := x.workloads[w.Workload]
-		keys := make([]string, 0, len(set))
-		for k := range set {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if !fn(set[k]) {
+		pods := slices.Clone(x.workloads[w.Workload])
+		slices.SortFunc(pods, func(a, b *Pod) int { return strings.Compare(a.Key(), b.Key()) })
+		for _, p := range pods {
+			if !fn(p) {
 				return
 			}
 		}
@@ -396,7 +416,11 @@ func (x *PodIndex) FillControlPlane(s *steps.State) {
 			if !p.ControlPlane {
 				continue
 			}
-			d.Members = append(d.Members, steps.ControlPlanePod{Name: p.Name, Started: p.Started, RestartedAt: p.RestartedAt, Terminating: p.Terminating})
+			var start ControlPlaneStart
+			if p.ControlPlaneStart != nil {
+				start = *p.ControlPlaneStart
+			}
+			d.Members = append(d.Members, steps.ControlPlanePod{Name: p.Name, Started: start.Started, RestartedAt: start.RestartedAt, Terminating: p.Terminating})
 			if p.Running {
 				d.RunningPods++
 			}
