@@ -310,6 +310,17 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	if heap, err := op.get(ctx, "/debug/pprof/heap"); err == nil {
 		_ = os.WriteFile(filepath.Join(o.logDir, fmt.Sprintf("operator-heap-%d.pprof", pods)), heap, 0o644)
 	}
+	// inspect is timed over the mesh alone: right after Synced, the last restart's old pods may
+	// still be terminating, and their deletion shares the cores with the probes.
+	w.mu.Lock()
+	terminating, incomplete := len(w.terminating), len(w.incomplete)
+	w.mu.Unlock()
+	settling := time.Now()
+	if _, err := w.waitFor(ctx, func() bool { return len(w.terminating) == 0 && len(w.incomplete) == 0 }); err != nil {
+		return nil, err
+	}
+	progress("%d pods: bed settled in %s (%d meshed pods terminating, %d rollouts incomplete at first)",
+		pods, time.Since(settling).Round(time.Millisecond), terminating, incomplete)
 	inspectAll(ctx, o, c, r)
 	if o.hold {
 		printResult(r)

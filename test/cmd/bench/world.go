@@ -111,6 +111,12 @@ func (w *world) changedLocked(rv int64) {
 	}
 }
 
+// wakeLocked wakes the waiters of waitFor to check their condition again; call with w.mu held.
+func (w *world) wakeLocked() {
+	close(w.notify)
+	w.notify = make(chan struct{})
+}
+
 // setBusy marks the world busy (or not) for reason; call with w.mu held.
 func (w *world) setBusyLocked(reason string, on bool) {
 	was := len(w.busy) > 0
@@ -229,6 +235,7 @@ func (w *world) run(ctx context.Context, kube kubernetes.Interface, tars *client
 			w.incomplete[key] = true
 		}
 		w.setBusyLocked("rollouts", len(w.incomplete) > 0)
+		w.wakeLocked()
 	}
 	_, _ = deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { deploymentHandler(nil, obj) },
@@ -238,6 +245,7 @@ func (w *world) run(ctx context.Context, kube kubernetes.Interface, tars *client
 				w.mu.Lock()
 				delete(w.incomplete, d.Namespace+"/"+d.Name)
 				w.setBusyLocked("rollouts", len(w.incomplete) > 0)
+				w.wakeLocked()
 				w.mu.Unlock()
 			}
 		},
@@ -272,6 +280,7 @@ func (w *world) run(ctx context.Context, kube kubernetes.Interface, tars *client
 		}
 		w.setBusyLocked("terminating pods", len(w.terminating) > 0)
 		w.changedLocked(rvOf(obj))
+		w.wakeLocked()
 	}
 	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { podHandler(obj, false) },
@@ -306,8 +315,7 @@ func (w *world) run(ctx context.Context, kube kubernetes.Interface, tars *client
 			}
 			w.phase = tar.Status.Phase
 		}
-		close(w.notify)
-		w.notify = make(chan struct{})
+		w.wakeLocked()
 	}
 	_, _ = rotation.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: rotationHandler, UpdateFunc: func(_, obj any) { rotationHandler(obj) },
