@@ -9,7 +9,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -26,26 +25,19 @@ type DialFunc = kube.DialFunc
 // client certificate, ended as soon as the proxy has presented its chain. The chain is not
 // verified here — the caller decides against which issuer.
 //
-// The handshake is readChainTLS13's, which decrypts AES-128-GCM only. A linkerd2-proxy from
-// before it accepted AES (its rustls with ring offered ChaCha20-Poly1305 alone) chooses
-// ChaCha20-Poly1305, and from then on the probes go through crypto/tls, which speaks both.
+// The handshake is readChainTLS13's, which offers what every current proxy accepts and
+// decrypts it. A proxy that accepts none of it answers handshake_failure, and its chain is read
+// again with crypto/tls, which offers every suite and group it knows: proxies built on rustls with
+// ring before they accepted AES chose ChaCha20-Poly1305.
 func ReadChain(ctx context.Context, dial DialFunc, addr, identity string, timeout time.Duration) ([]*x509.Certificate, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if !proxiesWithoutAES.Load() {
-		chain, err := readChainWith(ctx, dial, addr, identity, readChainTLS13)
-		if !errors.Is(err, errChaCha20Chosen) {
-			return chain, err
-		}
-		if !proxiesWithoutAES.Swap(true) {
-			klog.InfoS("A proxy chose ChaCha20-Poly1305: probing with crypto/tls from now on", "addr", addr)
-		}
+	chain, err := readChainWith(ctx, dial, addr, identity, readChainTLS13)
+	if !errors.Is(err, alertError(alertHandshakeFailure)) {
+		return chain, err
 	}
 	return readChainWith(ctx, dial, addr, identity, readChainCryptoTLS)
 }
-
-// proxiesWithoutAES is set once a proxy chose ChaCha20-Poly1305 (ReadChain).
-var proxiesWithoutAES atomic.Bool
 
 // readChainWith dials addr and reads the chain with read, within ctx.
 func readChainWith(ctx context.Context, dial DialFunc, addr, identity string, read func(net.Conn, string) ([]*x509.Certificate, error)) ([]*x509.Certificate, error) {
@@ -74,9 +66,6 @@ func readChainCryptoTLS(raw net.Conn, identity string) ([]*x509.Certificate, err
 	conn := tls.Client(raw, &tls.Config{
 		ServerName: identity,
 		MinVersion: tls.VersionTLS12,
-		// P-256, as readChainTLS13 offers: the cheapest key exchange every linkerd2-proxy
-		// accepts (X25519 cost 1.6 times as much; Go would offer X25519MLKEM768 first).
-		CurvePreferences: []tls.CurveID{tls.CurveP256},
 		// Verification is the caller's: it compares the leaf's issuer with the active one.
 		InsecureSkipVerify: true, //nolint:gosec // the chain is only read, never trusted
 		// The handshake ends once the proxy's Certificate message is parsed, before the client

@@ -31,12 +31,12 @@ import (
 // It offers what linkerd2-proxy accepts: TLS 1.3 only; a P-256 key share, the cheapest
 // exchange every proxy accepts (aws-lc-rs's default groups, which the proxy keeps, are X25519,
 // secp256r1, secp384r1 and X25519MLKEM768; ring's were X25519, secp256r1 and secp384r1); and
-// TLS_AES_128_GCM_SHA256, which current proxies accept with or without FIPS
-// (linkerd/meshtls/src/backend/aws_lc.rs), then TLS_CHACHA20_POLY1305_SHA256, the one suite of
-// proxies built on rustls with ring before they accepted AES. Decrypting ChaCha20-Poly1305 takes
-// golang.org/x/crypto, so a server that chooses it gets errChaCha20Chosen, and ReadChain reads its
-// chain with crypto/tls instead. A server that wants anything else gets no second try: the probe
-// fails with what the server answered.
+// TLS_AES_128_GCM_SHA256 alone, which current proxies accept with or without FIPS
+// (linkerd/meshtls/src/backend/aws_lc.rs). It offers no other suite: a server free to choose
+// prefers ChaCha20-Poly1305 when its machine has no AES instructions (crypto/tls does), and
+// decrypting that would take golang.org/x/crypto. A server that accepts none of what is offered
+// answers handshake_failure, and ReadChain reads its chain with crypto/tls instead: proxies built
+// on rustls with ring before they accepted AES offered ChaCha20-Poly1305 alone.
 
 const (
 	recordChangeCipherSpec = 20
@@ -56,11 +56,10 @@ const (
 	extensionSupportedVersions   = 43
 	extensionKeyShare            = 51
 
-	versionTLS12                   = 0x0303
-	versionTLS13                   = 0x0304
-	suiteTLSAES128GCMSHA256        = 0x1301
-	suiteTLSCHACHA20POLY1305SHA256 = 0x1303
-	groupP256                      = 0x0017
+	versionTLS12            = 0x0303
+	versionTLS13            = 0x0304
+	suiteTLSAES128GCMSHA256 = 0x1301
+	groupP256               = 0x0017
 
 	recordHeaderLen = 5
 	// maxCiphertext is the longest TLS 1.3 record body (RFC 8446 §5.2).
@@ -192,8 +191,7 @@ func clientHello(b []byte, serverName string, share []byte) []byte {
 	b = b[:len(b)+32]
 	_, _ = rand.Read(b[len(b)-32:])
 	b = append(b, 0) // no legacy session id
-	b = append(b, 0, 4, suiteTLSAES128GCMSHA256>>8, suiteTLSAES128GCMSHA256&0xff,
-		suiteTLSCHACHA20POLY1305SHA256>>8, suiteTLSCHACHA20POLY1305SHA256&0xff)
+	b = append(b, 0, 2, suiteTLSAES128GCMSHA256>>8, suiteTLSAES128GCMSHA256&0xff)
 	b = append(b, 1, 0) // the null compression method
 	extensions := len(b)
 	b = append(b, 0, 0)
@@ -229,12 +227,8 @@ func clientHello(b []byte, serverName string, share []byte) []byte {
 	return b
 }
 
-// errChaCha20Chosen is the server choosing TLS_CHACHA20_POLY1305_SHA256.
-var errChaCha20Chosen = errors.New("the server chose TLS_CHACHA20_POLY1305_SHA256")
-
 // parseServerHello checks that body, a ServerHello's, chose TLS 1.3, TLS_AES_128_GCM_SHA256 and a
-// P-256 share, and returns the server's share. The checks that concern TLS 1.3 come before the
-// suite's, so that errChaCha20Chosen means crypto/tls can read the chain.
+// P-256 share, and returns the server's share.
 func parseServerHello(body []byte) ([]byte, error) {
 	s := tlsBytes(body)
 	version, _ := s.uint16()
@@ -274,8 +268,6 @@ func parseServerHello(body []byte) ([]byte, error) {
 	switch {
 	case version != versionTLS13:
 		return nil, fmt.Errorf("the server chose TLS version %#04x; the probe speaks TLS 1.3 only", version)
-	case suite == suiteTLSCHACHA20POLY1305SHA256:
-		return nil, errChaCha20Chosen
 	case suite != suiteTLSAES128GCMSHA256:
 		return nil, fmt.Errorf("the server chose cipher suite %#04x, which was not offered", suite)
 	case compression[0] != 0:
@@ -425,9 +417,13 @@ func (r *chainReader) read(n int) ([]byte, error) {
 // alertError names a TLS alert the server sent.
 type alertError byte
 
+// alertHandshakeFailure is the alert of a server that accepts none of the parameters offered
+// (RFC 8446 §4.1.1): rustls, crypto/tls and OpenSSL send it when no cipher suite is shared.
+const alertHandshakeFailure = 40
+
 func (a alertError) Error() string {
 	switch a {
-	case 40:
+	case alertHandshakeFailure:
 		return "the server sent TLS alert handshake_failure"
 	case 70:
 		return "the server sent TLS alert protocol_version"

@@ -165,7 +165,6 @@ func TestReadChainTLS13(t *testing.T) {
 	}{
 		{"no certificate for the SNI", "other.ns.serviceaccount.identity.linkerd.cluster.local", nil, "TLS alert internal_error"},
 		{"TLS 1.2 only", identity, func(c *tls.Config) { c.MaxVersion = tls.VersionTLS12 }, "TLS alert protocol_version"},
-		{"X25519 only", identity, func(c *tls.Config) { c.CurvePreferences = []tls.CurveID{tls.X25519} }, "TLS alert handshake_failure"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := tlsServer(t, identity, chain, leafKey, tc.configure)
@@ -173,11 +172,22 @@ func TestReadChainTLS13(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "TLS handshake with SNI "+tc.sni) {
 				t.Fatalf("got %v, want an error naming the SNI and %q", err, tc.want)
 			}
-			if proxiesWithoutAES.Load() {
-				t.Fatal("a failed probe switched the probes to crypto/tls")
-			}
 		})
 	}
+
+	// A server that accepts none of what readChainTLS13 offers answers handshake_failure, and
+	// ReadChain reads its chain again with crypto/tls.
+	t.Run("no P-256, through crypto/tls", func(t *testing.T) {
+		addr := tlsServer(t, identity, chain, leafKey, func(c *tls.Config) { c.CurvePreferences = []tls.CurveID{tls.X25519} })
+		if _, err := readChainWith(t.Context(), dial, addr, identity, readChainTLS13); !errors.Is(err, alertError(alertHandshakeFailure)) {
+			t.Fatalf("readChainTLS13: got %v, want handshake_failure", err)
+		}
+		got, err := ReadChain(t.Context(), dial, addr, identity, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameChain(t, got, chain)
+	})
 
 	t.Run("not TLS", func(t *testing.T) {
 		addr := tcpServer(t, func(c net.Conn) {
@@ -231,8 +241,8 @@ func BenchmarkReadChain(b *testing.B) {
 	}
 }
 
-// TestServerHelloChoices checks how a ServerHello's choices are read: ChaCha20-Poly1305 is handed
-// to crypto/tls, anything malformed or not offered is an error.
+// TestServerHelloChoices checks how a ServerHello's choices are read: anything malformed or not
+// offered is an error.
 func TestServerHelloChoices(t *testing.T) {
 	share := make([]byte, 65)
 	share[0] = 4
@@ -251,9 +261,6 @@ func TestServerHelloChoices(t *testing.T) {
 	if got, err := parseServerHello(hello(suiteTLSAES128GCMSHA256, versionTLS13, groupP256)); err != nil || !bytes.Equal(got, share) {
 		t.Fatalf("AES-128-GCM: %v", err)
 	}
-	if _, err := parseServerHello(hello(suiteTLSCHACHA20POLY1305SHA256, versionTLS13, groupP256)); !errors.Is(err, errChaCha20Chosen) {
-		t.Fatalf("ChaCha20-Poly1305: got %v", err)
-	}
 	random = helloRetryRandom[:]
 	retry := hello(suiteTLSAES128GCMSHA256, versionTLS13, groupP256)
 	if _, err := parseServerHello(retry); err == nil || !strings.Contains(err.Error(), "HelloRetryRequest") {
@@ -262,21 +269,23 @@ func TestServerHelloChoices(t *testing.T) {
 	random = make([]byte, 32)
 	for name, b := range map[string][]byte{
 		"AES-256-GCM":       hello(0x1302, versionTLS13, groupP256),
+		"ChaCha20-Poly1305": hello(0x1303, versionTLS13, groupP256),
 		"TLS 1.2":           hello(suiteTLSAES128GCMSHA256, versionTLS12, groupP256),
 		"X25519 share":      hello(suiteTLSAES128GCMSHA256, versionTLS13, 0x001d),
 		"truncated":         hello(suiteTLSAES128GCMSHA256, versionTLS13, groupP256)[:60],
 		"trailing bytes":    append(hello(suiteTLSAES128GCMSHA256, versionTLS13, groupP256), 0),
-		"ChaCha20, TLS 1.2": hello(suiteTLSCHACHA20POLY1305SHA256, versionTLS12, groupP256),
 	} {
-		if _, err := parseServerHello(b); err == nil || errors.Is(err, errChaCha20Chosen) {
+		if _, err := parseServerHello(b); err == nil {
 			t.Errorf("%s: got %v, want an error", name, err)
 		}
 	}
 }
 
 // TestReadChainFromOpenSSL reads chains from OpenSSL's s_server, another TLS stack than the
-// crypto/tls the other tests serve with: offering AES-128-GCM, and offering ChaCha20-Poly1305 only,
-// as linkerd2-proxy did before it accepted AES, which ReadChain reads through crypto/tls.
+// crypto/tls the other tests serve with: offering every TLS 1.3 suite; preferring
+// ChaCha20-Poly1305 to AES-128-GCM, as a server on a machine without AES instructions does; and
+// offering ChaCha20-Poly1305 only, as linkerd2-proxy did before it accepted AES, which ReadChain
+// reads through crypto/tls.
 func TestReadChainFromOpenSSL(t *testing.T) {
 	openssl, err := exec.LookPath("openssl")
 	if err != nil {
@@ -294,13 +303,25 @@ func TestReadChainFromOpenSSL(t *testing.T) {
 	writePEM(t, filepath.Join(dir, "key.pem"), "PRIVATE KEY", keyDER)
 	writePEM(t, filepath.Join(dir, "leaf.pem"), "CERTIFICATE", leaf.Raw)
 	writePEM(t, filepath.Join(dir, "issuer.pem"), "CERTIFICATE", issuer.Raw)
-	t.Cleanup(func() { proxiesWithoutAES.Store(false) })
 
-	for _, suites := range []string{"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256", "TLS_CHACHA20_POLY1305_SHA256"} {
-		t.Run(suites, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, suites string
+		serverPref   bool
+		// tls13 is whether readChainTLS13 reads the chain itself, without crypto/tls.
+		tls13 bool
+	}{
+		{"every suite", "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256", false, true},
+		{"ChaCha20-Poly1305 preferred", "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256", true, true},
+		{"ChaCha20-Poly1305 only", "TLS_CHACHA20_POLY1305_SHA256", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			port := freePort(t)
-			cmd := exec.Command(openssl, "s_server", "-tls1_3", "-ciphersuites", suites,
-				"-accept", "127.0.0.1:"+port, "-cert", "leaf.pem", "-key", "key.pem", "-cert_chain", "issuer.pem")
+			args := []string{"s_server", "-tls1_3", "-ciphersuites", tc.suites,
+				"-accept", "127.0.0.1:" + port, "-cert", "leaf.pem", "-key", "key.pem", "-cert_chain", "issuer.pem"}
+			if tc.serverPref {
+				args = append(args, "-serverpref")
+			}
+			cmd := exec.Command(openssl, args...)
 			cmd.Dir = dir
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
@@ -335,16 +356,108 @@ func TestReadChainFromOpenSSL(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatalf("s_server did not listen: %s", stderr.String())
 			}
-			chain, err := ReadChain(t.Context(), (&net.Dialer{}).DialContext, "127.0.0.1:"+port, identity, 5*time.Second)
+			dial, addr := (&net.Dialer{}).DialContext, "127.0.0.1:"+port
+			chain, err := ReadChain(t.Context(), dial, addr, identity, 5*time.Second)
 			if err != nil {
 				t.Fatalf("%v\ns_server: %s", err, stderr.String())
 			}
 			sameChain(t, chain, []*x509.Certificate{leaf, issuer})
-			if chacha := !strings.Contains(suites, "AES"); proxiesWithoutAES.Load() != chacha {
-				t.Fatalf("probes through crypto/tls: %v, want %v", proxiesWithoutAES.Load(), chacha)
+			_, err = readChainWith(t.Context(), dial, addr, identity, readChainTLS13)
+			if tc.tls13 && err != nil || !tc.tls13 && !errors.Is(err, alertError(alertHandshakeFailure)) {
+				t.Fatalf("readChainTLS13: got %v, want it to read the chain: %v", err, tc.tls13)
 			}
 		})
 	}
+}
+
+// TestReadChainFromServerWithoutAES reads the chain of a crypto/tls server on a machine without
+// AES instructions, where crypto/tls prefers ChaCha20-Poly1305 when the client offers it. The
+// server runs in a child process of the test binary with GODEBUG=cpu.aes=off.
+func TestReadChainFromServerWithoutAES(t *testing.T) {
+	if dir := os.Getenv("OBSERVE_TEST_SERVER_DIR"); dir != "" {
+		serveFromDir(t, dir)
+		return
+	}
+	const identity = "default.ns.serviceaccount.identity.linkerd.cluster.local"
+	anchor, anchorKey := newCert(t, "root", true, nil, nil)
+	issuer, issuerKey := newCert(t, "identity", true, anchor, anchorKey)
+	leaf, leafKey := newCert(t, identity, false, issuer, issuerKey)
+	dir := t.TempDir()
+	keyDER, err := x509.MarshalPKCS8PrivateKey(leafKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, "key.pem"), "PRIVATE KEY", keyDER)
+	writePEM(t, filepath.Join(dir, "chain.pem"), "CERTIFICATE", leaf.Raw)
+	f, err := os.OpenFile(filepath.Join(dir, "chain.pem"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = pem.Encode(f, &pem.Block{Type: "CERTIFICATE", Bytes: issuer.Raw})
+	_ = f.Close()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReadChainFromServerWithoutAES$")
+	cmd.Env = append(os.Environ(), "OBSERVE_TEST_SERVER_DIR="+dir, "GODEBUG=cpu.aes=off")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe() // the server stops at the end of its input
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok {
+		t.Fatalf("the server did not listen: %q, %v", line, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+
+	// The condition is real: offered both, the server chooses ChaCha20-Poly1305.
+	conn, err := tls.Dial("tcp", addr, &tls.Config{ServerName: identity, InsecureSkipVerify: true, //nolint:gosec // a test server
+		CipherSuites: []uint16{tls.TLS_AES_128_GCM_SHA256, tls.TLS_CHACHA20_POLY1305_SHA256}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite := conn.ConnectionState().CipherSuite
+	_ = conn.Close()
+	if suite != tls.TLS_CHACHA20_POLY1305_SHA256 {
+		t.Fatalf("the server without AES instructions chose %s", tls.CipherSuiteName(suite))
+	}
+	chain, err := readChainWith(t.Context(), (&net.Dialer{}).DialContext, addr, identity, readChainTLS13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameChain(t, chain, []*x509.Certificate{leaf, issuer})
+}
+
+// serveFromDir serves dir's chain.pem and key.pem over TLS on a loopback port, prints the
+// address, and stops at the end of its standard input.
+func serveFromDir(t *testing.T, dir string) {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "chain.pem"), filepath.Join(dir, "key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _ = c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
+	fmt.Printf("listening on %s\n", ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
 func writePEM(t *testing.T, path, typ string, der []byte) {
