@@ -77,6 +77,9 @@ type result struct {
 	steadyWindow                  time.Duration
 	inspect                       map[int]time.Duration
 	inspectErr                    map[int]string
+	// inspectCPU is, per --concurrency, the CPU each process spent while inspect ran: the mesh
+	// and the probes' other side run on the same cores as the CLI.
+	inspectCPU map[int]string
 }
 
 func main() {
@@ -162,7 +165,8 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	ctx, cancel := context.WithTimeout(parent, max(60*time.Minute, time.Duration(pods/50)*time.Minute))
 	defer cancel()
 	ns := max(pods/o.podsPerNS, 1)
-	r := &result{pods: pods, namespaces: ns, deployments: max(pods/o.replicas, 1), inspect: map[int]time.Duration{}, inspectErr: map[int]string{}}
+	r := &result{pods: pods, namespaces: ns, deployments: max(pods/o.replicas, 1), inspect: map[int]time.Duration{}, inspectErr: map[int]string{},
+		inspectCPU: map[int]string{}}
 	replicas := int32(pods / r.deployments)
 	progress("%d pods: starting a cluster with %d kwok nodes", pods, pods/1000+2)
 	start := time.Now()
@@ -321,7 +325,7 @@ func runSize(parent context.Context, o options, pods int) (_ *result, err error)
 	}
 	progress("%d pods: bed settled in %s (%d meshed pods terminating, %d rollouts incomplete at first)",
 		pods, time.Since(settling).Round(time.Millisecond), terminating, incomplete)
-	inspectAll(ctx, o, c, r)
+	inspectAll(ctx, o, c, op.PID(), r)
 	if o.hold {
 		printResult(r)
 		progress("%d pods: holding the bed until interrupted; KUBECONFIG=%s, operator admin %s", pods, c.Kubeconfig(), op.adminAddr)
@@ -421,10 +425,18 @@ func profileCPU(ctx context.Context, o options, op *operator, pods int) (stop fu
 	}
 }
 
-func inspectAll(ctx context.Context, o options, c *cluster.Cluster, r *result) {
+func inspectAll(ctx context.Context, o options, c *cluster.Cluster, operatorPID int, r *result) {
 	pods := r.pods
+	// Who else spends CPU while inspect runs: this process (the simulated mesh, whose proxies
+	// answer the probes, and its oracle), the operator, and the cluster's components.
+	procs := []cluster.Process{{Name: "mesh simulator", PID: os.Getpid()}, {Name: "operator", PID: operatorPID}}
+	procs = append(procs, c.Processes()...)
 	for _, n := range o.concurrency {
 		progress("%d pods: linkerd trust inspect --concurrency %d", pods, n)
+		before := make([]time.Duration, len(procs))
+		for i, p := range procs {
+			before[i] = procCPU(p.PID)
+		}
 		began := time.Now()
 		cmd := exec.CommandContext(ctx, o.cliBin, "inspect", "--kubeconfig", c.Kubeconfig(), "--concurrency", strconv.Itoa(n), "--output", "json")
 		out, err := cmd.CombinedOutput()
@@ -432,6 +444,16 @@ func inspectAll(ctx context.Context, o options, c *cluster.Cluster, r *result) {
 		if err != nil {
 			r.inspectErr[n] = fmt.Sprintf("%v: %s", err, lastLine(string(out)))
 		}
+		var b strings.Builder
+		if st := cmd.ProcessState; st != nil {
+			fmt.Fprintf(&b, "CLI %.2fs", (st.UserTime() + st.SystemTime()).Seconds())
+		}
+		for i, p := range procs {
+			if d := procCPU(p.PID) - before[i]; d >= 10*time.Millisecond {
+				fmt.Fprintf(&b, ", %s %.2fs", p.Name, d.Seconds())
+			}
+		}
+		r.inspectCPU[n] = b.String()
 	}
 }
 
@@ -629,7 +651,7 @@ func printResult(r *result) {
 	fmt.Printf("  apiserver requests during the rotation: %s\n", r.rotation)
 	fmt.Printf("  during the rotation: reconciles %s; certificate probes %s\n", r.rotationReconciles, r.rotationProbes)
 	for _, n := range sortedKeys(r.inspect) {
-		fmt.Printf("  linkerd trust inspect --concurrency %-4d %s%s\n", n, r.inspect[n].Round(10*time.Millisecond), errNote(r.inspectErr[n]))
+		fmt.Printf("  linkerd trust inspect --concurrency %-4d %s%s; CPU: %s\n", n, r.inspect[n].Round(10*time.Millisecond), errNote(r.inspectErr[n]), r.inspectCPU[n])
 	}
 }
 
