@@ -95,7 +95,7 @@ func main() {
 	o.app.Config.AddFlags(fs)
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
-	klogFlags.Lookup("v").Usage = fmt.Sprintf("log verbosity: 0 phase changes and acts, 2 every step passed, 4 debugging detail, 6 and 7 every apiserver request (7: with its headers); at most %d, higher values are lowered to %d: from 8 on client-go logs the bodies of requests and responses, and a Secret's holds its private key", maxVerbosity, maxVerbosity)
+	klogFlags.Lookup("v").Usage = fmt.Sprintf("log verbosity: 0 phase changes and acts, 2 every step passed, 4 debugging detail, 6 and 7 every apiserver request (7: with its headers); at most %d, higher values are lowered to %d: from 8 on client-go logs the bodies of requests and responses, and a Secret's body holds its private key", maxVerbosity, maxVerbosity)
 	klogFlags.Lookup("vmodule").Usage = fmt.Sprintf("comma-separated pattern=N settings for file-filtered logging; an N above %d is lowered to %d, as for --v", maxVerbosity, maxVerbosity)
 	fs.AddGoFlagSet(klogFlags)
 	_ = fs.Parse(os.Args[1:])
@@ -126,7 +126,7 @@ func main() {
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
 	if capped != "" {
-		klog.FromContext(ctx).Info("Lowered the log verbosity: client-go logs request and response bodies from 8 on, and a Secret's holds its private key",
+		klog.FromContext(ctx).Info("Lowered the log verbosity: client-go logs request and response bodies from 8 on, and a Secret's body holds its private key",
 			"requested", capped, "max", maxVerbosity)
 	}
 	if err := run(ctx, o); err != nil {
