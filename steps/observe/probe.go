@@ -459,7 +459,12 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 	} else {
 		r.err = err.Error()
 		r.failures++
-		klog.FromContext(ctx).V(4).Info("Probe failed", "pod", p.Key(), "err", err)
+		if r.rejected {
+			// Not a proxy still starting: something else answers on the pod's address.
+			klog.FromContext(ctx).V(2).Info("Probe rejected the chain the pod's address presented", "pod", p.Key(), "reason", r.err)
+		} else {
+			klog.FromContext(ctx).V(4).Info("Probe failed", "pod", p.Key(), "err", err)
+		}
 	}
 	wasOK := tp.ok
 	nowOK := err == nil && t.root.verifies(r.chain.key, r.chain.certs)
