@@ -77,9 +77,9 @@ func ReadChain(ctx context.Context, dial DialFunc, addr, identity string, timeou
 //   - P-256 alone as the key exchange: the proxy's groups are X25519MLKEM768, X25519, secp256r1 and
 //     secp384r1 with aws-lc-rs, secp256r1 and secp384r1 with its FIPS build (kx_groups in
 //     crypto.rs): P-256 is in both, and allowed under GODEBUG=fips140=only. crypto/tls orders the
-//     groups it offers itself, X25519 and the post-quantum hybrid first, and sends a key share for
-//     the first one: a probe keeps no secret, and those cost the client two to three times a
-//     P-256 share (docs/performance.md).
+//     groups it offers itself, the post-quantum hybrid and X25519 first, and sends its key shares
+//     for the first of them: a probe keeps no secret, and X25519 costs 1.6 times a P-256 share
+//     with Go's assembly, the hybrid far more (docs/performance.md).
 //   - The cipher suites crypto/tls offers for TLS 1.3, which cannot be configured: AES-128-GCM,
 //     AES-256-GCM and ChaCha20-Poly1305, only the AES-GCM ones under fips140=only. The proxy
 //     accepts all three, and both AES-GCM suites in its FIPS build (TLS_SUPPORTED_CIPHERSUITES).
