@@ -41,7 +41,14 @@ func observeCertificatesRenewed(s *State, _ string) workflow.Decision {
 	if len(c.Behind) > 0 {
 		msg += "; restart or wait for: " + c.describeBehind(5)
 	}
-	if len(c.Pods) > 0 {
+	switch {
+	case c.Rejected > 0 && len(c.Pods) > 0:
+		// Something other than the pod's proxy answers on its address (Convergence.Rejected):
+		// said first, as no restart of the pod's workload may be what it takes.
+		p := c.Pods[0]
+		msg += fmt.Sprintf("; %d %s with a certificate that is not %s own, e.g. pod %s/%s: %s",
+			c.Rejected, Plural(c.Rejected, "pod answers", "pods answer"), Plural(c.Rejected, "its", "their"), p.Namespace, p.Name, p.Reason)
+	case len(c.Pods) > 0:
 		p := c.Pods[0]
 		msg += fmt.Sprintf("; e.g. pod %s/%s: %s", p.Namespace, p.Name, p.Reason)
 	}

@@ -48,3 +48,19 @@ func TestRenewWorkloadCertificatesFallback(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewWorkloadCertificatesNamesARejectedChain: a pod whose address answers with a chain that
+// is not its own is named in the message, with what was wrong, before any other pod behind.
+func TestRenewWorkloadCertificatesNamesARejectedChain(t *testing.T) {
+	p := newPKI(t)
+	const reason = "presents identity db.app.serviceaccount.identity.linkerd.cluster.local, expected web.app.serviceaccount.identity.linkerd.cluster.local"
+	s := rotatingState(p, issuer(p.newIssuer), func(s *State) {
+		s.Certificates = Convergence{Converged: 1, Target: 3, Behind: []WorkloadCount{{"app/Deployment/web", 2}}, BehindWorkloads: 1, Rejected: 1,
+			Pods: []PodProblem{{"app", "web-1", reason}, {"app", "web-0", "not probed yet"}}}
+	})
+	d := observeCertificatesRenewed(s, "")
+	want := "; 1 pod answers with a certificate that is not its own, e.g. pod app/web-1: " + reason
+	if d.Outcome != workflow.Wait || d.Reason != "WorkloadCertificatesRenewing" || !strings.HasSuffix(d.Message, want) {
+		t.Fatalf("got %v %s (%s), want a wait ending %q", d.Outcome, d.Reason, d.Message, want)
+	}
+}

@@ -211,8 +211,13 @@ type Convergence struct {
 	Behind []WorkloadCount
 	// BehindWorkloads is how many workloads have pods that have not converged, in all.
 	BehindWorkloads int
-	// Pods lists the first few pods that have not converged, with why.
+	// Pods lists the first few pods that have not converged, with why: first those counted in
+	// Rejected, then those of the workloads in Behind.
 	Pods []PodProblem
+	// Rejected counts the pods whose live certificate chain was read and rejected: its leaf
+	// names another identity than the pod's, or the server on the pod's address did not prove it
+	// holds the leaf's key. Such pods are behind, whatever their chain.
+	Rejected int
 }
 
 // Done reports whether every target pod converged.

@@ -2,124 +2,16 @@ package observe
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
-	"errors"
-	"fmt"
 	"net"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
-	"github.com/linkerd/trust-rotation/steps/kube"
 )
-
-// DialFunc opens a connection to a pod's address; the CLI swaps in a port-forward.
-type DialFunc = kube.DialFunc
-
-// ReadChain reads the certificate chain a proxy presents on its admin port, the way
-// `linkerd identity` does: a TLS handshake with ServerName set to the pod's identity name and no
-// client certificate, ended as soon as the proxy has presented its chain. The chain is not
-// verified here — the caller decides against which issuer.
-//
-// The handshake is readChainTLS13's, which offers what every current proxy accepts and
-// decrypts it. A proxy that accepts none of it answers handshake_failure, and its chain is read
-// again with crypto/tls, which offers every suite and group it knows: proxies built on rustls with
-// ring before they accepted AES chose ChaCha20-Poly1305.
-func ReadChain(ctx context.Context, dial DialFunc, addr, identity string, timeout time.Duration) ([]*x509.Certificate, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	chain, err := readChainWith(ctx, dial, addr, identity, readChainTLS13)
-	if !errors.Is(err, alertError(alertHandshakeFailure)) {
-		return chain, err
-	}
-	return readChainWith(ctx, dial, addr, identity, readChainCryptoTLS)
-}
-
-// readChainWith dials addr and reads the chain with read, within ctx.
-func readChainWith(ctx context.Context, dial DialFunc, addr, identity string, read func(net.Conn, string) ([]*x509.Certificate, error)) ([]*x509.Certificate, error) {
-	raw, err := dial(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	defer raw.Close()
-	// The probe ends with its context, timed out or cancelled, by closing the connection, as
-	// crypto/tls's HandshakeContext does: a port-forwarded connection has no deadlines.
-	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
-	defer stop()
-	chain, err := read(raw, identity)
-	if err != nil {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return nil, fmt.Errorf("TLS handshake with SNI %s: %w", identity, err)
-	}
-	return chain, nil
-}
-
-// readChainCryptoTLS reads the chain with crypto/tls.
-func readChainCryptoTLS(raw net.Conn, identity string) ([]*x509.Certificate, error) {
-	var chain []*x509.Certificate
-	conn := tls.Client(raw, &tls.Config{
-		ServerName: identity,
-		MinVersion: tls.VersionTLS12,
-		// Verification is the caller's: it compares the leaf's issuer with the active one.
-		InsecureSkipVerify: true, //nolint:gosec // the chain is only read, never trusted
-		// The handshake ends once the proxy's Certificate message is parsed, before the client
-		// checks the proxy's signature over the handshake (CertificateVerify), as
-		// readChainTLS13's does. crypto/tls calls VerifyConnection for a server's certificate
-		// right after parsing it (Conn.verifyServerCertificate), in TLS 1.2 and 1.3 alike.
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			chain = cs.PeerCertificates
-			return errChainRead
-		},
-	})
-	err := conn.Handshake() // ends when readChainWith closes raw
-	switch {
-	case len(chain) > 0:
-		return chain, nil
-	case err == nil, errors.Is(err, errChainRead):
-		return nil, errors.New("no certificate presented")
-	default:
-		return nil, err
-	}
-}
-
-// errChainRead ends a crypto/tls probe's handshake once the proxy has presented its chain.
-var errChainRead = errors.New("the probe has read the certificate chain")
-
-// IssuerChain returns the part of a live chain above the leaf: the certificate of the chain that
-// signed the leaf first, then the other certificates the proxy presented, in order. The
-// convergence verifies it to the rotation's certificate root (steps.ChainsTo).
-func IssuerChain(chain []*x509.Certificate) ([]*x509.Certificate, error) {
-	for i, c := range chain[1:] {
-		if steps.SignedBy(chain[0], c) {
-			out := make([]*x509.Certificate, 0, len(chain)-1)
-			out = append(out, c)
-			out = append(out, chain[1:i+1]...)
-			return append(out, chain[i+2:]...), nil
-		}
-	}
-	return nil, errors.New("the leaf certificate is not signed by any certificate the proxy presents")
-}
-
-// ProbePod reads a pod's live certificate chain and returns its issuer chain (IssuerChain) and
-// its leaf.
-func ProbePod(ctx context.Context, dial DialFunc, p *Pod, timeout time.Duration) (issuers []*x509.Certificate, leaf *x509.Certificate, err error) {
-	if !p.Running {
-		return nil, nil, errors.New("pod is not running")
-	}
-	addr := net.JoinHostPort(p.IP, strconv.Itoa(int(p.AdminPort)))
-	chain, err := ReadChain(ctx, dial, addr, p.Identity, timeout)
-	if err != nil {
-		return nil, nil, err
-	}
-	issuers, err = IssuerChain(chain)
-	return issuers, chain[0], err
-}
 
 // tracked is what the CertTracker knows of one live pod incarnation (one UID): one map entry and
 // one allocation per meshed pod, for the tracker's share of the operator's memory.
@@ -137,6 +29,9 @@ type probeResult struct {
 	chain    *issuerChain // nil when the probe failed
 	err      string
 	failures int
+	// rejected is set when the probe read a chain it rejected (ChainRejectedError): err says
+	// what was wrong with it.
+	rejected bool
 	// refresh is when the proxy refreshes the certificate it presented (Unix nanoseconds; 0 when
 	// unknown): until then a probe reads the same chain again.
 	refresh int64
@@ -183,6 +78,9 @@ type CertTracker struct {
 	// behind counts, per workload, the live pods not ok, kept as both change, so that naming
 	// the workloads behind costs what is behind, not the mesh.
 	behind map[string]int
+	// rejected holds the pod key of the live pods whose last probe read a chain they cannot
+	// have presented (ChainRejectedError), by UID: named first whatever their workload.
+	rejected map[string]string
 	// probed, when set (tests), is called after each probe is accounted for.
 	probed func(key, uid string)
 	// OnProbe, when set before Run, is called after each probe with its error (nil: the pod
@@ -235,12 +133,13 @@ func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout tim
 	}
 	return &CertTracker{
 		index: index, dial: dial, timeout: timeout, concurrency: max(concurrency, 1), notify: notify,
-		queue:   newProbeQueue(),
-		root:    newCertificateCheck(nil),
-		chains:  map[string]*issuerChain{},
-		pruneAt: minPruneAt,
-		live:    map[string]*tracked{},
-		behind:  map[string]int{},
+		queue:    newProbeQueue(),
+		root:     newCertificateCheck(nil),
+		chains:   map[string]*issuerChain{},
+		pruneAt:  minPruneAt,
+		live:     map[string]*tracked{},
+		behind:   map[string]int{},
+		rejected: map[string]string{},
 	}
 }
 
@@ -258,6 +157,7 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 				addCount(t.behind, tp.workload, -1)
 			}
 			delete(t.live, old.UID)
+			delete(t.rejected, old.UID)
 		}
 	}
 	if cur == nil || !cur.Meshed || !cur.Alive {
@@ -268,6 +168,10 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 		tp = &tracked{workload: cur.Workload}
 		t.live[cur.UID] = tp
 		addCount(t.behind, cur.Workload, +1)
+	}
+	if !cur.Running {
+		// Named "not running" from now on (Certificates), whatever its last probe read.
+		delete(t.rejected, cur.UID)
 	}
 	if !cur.Running || tp.ok || t.root.root == nil {
 		return
@@ -384,8 +288,8 @@ func (t *CertTracker) Behind() int {
 // Certificates counts the alive meshed pods whose live certificate chain verifies to the root.
 // It counts pods that are there, each by its own incarnation's probe: never a pod that is gone,
 // nor a pod replaced under the same name by what its predecessor presented. Like
-// PodIndex.TrustBundle it reads counts kept per change, and the pods of the few workloads most
-// behind.
+// PodIndex.TrustBundle it reads counts kept per change, and names the pods whose chain was
+// rejected (ChainRejectedError), then pods of the few workloads most behind.
 func (t *CertTracker) Certificates() steps.Convergence {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -394,8 +298,19 @@ func (t *CertTracker) Certificates() steps.Convergence {
 		return c
 	}
 	c.Behind, c.BehindWorkloads = topWorkloads(t.behind)
+	c.Rejected = len(t.rejected)
+	for uid, key := range t.rejected {
+		ns, name, _ := strings.Cut(key, "/")
+		c.Pods = append(c.Pods, steps.PodProblem{Namespace: ns, Name: name, Reason: t.live[uid].result.err})
+	}
+	sortProblems(c.Pods)
+	c.Pods = c.Pods[:min(len(c.Pods), behindLimit)]
+	rejected := len(c.Pods)
 	t.index.mu.RLock()
 	t.index.eachPodOf(c.Behind, func(p *Pod) bool {
+		if len(c.Pods) >= behindLimit {
+			return false
+		}
 		tp := t.live[p.UID]
 		if tp == nil || tp.ok {
 			return true
@@ -405,8 +320,13 @@ func (t *CertTracker) Certificates() steps.Convergence {
 		case !p.Running:
 			reason = "not running"
 		case !tp.probed:
+		case r.rejected:
+			if _, listed := t.rejected[p.UID]; listed {
+				return true // named above
+			}
+			reason = r.err
 		case r.err != "":
-			reason = "probe failed: " + r.err
+			reason = probeProblem(r.err, false)
 		default:
 			reason = t.root.offPath(r.chain.issuer)
 		}
@@ -414,7 +334,7 @@ func (t *CertTracker) Certificates() steps.Convergence {
 		return len(c.Pods) < behindLimit
 	})
 	t.index.mu.RUnlock()
-	sortProblems(c.Pods)
+	sortProblems(c.Pods[rejected:])
 	return c
 }
 
@@ -528,12 +448,23 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 	if err == nil && !refresh.IsZero() {
 		r.refresh = refresh.UnixNano()
 	}
+	r.rejected = rejectedChain(err)
+	if r.rejected {
+		t.rejected[p.UID] = p.Key()
+	} else {
+		delete(t.rejected, p.UID)
+	}
 	if err == nil {
 		r.chain = t.intern(certs)
 	} else {
 		r.err = err.Error()
 		r.failures++
-		klog.FromContext(ctx).V(4).Info("Probe failed", "pod", p.Key(), "err", err)
+		if r.rejected {
+			// Not a proxy still starting: something else answers on the pod's address.
+			klog.FromContext(ctx).V(2).Info("Probe rejected the chain the pod's address presented", "pod", p.Key(), "reason", r.err)
+		} else {
+			klog.FromContext(ctx).V(4).Info("Probe failed", "pod", p.Key(), "err", err)
+		}
 	}
 	wasOK := tp.ok
 	nowOK := err == nil && t.root.verifies(r.chain.key, r.chain.certs)

@@ -181,15 +181,17 @@ func (k *CertificateCheck) Problem(p *Pod, r *ProbeResult) string {
 	case r == nil:
 		return "not probed yet"
 	case r.Err != nil:
-		return "probe failed: " + r.Err.Error()
+		return probeProblem(r.Err.Error(), rejectedChain(r.Err))
 	}
 	return k.c.offPath(r.Issuer)
 }
 
 // Convergence counts the alive meshed pods, control plane included, whose live chain verifies
-// to the root, as the operator's CertTracker counts them, naming the first few that are behind.
+// to the root, as the operator's CertTracker counts them, naming the pods whose chain was
+// rejected first, then the first few others that are behind.
 func (k *CertificateCheck) Convergence(pods []*Pod, results map[string]ProbeResult) steps.Convergence {
 	var c steps.Convergence
+	var others []steps.PodProblem
 	behind := map[string]int{}
 	for _, p := range pods {
 		if !p.Meshed || !p.Alive {
@@ -206,13 +208,20 @@ func (k *CertificateCheck) Convergence(pods []*Pod, results map[string]ProbeResu
 			continue
 		}
 		behind[p.Workload]++
-		if len(c.Pods) < behindLimit {
-			c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: why})
+		problem := steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: why}
+		if r != nil && p.Running && rejectedChain(r.Err) {
+			c.Rejected++
+			c.Pods = append(c.Pods, problem)
+		} else if len(others) < behindLimit {
+			others = append(others, problem)
 		}
 	}
 	if !c.Done() {
 		c.Behind, c.BehindWorkloads = topWorkloads(behind)
 		sortProblems(c.Pods)
+		c.Pods = c.Pods[:min(len(c.Pods), behindLimit)]
+		sortProblems(others)
+		c.Pods = append(c.Pods, others[:min(len(others), behindLimit-len(c.Pods))]...)
 	}
 	return c
 }

@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 		serveWatchStream()
 		return
 	}
+	if dir := os.Getenv(tlsServerEnv); dir != "" {
+		serveChainProcess(dir)
+		return
+	}
 	os.Exit(m.Run())
 }
 

@@ -441,6 +441,20 @@ func (f *fixture) midRotation() {
 	tar.Status.Checkpoint = &v1alpha1.Checkpoint{Step: steps.StepPropagateTrustRoots, Rotation: steps.Fingerprint(cert(t, "anchor-new")), StartTime: &since}
 }
 
+// rejectedChains is midRotation where two pods' addresses answer with a chain that is not
+// theirs: identity's with another workload's certificate, and a web pod's with a certificate for
+// its identity but without its key.
+func rejectedChains(f *fixture) {
+	f.midRotation()
+	f.probes["linkerd/linkerd-identity-5d8f9c7b6-aaaaa"] = observe.ProbeResult{Err: &observe.ChainRejectedError{
+		Expected:  "linkerd-identity.linkerd.serviceaccount.identity.linkerd.cluster.local",
+		Presented: []string{"web.emojivoto.serviceaccount.identity.linkerd.cluster.local"}}}
+	f.probes["emojivoto/web-7c9d8f6b5-qx2lp"] = observe.ProbeResult{Err: &observe.ChainRejectedError{
+		Expected:  "web.emojivoto.serviceaccount.identity.linkerd.cluster.local",
+		Presented: []string{"web.emojivoto.serviceaccount.identity.linkerd.cluster.local"},
+		Proof:     errors.New("tls: invalid signature by the server certificate: ECDSA verification failure")}}
+}
+
 // issuerRenewedEarly is midRotation at restart-identity: every pod converged on the expanded
 // bundle, and the identity issuer already renewed onto the new anchor (the user renewed it right
 // after the anchor), so identity is to be scaled to 0 and back.

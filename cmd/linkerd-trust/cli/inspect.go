@@ -35,7 +35,9 @@ linkerd.io/trust-root-sha256 annotation differs from the hash of the trust bundl
 wants, or when the live certificate its proxy presents is not signed by the active identity
 issuer. Live certificates are read over TLS from each pod's linkerd-admin port with the pod's
 identity as SNI, as "linkerd identity" does: directly at the pod's IP, or through the
-apiserver's port-forward with --port-forward when you run outside the cluster network. The
+apiserver's port-forward with --port-forward when you run outside the cluster network. A
+certificate that names another identity than the pod's, or whose key the server does not prove
+it holds, is not the pod's: it is listed as a rejected certificate, never converged. The
 anchor and the issuer are read without their private keys, as check reads them (see its help).
 
 --watch redraws the view, with progress bars for the trust bundle and the workload certificates
@@ -119,6 +121,9 @@ type liveView struct {
 	MeshedPods           proxyLayouts `json:"meshedPods"`
 	TrustBundle          count        `json:"trustBundle"`
 	WorkloadCertificates count        `json:"workloadCertificates"`
+	// RejectedCertificates are the pods, control plane included, whose address answered with a
+	// certificate chain that is not theirs ("namespace/name: what was wrong"; the first few).
+	RejectedCertificates []string `json:"rejectedCertificates,omitempty"`
 	// Problems are what kept the command from observing everything (an unusable anchor...).
 	Problems []string `json:"problems,omitempty"`
 }
@@ -209,6 +214,12 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	check := observe.NewCertificateCheck(s.CertificateRoot())
 	certs := check.Convergence(reading.Pods, results)
 	in.Live.WorkloadCertificates = count{certs.Converged, certs.Target}
+	for _, p := range certs.Pods[:min(certs.Rejected, len(certs.Pods))] {
+		in.Live.RejectedCertificates = append(in.Live.RejectedCertificates, p.Namespace+"/"+p.Name+": "+p.Reason)
+	}
+	if more := certs.Rejected - len(in.Live.RejectedCertificates); more > 0 {
+		in.Live.RejectedCertificates = append(in.Live.RejectedCertificates, fmt.Sprintf("and %d more", more))
+	}
 	in.Live.TrustBundle = count{s.TrustBundle.Converged, s.TrustBundle.Target}
 
 	for _, p := range reading.Pods {
@@ -311,6 +322,9 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 		layouts.NativeSidecar+layouts.Container, layouts.NativeSidecar, layouts.Container)
 	fmt.Fprintf(tw, "  Trust bundle:\t%d/%d pods on sha256 %s\n", in.Live.TrustBundle.Converged, in.Live.TrustBundle.Target, orNone(steps.ShortFingerprint(in.Live.TrustBundleSHA256)))
 	fmt.Fprintf(tw, "  Workload certificates:\t%d/%d pods on issuer %s\n", in.Live.WorkloadCertificates.Converged, in.Live.WorkloadCertificates.Target, orNone(steps.ShortFingerprint(in.Live.ActiveIssuer)))
+	for _, r := range in.Live.RejectedCertificates {
+		fmt.Fprintf(tw, "  Rejected certificate:\t%s\n", r)
+	}
 	for _, p := range in.Live.Problems {
 		fmt.Fprintf(tw, "  Problem:\t%s\n", p)
 	}

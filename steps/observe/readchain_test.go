@@ -4,7 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
+	"crypto"
+	"crypto/fips140"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -22,8 +23,9 @@ import (
 )
 
 // tlsServer serves chain on a loopback port with the given TLS configuration, answering only
-// SNI identity; it returns the address.
-func tlsServer(t testing.TB, identity string, chain []*x509.Certificate, key *ecdsa.PrivateKey, configure func(*tls.Config)) string {
+// SNI identity, and signing the handshake with key, which need not be the leaf's; it returns
+// the address.
+func tlsServer(t testing.TB, identity string, chain []*x509.Certificate, key crypto.Signer, configure func(*tls.Config)) string {
 	t.Helper()
 	cert := &tls.Certificate{PrivateKey: key}
 	for _, c := range chain {
@@ -95,9 +97,9 @@ func sameChain(t *testing.T, got, want []*x509.Certificate) {
 	}
 }
 
-// TestReadChainTLS13 reads chains from crypto/tls servers, whole and in pieces, and names what a
+// TestReadChain reads chains from crypto/tls servers, whole and in pieces, and names what a
 // server answered when it does not present one.
-func TestReadChainTLS13(t *testing.T) {
+func TestReadChain(t *testing.T) {
 	const identity = "default.ns.serviceaccount.identity.linkerd.cluster.local"
 	anchor, anchorKey := newCert(t, "root", true, nil, nil)
 	issuer, issuerKey := newCert(t, "identity", true, anchor, anchorKey)
@@ -112,14 +114,6 @@ func TestReadChainTLS13(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameChain(t, got, chain)
-		// The issuer is parsed once and shared; the leaf is the pod's own.
-		again, err := ReadChain(t.Context(), dial, addr, identity, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if again[1] != got[1] || again[0] == got[0] {
-			t.Fatal("the issuer should be parsed once and the leaf each time")
-		}
 	})
 
 	t.Run("one byte per read", func(t *testing.T) {
@@ -163,8 +157,9 @@ func TestReadChainTLS13(t *testing.T) {
 		configure func(*tls.Config)
 		want      string
 	}{
-		{"no certificate for the SNI", "other.ns.serviceaccount.identity.linkerd.cluster.local", nil, "TLS alert internal_error"},
-		{"TLS 1.2 only", identity, func(c *tls.Config) { c.MaxVersion = tls.VersionTLS12 }, "TLS alert protocol_version"},
+		{"no certificate for the SNI", "other.ns.serviceaccount.identity.linkerd.cluster.local", nil, "tls: internal error"},
+		{"TLS 1.2 only", identity, func(c *tls.Config) { c.MaxVersion = tls.VersionTLS12 }, "tls: protocol version not supported"},
+		{"no P-256", identity, func(c *tls.Config) { c.CurvePreferences = []tls.CurveID{tls.X25519} }, "tls: handshake failure"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := tlsServer(t, identity, chain, leafKey, tc.configure)
@@ -172,22 +167,11 @@ func TestReadChainTLS13(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "TLS handshake with SNI "+tc.sni) {
 				t.Fatalf("got %v, want an error naming the SNI and %q", err, tc.want)
 			}
+			if rejectedChain(err) {
+				t.Fatalf("%v: a server that presents no chain is a failed probe, not a rejected chain", err)
+			}
 		})
 	}
-
-	// A server that accepts none of what readChainTLS13 offers answers handshake_failure, and
-	// ReadChain reads its chain again with crypto/tls.
-	t.Run("no P-256, through crypto/tls", func(t *testing.T) {
-		addr := tlsServer(t, identity, chain, leafKey, func(c *tls.Config) { c.CurvePreferences = []tls.CurveID{tls.X25519} })
-		if _, err := readChainWith(t.Context(), dial, addr, identity, readChainTLS13); !errors.Is(err, alertError(alertHandshakeFailure)) {
-			t.Fatalf("readChainTLS13: got %v, want handshake_failure", err)
-		}
-		got, err := ReadChain(t.Context(), dial, addr, identity, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameChain(t, got, chain)
-	})
 
 	t.Run("not TLS", func(t *testing.T) {
 		addr := tcpServer(t, func(c net.Conn) {
@@ -195,7 +179,7 @@ func TestReadChainTLS13(t *testing.T) {
 		})
 		// The connection stays open until the test ends: the answer alone must end the probe.
 		_, err := ReadChain(t.Context(), dial, addr, identity, time.Minute)
-		if err == nil || !strings.Contains(err.Error(), "not TLS") {
+		if err == nil || !strings.Contains(err.Error(), "does not look like a TLS handshake") {
 			t.Fatalf("got %v, want the answer named not TLS", err)
 		}
 	})
@@ -215,77 +199,61 @@ func TestReadChainTLS13(t *testing.T) {
 	})
 }
 
-// BenchmarkReadChain reads a chain with each reader from the same crypto/tls server. Both sides
-// run in the process, so the difference between the readers is the client's.
-func BenchmarkReadChain(b *testing.B) {
-	const identity = "default.bench.serviceaccount.identity.linkerd.cluster.local"
-	anchor, anchorKey := newCert(b, "root", true, nil, nil)
-	issuer, issuerKey := newCert(b, "identity", true, anchor, anchorKey)
-	leaf, leafKey := newCert(b, identity, false, issuer, issuerKey)
-	addr := tlsServer(b, identity, []*x509.Certificate{leaf, issuer}, leafKey, nil)
+// TestReadChainRejectsWhatIsNotThePods: a chain whose leaf names another identity, and a pod's
+// real chain presented by a server that does not hold its key, are not read as the pod's.
+func TestReadChainRejectsWhatIsNotThePods(t *testing.T) {
+	const identity = "web.app.serviceaccount.identity.linkerd.cluster.local"
+	const other = "db.app.serviceaccount.identity.linkerd.cluster.local"
+	anchor, anchorKey := newCert(t, "root", true, nil, nil)
+	issuer, issuerKey := newCert(t, "identity", true, anchor, anchorKey)
+	leaf, leafKey := newCert(t, identity, false, issuer, issuerKey)
+	otherLeaf, otherKey := newCert(t, other, false, issuer, issuerKey)
+	_, strangerKey := newCert(t, "stranger", false, nil, nil)
 	dial := (&net.Dialer{}).DialContext
-	for _, reader := range []struct {
-		name string
-		read func(net.Conn, string) ([]*x509.Certificate, error)
-	}{{"tls13", readChainTLS13}, {"crypto-tls", readChainCryptoTLS}} {
-		b.Run(reader.name, func(b *testing.B) {
-			b.ReportAllocs()
-			cpu0 := processCPU(b)
-			for b.Loop() {
-				if _, err := readChainWith(b.Context(), dial, addr, identity, reader.read); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/probe")
-		})
-	}
-}
 
-// TestServerHelloChoices checks how a ServerHello's choices are read: anything malformed or not
-// offered is an error.
-func TestServerHelloChoices(t *testing.T) {
-	share := make([]byte, 65)
-	share[0] = 4
-	random := make([]byte, 32)
-	hello := func(suite uint16, version uint16, group uint16) []byte {
-		b := []byte{0x03, 0x03}
-		b = append(b, random...)
-		b = append(b, 0, byte(suite>>8), byte(suite), 0)
-		var exts []byte
-		exts = append(exts, 0, extensionSupportedVersions, 0, 2, byte(version>>8), byte(version))
-		exts = append(exts, 0, extensionKeyShare, 0, byte(len(share)+4), byte(group>>8), byte(group), 0, byte(len(share)))
-		exts = append(exts, share...)
-		b = append(b, byte(len(exts)>>8), byte(len(exts)))
-		return append(b, exts...)
-	}
-	if got, err := parseServerHello(hello(suiteTLSAES128GCMSHA256, versionTLS13, groupP256)); err != nil || !bytes.Equal(got, share) {
-		t.Fatalf("AES-128-GCM: %v", err)
-	}
-	random = helloRetryRandom[:]
-	retry := hello(suiteTLSAES128GCMSHA256, versionTLS13, groupP256)
-	if _, err := parseServerHello(retry); err == nil || !strings.Contains(err.Error(), "HelloRetryRequest") {
-		t.Fatalf("HelloRetryRequest: got %v", err)
-	}
-	random = make([]byte, 32)
-	for name, b := range map[string][]byte{
-		"AES-256-GCM":       hello(0x1302, versionTLS13, groupP256),
-		"ChaCha20-Poly1305": hello(0x1303, versionTLS13, groupP256),
-		"TLS 1.2":           hello(suiteTLSAES128GCMSHA256, versionTLS12, groupP256),
-		"X25519 share":      hello(suiteTLSAES128GCMSHA256, versionTLS13, 0x001d),
-		"truncated":         hello(suiteTLSAES128GCMSHA256, versionTLS13, groupP256)[:60],
-		"trailing bytes":    append(hello(suiteTLSAES128GCMSHA256, versionTLS13, groupP256), 0),
-	} {
-		if _, err := parseServerHello(b); err == nil {
-			t.Errorf("%s: got %v, want an error", name, err)
+	t.Run("another identity", func(t *testing.T) {
+		// The server answers the pod's SNI with its own, valid, chain: another workload's.
+		addr := tlsServer(t, identity, []*x509.Certificate{otherLeaf, issuer}, otherKey, nil)
+		chain, err := ReadChain(t.Context(), dial, addr, identity, 5*time.Second)
+		var rejected *ChainRejectedError
+		if !errors.As(err, &rejected) || rejected.Proof != nil || chain != nil {
+			t.Fatalf("got %v (%d certificates), want the chain rejected for its identity", err, len(chain))
 		}
-	}
+		if want := "presents identity " + other + ", expected " + identity; err.Error() != want {
+			t.Errorf("error %q, want %q", err, want)
+		}
+	})
+
+	t.Run("no DNS name", func(t *testing.T) {
+		if got, want := (&ChainRejectedError{Expected: identity}).Error(), "presents a certificate with no DNS name, expected identity "+identity; got != want {
+			t.Errorf("error %q, want %q", got, want)
+		}
+	})
+
+	t.Run("the pod's chain without its key", func(t *testing.T) {
+		// The chain is the pod's own (anyone can read it from its admin port); the server signs
+		// the handshake with another key, so its CertificateVerify does not verify.
+		addr := tlsServer(t, identity, []*x509.Certificate{leaf, issuer}, strangerKey, nil)
+		chain, err := ReadChain(t.Context(), dial, addr, identity, 5*time.Second)
+		var rejected *ChainRejectedError
+		if !errors.As(err, &rejected) || rejected.Proof == nil || chain != nil {
+			t.Fatalf("got %v (%d certificates), want the chain rejected for want of proof", err, len(chain))
+		}
+		if want := "presents a certificate for " + identity + " without proving it holds its key (tls: invalid signature by the server certificate"; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("error %q, want it to start with %q", err, want)
+		}
+		// The same server with the leaf's key is the pod.
+		if _, err := ReadChain(t.Context(), dial, tlsServer(t, identity, []*x509.Certificate{leaf, issuer}, leafKey, nil), identity, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestReadChainFromOpenSSL reads chains from OpenSSL's s_server, another TLS stack than the
 // crypto/tls the other tests serve with: offering every TLS 1.3 suite; preferring
 // ChaCha20-Poly1305 to AES-128-GCM, as a server on a machine without AES instructions does; and
-// offering ChaCha20-Poly1305 only, as linkerd2-proxy did before it accepted AES, which ReadChain
-// reads through crypto/tls.
+// offering ChaCha20-Poly1305 only, as linkerd2-proxy did before it accepted AES. A FIPS client
+// offers no ChaCha20-Poly1305: under GODEBUG=fips140=only the last one is refused.
 func TestReadChainFromOpenSSL(t *testing.T) {
 	openssl, err := exec.LookPath("openssl")
 	if err != nil {
@@ -307,8 +275,7 @@ func TestReadChainFromOpenSSL(t *testing.T) {
 	for _, tc := range []struct {
 		name, suites string
 		serverPref   bool
-		// tls13 is whether readChainTLS13 reads the chain itself, without crypto/tls.
-		tls13 bool
+		aes          bool // whether the server accepts an AES suite
 	}{
 		{"every suite", "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256", false, true},
 		{"ChaCha20-Poly1305 preferred", "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256", true, true},
@@ -358,14 +325,16 @@ func TestReadChainFromOpenSSL(t *testing.T) {
 			}
 			dial, addr := (&net.Dialer{}).DialContext, "127.0.0.1:"+port
 			chain, err := ReadChain(t.Context(), dial, addr, identity, 5*time.Second)
+			if !tc.aes && fips140.Enabled() {
+				if err == nil || rejectedChain(err) {
+					t.Fatalf("got %v, want the handshake refused: a FIPS client cannot use ChaCha20-Poly1305", err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("%v\ns_server: %s", err, stderr.String())
 			}
 			sameChain(t, chain, []*x509.Certificate{leaf, issuer})
-			_, err = readChainWith(t.Context(), dial, addr, identity, readChainTLS13)
-			if tc.tls13 && err != nil || !tc.tls13 && !errors.Is(err, alertError(alertHandshakeFailure)) {
-				t.Fatalf("readChainTLS13: got %v, want it to read the chain: %v", err, tc.tls13)
-			}
 		})
 	}
 }
@@ -374,52 +343,17 @@ func TestReadChainFromOpenSSL(t *testing.T) {
 // AES instructions, where crypto/tls prefers ChaCha20-Poly1305 when the client offers it. The
 // server runs in a child process of the test binary with GODEBUG=cpu.aes=off.
 func TestReadChainFromServerWithoutAES(t *testing.T) {
-	if dir := os.Getenv("OBSERVE_TEST_SERVER_DIR"); dir != "" {
-		serveFromDir(t, dir)
-		return
+	if fips140.Enabled() {
+		t.Skip("a FIPS client offers no ChaCha20-Poly1305: the server chooses AES whatever its machine")
 	}
 	const identity = "default.ns.serviceaccount.identity.linkerd.cluster.local"
 	anchor, anchorKey := newCert(t, "root", true, nil, nil)
 	issuer, issuerKey := newCert(t, "identity", true, anchor, anchorKey)
 	leaf, leafKey := newCert(t, identity, false, issuer, issuerKey)
-	dir := t.TempDir()
-	keyDER, err := x509.MarshalPKCS8PrivateKey(leafKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, "key.pem"), "PRIVATE KEY", keyDER)
-	writePEM(t, filepath.Join(dir, "chain.pem"), "CERTIFICATE", leaf.Raw)
-	f, err := os.OpenFile(filepath.Join(dir, "chain.pem"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = pem.Encode(f, &pem.Block{Type: "CERTIFICATE", Bytes: issuer.Raw})
-	_ = f.Close()
-
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReadChainFromServerWithoutAES$")
-	cmd.Env = append(os.Environ(), "OBSERVE_TEST_SERVER_DIR="+dir, "GODEBUG=cpu.aes=off")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe() // the server stops at the end of its input
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
-	if err != nil || !ok {
-		t.Fatalf("the server did not listen: %q, %v", line, err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	addr := startChainProcess(t, []*x509.Certificate{leaf, issuer}, leafKey, "GODEBUG=cpu.aes=off")
 
 	// The condition is real: offered both, the server chooses ChaCha20-Poly1305.
-	conn, err := tls.Dial("tcp", addr, &tls.Config{ServerName: identity, InsecureSkipVerify: true, //nolint:gosec // a test server
-		CipherSuites: []uint16{tls.TLS_AES_128_GCM_SHA256, tls.TLS_CHACHA20_POLY1305_SHA256}})
+	conn, err := tls.Dial("tcp", addr, &tls.Config{ServerName: identity, InsecureSkipVerify: true}) //nolint:gosec // a test server
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,36 +362,11 @@ func TestReadChainFromServerWithoutAES(t *testing.T) {
 	if suite != tls.TLS_CHACHA20_POLY1305_SHA256 {
 		t.Fatalf("the server without AES instructions chose %s", tls.CipherSuiteName(suite))
 	}
-	chain, err := readChainWith(t.Context(), (&net.Dialer{}).DialContext, addr, identity, readChainTLS13)
+	chain, err := ReadChain(t.Context(), (&net.Dialer{}).DialContext, addr, identity, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameChain(t, chain, []*x509.Certificate{leaf, issuer})
-}
-
-// serveFromDir serves dir's chain.pem and key.pem over TLS on a loopback port, prints the
-// address, and stops at the end of its standard input.
-func serveFromDir(t *testing.T, dir string) {
-	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "chain.pem"), filepath.Join(dir, "key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = c.(*tls.Conn).Handshake(); c.Close() }()
-		}
-	}()
-	fmt.Printf("listening on %s\n", ln.Addr())
-	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
 func writePEM(t *testing.T, path, typ string, der []byte) {
