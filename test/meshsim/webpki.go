@@ -34,7 +34,8 @@ import (
 //     order presented, depth first, skipping one whose (subject, SPKI) is already on the path
 //     (RFC 4158 §5.2 loop prevention), at most 6 certificates between leaf and anchor.
 //   - A failure is "non-fatal" and the search goes on, except exhausting the budget: 100
-//     signature checks, 200,000 path-building calls.
+//     signature checks, 200,000 path-building calls. (webpki reports the most specific of the
+//     failures; this reports the last one. Only the message differs.)
 //   - A trust anchor is a subject, a public key and optional name constraints
 //     (anchor_from_trusted_cert): its validity period, basicConstraints, keyUsage and
 //     extendedKeyUsage are never looked at. An expired root still anchors a path.
