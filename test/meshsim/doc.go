@@ -51,5 +51,8 @@
 //
 // The Oracle continuously verifies that every meshed pod's live chain validates against every
 // other meshed pod's roots, in both directions, by comparing equivalence classes (distinct root
-// sets × distinct issuer chains) so that it scales to 10,000 pods.
+// sets × distinct issuer chains) so that it scales to 10,000 pods. It verifies a chain as the
+// proxy's rustls-webpki does — path building over the presented certificates, trust anchors
+// without a validity check — rather than as Go's crypto/x509 would; webpki.go cites each rule
+// and names where the two differ.
 package meshsim

@@ -651,7 +651,7 @@ func (m *Mesh) certify(p *proxy) ([]*x509.Certificate, error) {
 		if chain == nil {
 			return nil, errors.New("identity service unavailable: identity's proxy has no certificate")
 		}
-		if err := verifyChain(chain, p.roots.pool, name, m.clock.Now()); err != nil {
+		if err := verifyChain(chain, p.roots, name, m.clock.Now()); err != nil {
 			return nil, fmt.Errorf("TLS handshake with identity %s failed: %w", name, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package meshsim
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -202,11 +203,12 @@ type OracleStatus struct {
 // other meshed pod's roots, both directions, at the current time.
 //
 // It scales by equivalence classes. A proxy's roots are a set, so pods with the same set share a
-// root class. A leaf is checked once, when installed, for its signature by the issuer it presents
-// (then only its validity window matters over time), so pods whose chains carry the same issuer
-// certificates share a chain class. A check is then one x509 verification per (root class, chain
-// class) pair — cached until a certificate involved crosses a validity boundary — plus an O(pods)
-// scan of leaf validity windows.
+// root class. A leaf is checked once, when installed, for which of the certificates it presents
+// issued it (then only its validity window matters over time), so pods whose chains carry the
+// same certificates above their leaves share a chain class. A check is then one verification per
+// (root class, chain class) pair — with the proxy's semantics, not Go's (webpki.go) — cached
+// until a certificate involved crosses a validity boundary, plus an O(pods) scan of leaf
+// validity windows.
 type Oracle struct {
 	clock clock.WithTicker
 	tick  time.Duration
@@ -251,9 +253,13 @@ type chainClass struct {
 	scope string
 	// certs is the key of the certificates verified, shared by the classes of every scope.
 	certs string
-	// target is the part of the chain verified per root class: the issuer chain (chain[1:]) when
-	// the leaf is signed by chain[1], else the whole chain.
-	target  []*x509.Certificate
+	// target is the part of the chain verified per root class: the certificates presented
+	// above the leaf (chain[1:]) when one of them issued the leaf, else the whole chain.
+	target []*x509.Certificate
+	// leaf is where the verification starts: for chain[1:], a leaf known by its issuer name and
+	// the keys of the presented certificates that verify its signature, so that every pod
+	// presenting the same certificates above leaves issued the same way shares the class.
+	leaf    webpkiLeaf
 	members map[types.UID]*member
 }
 
@@ -373,20 +379,16 @@ func (o *Oracle) setChain(pod PodRef, chain []*x509.Certificate) {
 		o.endWait(m, o.clock.Now(), true)
 	}
 	m.chain = chain
-	target := chain
-	m.leafErr = ""
-	if len(chain) >= 2 {
-		if err := chain[0].CheckSignatureFrom(chain[1]); err == nil {
-			target = chain[1:]
-		} else {
-			m.leafErr = "leaf is not signed by the issuer it presents: " + err.Error()
-		}
+	target, leaf, signers := chainTarget(chain)
+	m.leafErr = webpkiEndEntityDefect(chain[0])
+	if m.leafErr == "" && len(chain) >= 2 && signers == "" {
+		m.leafErr = "leaf is not signed by any certificate it presents"
 	}
-	certs := chainKey(target)
+	certs := chainKey(target) + signers
 	m.chainKey = pod.scope() + "|" + certs
 	cc := o.chainCls[m.chainKey]
 	if cc == nil {
-		cc = &chainClass{key: m.chainKey, scope: pod.scope(), certs: certs, target: target, members: map[types.UID]*member{}}
+		cc = &chainClass{key: m.chainKey, scope: pod.scope(), certs: certs, target: target, leaf: leaf, members: map[types.UID]*member{}}
 		o.chainCls[m.chainKey] = cc
 	}
 	cc.members[pod.UID] = m
@@ -450,6 +452,34 @@ func (o *Oracle) leaveChain(m *member) {
 			delete(o.chainCls, m.chainKey)
 		}
 	}
+}
+
+// chainTarget splits a live chain into what the oracle verifies per root class. When some
+// certificate presented above the leaf issued it (its subject is the leaf's issuer, byte for
+// byte, and its key verifies the leaf's signature: the candidates webpki would try above the
+// leaf), the target is chain[1:] and the leaf is reduced to its issuer name and those keys;
+// signers names them (their indices in chain[1:]) for the class key. Otherwise the whole chain
+// is verified from the leaf itself, and signers is "".
+func chainTarget(chain []*x509.Certificate) (target []*x509.Certificate, leaf webpkiLeaf, signers string) {
+	l := chain[0]
+	var keys [][]byte
+	for i, c := range chain[1:] {
+		if bytes.Equal(c.RawSubject, l.RawIssuer) && webpkiSignature(l, c) == nil {
+			keys = append(keys, c.RawSubjectPublicKeyInfo)
+			signers += fmt.Sprintf("|%d", i)
+		}
+	}
+	if len(keys) == 0 {
+		return chain, webpkiLeaf{cert: l, issuer: l.RawIssuer}, ""
+	}
+	return chain[1:], webpkiLeaf{issuer: l.RawIssuer, signedBy: func(c *x509.Certificate) bool {
+		for _, k := range keys {
+			if bytes.Equal(k, c.RawSubjectPublicKeyInfo) {
+				return true
+			}
+		}
+		return false
+	}}, signers
 }
 
 func chainKey(certs []*x509.Certificate) string {
@@ -529,7 +559,7 @@ func (o *Oracle) checkPair(rc *rootClass, cc *chainClass, now time.Time, seen ma
 	res, ok := o.cache[key]
 	if !ok || now.Before(res.validFrom) || !now.Before(res.validUntil) {
 		res = pairResult{}
-		if err := verifyChain(cc.target, rc.rs.pool, "", now); err != nil {
+		if err := cc.verify(rc.rs, now); err != nil {
 			res.err = err.Error()
 		}
 		res.validFrom, res.validUntil = validityInterval(now, cc.target, rc.rs.certs)
@@ -552,6 +582,16 @@ func (o *Oracle) checkPair(rc *rootClass, cc *chainClass, now time.Time, seen ma
 		v.ClientRoots, v.ServerChain = rc.rs.fingerprints, fingerprints(cc.target)
 	}
 	return pairs
+}
+
+// verify verifies the class's chain against one root set with the proxy's semantics
+// (webpki.go): from the leaf's issuer, over the presented certificates in their order.
+func (cc *chainClass) verify(rs *rootSet, now time.Time) error {
+	presented := cc.target
+	if cc.leaf.cert != nil {
+		presented = cc.target[1:]
+	}
+	return webpkiBothWays(cc.leaf, presented, rs.certs, now)
 }
 
 // pairsWith counts the failing pairs that involve the changed member: as a server (its chain in

@@ -136,27 +136,33 @@ func parseRoots(bundle string) (*rootSet, error) {
 	return newRootSet(certs), nil
 }
 
-// verifyChain verifies chain[0] with chain[1:] as intermediates against roots at now, for both
-// TLS directions (a proxy is a server to some peers and a client to others). name, when set, is
-// the DNS name required of chain[0].
-func verifyChain(chain []*x509.Certificate, roots *x509.CertPool, name string, now time.Time) error {
+// verifyChain verifies chain[0] with chain[1:] as the presented intermediates against roots at
+// now, the way the proxy's verifier does (webpki.go), for both TLS directions (a proxy is a
+// server to some peers and a client to others). name, when set, is the identity required of
+// chain[0]: the proxy checks it against the leaf's DNS and URI SANs itself
+// (linkerd/meshtls/verifier verify_id), not as a host name.
+func verifyChain(chain []*x509.Certificate, roots *rootSet, name string, now time.Time) error {
 	if len(chain) == 0 {
 		return errors.New("empty certificate chain")
 	}
-	inter := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
+	leaf := chain[0]
+	if err := webpkiBothWays(webpkiLeaf{cert: leaf, issuer: leaf.RawIssuer}, chain[1:], roots.certs, now); err != nil {
+		return err
 	}
-	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
-		_, err := chain[0].Verify(x509.VerifyOptions{
-			Roots: roots, Intermediates: inter, DNSName: name, CurrentTime: now,
-			KeyUsages: []x509.ExtKeyUsage{usage},
-		})
-		if err != nil {
-			return err
+	if name == "" {
+		return nil
+	}
+	for _, n := range leaf.DNSNames {
+		if n == name {
+			return nil
 		}
 	}
-	return nil
+	for _, u := range leaf.URIs {
+		if u.String() == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("certificate does not match TLS identity %s", name)
 }
 
 // newLeafKey makes a proxy's key pair. linkerd2-proxy generates one ECDSA P-256 key at start-up

@@ -88,7 +88,7 @@ func TestSignLeafClampsToIssuerExpiry(t *testing.T) {
 	if len(chain) != 2 || chain[1] != issuer.cert {
 		t.Errorf("chain should be leaf + issuer")
 	}
-	if err := verifyChain(chain, newRootSet([]*x509.Certificate{root.cert}).pool, chain[0].DNSNames[0], now); err != nil {
+	if err := verifyChain(chain, newRootSet([]*x509.Certificate{root.cert}), chain[0].DNSNames[0], now); err != nil {
 		t.Errorf("leaf does not verify: %v", err)
 	}
 	long := issuer.leaf(t, "x.y.serviceaccount.identity.linkerd.cluster.local", now.Add(-50*time.Minute), 10*time.Second)

@@ -118,7 +118,7 @@ func (p *proxy) certify() error {
 	}
 	// set_certificate (meshtls store.rs) validates the new chain for the proxy's own name against
 	// its OWN roots; on error the old TLS configuration stays in place.
-	if err := verifyChain(chain, p.roots.pool, p.identity, now); err != nil {
+	if err := verifyChain(chain, p.roots, p.identity, now); err != nil {
 		p.mu.Lock()
 		p.rejections++
 		p.mu.Unlock()
