@@ -101,6 +101,58 @@ GO_TEST_FLAGS ?= -count=1
 build: ## Build the operator and the linkerd-trust CLI into bin/.
 	go build -o $(BIN)/ ./cmd/trust-rotation-operator ./cmd/linkerd-trust
 
+# The operator image: both binaries, static, stamped with VERSION (the chart's appVersion), on a
+# nonroot base (user 65532), with an SPDX SBOM of each platform's image attached as an OCI 1.1
+# referrer. No Docker engine: test/tools/oci assembles it with go-containerregistry (see its
+# main.go for why not ko) into an OCI layout, IMAGE_DIR/oci, and IMAGE=<registry>/<repository>
+# pushes it there and prints <repository>@<digest> (also in IMAGE_DIR/ref) for the chart's
+# image.digest. The base is distroless's static:nonroot pinned by digest, as a release uses it;
+# IMAGE_BASE=local makes the base on this machine instead, for one that reaches no public
+# registry: /etc/passwd and /etc/group with root, nobody and nonroot (65532), nonroot's home,
+# /tmp, and the CA bundle of Debian's ca-certificates (/etc/ssl/certs/ca-certificates.crt).
+VERSION ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/trust-rotation-operator/Chart.yaml)
+IMAGE_BASE ?= gcr.io/distroless/static:nonroot@sha256:f7f8f729987ad0fdf6b05eeeae94b26e6a0f613bdf46feea7fc40f7bd72953e6
+PLATFORMS ?= linux/amd64
+IMAGE ?=
+IMAGE_DIR ?= $(LOCAL)/image
+IMAGE_SOURCE := https://github.com/linkerd/trust-rotation
+VERSION_VAR := github.com/linkerd/trust-rotation/cmd/internal/version.Version
+OCI = $(eval OCI := $(shell scripts/tools.sh path oci)/oci)$(OCI)
+HOST_PLATFORM := $(shell go env GOOS)_$(shell go env GOARCH)
+comma := ,
+
+.PHONY: image
+image: ## Build the operator image into .local/image/oci without Docker (PLATFORMS, VERSION); IMAGE=<registry>/<repo> pushes it. IMAGE_BASE=local: a base made here, for a machine that reaches no public registry.
+	@test -n "$(VERSION)" || { echo "image: no VERSION (the chart's appVersion)"; exit 1; }
+	@rm -rf $(IMAGE_DIR)/bin
+	@for p in $(subst $(comma), ,$(PLATFORMS)); do \
+	  os=$${p%%/*}; arch=$${p#*/}; echo "image: go build $$p"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X $(VERSION_VAR)=$(VERSION)" \
+	    -o $(IMAGE_DIR)/bin/$${os}_$${arch}/ ./cmd/trust-rotation-operator ./cmd/linkerd-trust || exit 1; \
+	done
+	@if [ -x $(IMAGE_DIR)/bin/$(HOST_PLATFORM)/linkerd-trust ]; then \
+	  for b in trust-rotation-operator linkerd-trust; do \
+	    out=$$($(IMAGE_DIR)/bin/$(HOST_PLATFORM)/$$b --version 2>/dev/null || $(IMAGE_DIR)/bin/$(HOST_PLATFORM)/$$b version); \
+	    [ "$$out" = "$$b version: $(VERSION)" ] || { echo "image: $$b says '$$out', want version $(VERSION)"; exit 1; }; \
+	  done; fi
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $(OCI) build --out $(IMAGE_DIR)/oci \
+	  --bin-dir $(IMAGE_DIR)/bin --platforms $(PLATFORMS) --base $(IMAGE_BASE) --version $(VERSION) \
+	  --source $(IMAGE_SOURCE) --revision "$$(git rev-parse HEAD 2>/dev/null)"
+	$(if $(IMAGE),$(OCI) push --layout $(IMAGE_DIR)/oci --image $(IMAGE) | tee $(IMAGE_DIR)/ref)
+
+# The charts as OCI artifacts, as a release publishes them: `helm package` into CHART_DIR, and
+# with CHART_REPO=oci://<registry>/<path>, `helm push` there (HELM_PUSH_FLAGS=--plain-http for a
+# registry without TLS, such as the test bed's on the loopback).
+CHART_DIR ?= $(LOCAL)/charts
+CHART_REPO ?=
+HELM_PUSH_FLAGS ?=
+
+.PHONY: chart
+chart: ## Package both charts into .local/charts; CHART_REPO=oci://<registry>/<path> pushes them (HELM_PUSH_FLAGS=--plain-http without TLS).
+	@rm -rf $(CHART_DIR) && mkdir -p $(CHART_DIR)
+	$(HELM3) package $(CHARTS) --destination $(CHART_DIR)
+	$(if $(CHART_REPO),for c in $(CHART_DIR)/*.tgz; do $(HELM3) push $$c $(CHART_REPO) $(HELM_PUSH_FLAGS) || exit 1; done)
+
 .PHONY: unit
 unit: ## Run the unit tests only, no cluster (go test -short).
 	go test -short $(GO_TEST_FLAGS) ./...
@@ -121,6 +173,7 @@ test: verify ## Everything CI runs: make verify, then every test, unit and end t
 	scripts/gotest.sh $(GO_TEST_FLAGS) -p 1 -timeout 80m ./...
 	cd test/tools/chartdoc && $(CURDIR)/scripts/gotest.sh $(GO_TEST_FLAGS) ./...
 	cd test/tools/argocd && $(CURDIR)/scripts/gotest.sh $(GO_TEST_FLAGS) ./...
+	cd test/tools/oci && $(CURDIR)/scripts/gotest.sh $(GO_TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)

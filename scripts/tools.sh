@@ -5,9 +5,11 @@
 #
 #   scripts/tools.sh [build] [COMPONENT...]  build (or reuse) components; default: all
 #   scripts/tools.sh bin-dir                 build all, print a directory with every binary
+#   scripts/tools.sh path COMPONENT          build one, print the directory with its binaries
 #   scripts/tools.sh list                    print the components and their cache keys
 #
-# Components: etcd kubernetes kwok cert-manager helm3 helm4 codegen (controller-gen).
+# Components: etcd kubernetes kwok cert-manager helm3 helm4 codegen (controller-gen) oci (the
+# image builder and the bed's registry, test/tools/oci, on go-containerregistry).
 # Cache: $TRUST_ROTATION_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/linkerd-trust-rotation).
 # Builds of the same key are serialised with flock and land with an atomic rename, so concurrent
 # runs never see a half-written tool.
@@ -24,8 +26,11 @@ CERT_MANAGER_VERSION=v1.21.2
 HELM3_VERSION=v3.22.0
 HELM4_VERSION=v4.3.1
 CONTROLLER_GEN_VERSION=v0.23.0
+# go-containerregistry, as test/tools/oci/go.mod requires it.
+OCI_VERSION=$(awk '$1 == "github.com/google/go-containerregistry" { print $2 }
+  $1 == "require" && $2 == "github.com/google/go-containerregistry" { print $3 }' "$tools/oci/go.mod")
 
-components=(etcd kubernetes kwok cert-manager helm3 helm4 codegen)
+components=(etcd kubernetes kwok cert-manager helm3 helm4 codegen oci)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -38,6 +43,7 @@ version_of() {
     helm3) echo "$HELM3_VERSION" ;;
     helm4) echo "$HELM4_VERSION" ;;
     codegen) echo "$CONTROLLER_GEN_VERSION" ;;
+    oci) echo "$OCI_VERSION" ;;
     *) log "unknown component '$1' (known: ${components[*]})"; exit 2 ;;
   esac
 }
@@ -118,6 +124,10 @@ build_codegen() {
   (cd "$tools/codegen" && go build -trimpath -ldflags "-s -w" -o "$1/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen)
 }
 
+build_oci() {
+  (cd "$tools/oci" && go build -trimpath -ldflags "-s -w" -o "$1/oci" .)
+}
+
 # build NAME: prints the directory holding the component's binaries.
 build() {
   local name=$1 key dir
@@ -170,7 +180,8 @@ case $cmd in
     [ $# -eq 0 ] && set -- "${components[@]}"
     for c in "$@"; do build "$c" >/dev/null; done ;;
   bin-dir) bin_dir ;;
+  path) [ $# -eq 2 ] || { log "usage: $0 path COMPONENT"; exit 2; }; version_of "$2" >/dev/null; build "$2" ;;
   list) for c in "${components[@]}"; do echo "$c $(version_of "$c") $cache/$(key_of "$c")"; done ;;
-  -h|--help|help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h|--help|help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) for c in "$@"; do build "$c" >/dev/null; done ;;
 esac

@@ -146,6 +146,12 @@ type InstallOptions struct {
 	SetJSON []string
 	// Timeout bounds each `helm upgrade --install --wait` (default 3 minutes).
 	Timeout time.Duration
+	// Repository, when set, installs the charts from an OCI registry, as a user does, rather
+	// than from charts/: oci://<registry>/<path>, holding both charts at Version (see
+	// Publish). PlainHTTP reaches a registry without TLS, such as the test bed's.
+	Repository string
+	Version    string
+	PlainHTTP  bool
 }
 
 // Release is both charts installed into a cluster.
@@ -197,8 +203,16 @@ func Install(ctx context.Context, c *cluster.Cluster, opts InstallOptions) (*Rel
 		if err != nil {
 			return nil, err
 		}
-		args := []string{"upgrade", "--install", rel.chart, path, "--namespace", opts.Namespace,
-			"--wait", "--timeout", opts.Timeout.String()}
+		var from []string
+		if opts.Repository != "" {
+			path = opts.Repository + "/" + rel.chart
+			from = append(from, "--version", opts.Version)
+			if opts.PlainHTTP {
+				from = append(from, "--plain-http")
+			}
+		}
+		args := append([]string{"upgrade", "--install", rel.chart, path, "--namespace", opts.Namespace,
+			"--wait", "--timeout", opts.Timeout.String()}, from...)
 		for _, s := range rel.set {
 			args = append(args, "--set", s)
 		}

@@ -33,7 +33,7 @@ import (
 
 func TestMain(m *testing.M) {
 	podrun.Init() // this binary is also the init of the pods TestChartPodRunsAsAPod runs
-	os.Exit(cluster.ForTest(m, cluster.Options{}))
+	os.Exit(cluster.ForTest(m, cluster.Options{Registry: true}))
 }
 
 // Both charts install with real helm into a real cluster, and the operator, run out of cluster

@@ -3,12 +3,10 @@ package charts
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -21,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/cluster"
@@ -32,15 +29,20 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
 
-// The chart's operator pod, run as a pod runs. kwok runs no containers, so every other test runs
-// the operator as a local process with the chart's flags; this one runs the pods kwok holds for
-// the chart's Deployment the way a kubelet and a container runtime would (test/internal/podrun):
-// the operator container as the API holds it (the chart's command, args, env, ports, probes and
-// security context, and the ServiceAccount admission's kube-api-access volume), from a directory
-// built as the Dockerfile builds the image, with nothing but in-cluster configuration — the
-// `kubernetes` Service's KUBERNETES_SERVICE_HOST/PORT, reached through a stand-in for kube-proxy,
-// and a TokenRequest token of the chart's ServiceAccount bound to the pod, with the cluster CA,
-// at /var/run/secrets/kubernetes.io/serviceaccount. Each runs as PID 1 of its own namespaces (its
+// The chart's operator pod, run as a pod runs, from the image and the chart a release publishes.
+// kwok runs no containers, so every other test runs the operator as a local process with the
+// chart's flags; this one publishes the operator image (`make image`, no Docker engine) and both
+// charts (`make chart`: helm package, helm push) to the test bed's OCI registry, installs the
+// charts from there as a user does (`helm install oci://…/trust-rotation-operator --version`,
+// the image pinned by digest), and runs the pods kwok holds for the chart's Deployment the way a
+// kubelet and a container runtime would (test/internal/podrun): the image the pod names is
+// pulled by digest from the registry and unpacked, and the operator container runs from its
+// filesystem as the API holds it (the chart's command, args, env, ports, probes and security
+// context, the image's entrypoint, environment and user, and the ServiceAccount admission's
+// kube-api-access volume), with nothing but in-cluster configuration — the `kubernetes`
+// Service's KUBERNETES_SERVICE_HOST/PORT, reached through a stand-in for kube-proxy, and a
+// TokenRequest token of the chart's ServiceAccount bound to the pod, with the cluster CA, at
+// /var/run/secrets/kubernetes.io/serviceaccount. Each runs as PID 1 of its own namespaces (its
 // hostname the pod's name, its own network and pod IP), as uid and gid 65532, on a read-only
 // root, without capabilities or new privileges. Both replicas pass the probes as declared, one
 // leads (the Lease and its metrics say which), and when it is killed the other takes over once
@@ -80,16 +82,31 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := Install(ctx, c, InstallOptions{})
+	helms, err := Helms(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, version := operatorImage(t, ctx)
+	pub := publish(t, ctx, c, helms[0])
+	rel, err := Install(ctx, c, InstallOptions{
+		Helm: helms[0], Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true,
+		Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pods := deploymentPods(t, ctx, kube, rel.Deployment)
 	ctr, err := podrun.Container(pods[0], "operator")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The runtime's part: pull the image the pod names, by digest, from the registry.
+	if ctr.Image != pub.Image {
+		t.Fatalf("the operator container's image is %s, want the published %s", ctr.Image, pub.Image)
+	}
+	pulled := time.Now()
+	img := pullImage(t, ctx, ctr.Image)
+	version := pub.AppVersion
+	t.Logf("pulled and unpacked %s in %s: entrypoint %q, user %d:%d", ctr.Image, time.Since(pulled).Round(time.Millisecond), img.Entrypoint, img.UID, img.GID)
 	for _, a := range ctr.Args {
 		if strings.HasPrefix(a, "--kubeconfig") || strings.HasPrefix(a, "--context") {
 			t.Fatalf("the chart runs the operator with %s: a pod uses its in-cluster configuration", a)
@@ -127,7 +144,7 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	r := &podRunner{t: t, ctx: ctx, kubelet: &podrun.Kubelet{Kube: kube}, img: img, clusterIP: net.ParseIP(svc.Spec.ClusterIP)}
 	a, b := r.run(pods[0]), r.run(pods[1])
 
-	// The image's operator says the version the Dockerfile stamps: the chart's appVersion.
+	// The image's operator says the version make image stamps: the chart's appVersion.
 	err = poll.Until(ctx, time.Minute, "the operator to log its version", func(ctx context.Context) (bool, error) {
 		if !strings.Contains(a.log(), `"Starting trust-rotation-operator" version="`+version+`"`) {
 			return false, poll.Pending("log:\n%s", a.LogTail(5))
@@ -518,141 +535,23 @@ func deploymentPods(t *testing.T, ctx context.Context, kube kubernetes.Interface
 	return pods
 }
 
-// operatorImage builds the directory that stands in for the operator image, as the Dockerfile
-// builds the image: the final stage's base (distroless's static:nonroot: its /etc/passwd and
-// /etc/group, /tmp, /home/nonroot, its PATH and working directory), its binaries built as the
-// build stage builds them (static, -trimpath, the Dockerfile's -ldflags with VERSION the chart's
-// appVersion) at the COPY destination, and its USER and ENTRYPOINT.
-func operatorImage(t *testing.T, ctx context.Context) (img podrun.Image, version string) {
-	t.Helper()
+// The image's base, as a release builds it, is pinned by digest: a rebuild of a release gets the
+// same base. (IMAGE_BASE=local, a base made on this machine, is for machines that reach no public
+// registry, such as this test's.)
+func TestImageBaseIsPinned(t *testing.T) {
 	root, err := cluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	df := string(dockerfile)
-	final := df[strings.LastIndex(df, "\nFROM ")+1:]
-	line := func(re string) []string {
-		m := regexp.MustCompile(`(?m)` + re).FindStringSubmatch(final)
-		if m == nil {
-			t.Fatalf("the Dockerfile's final stage has no line matching %s:\n%s", re, final)
-		}
-		return m
+	m := regexp.MustCompile(`(?m)^IMAGE_BASE \?= (\S+)$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal("the Makefile sets no default IMAGE_BASE")
 	}
-	const base = "gcr.io/distroless/static:nonroot"
-	froms := dockerfileBases(t, df)
-	if from := froms[len(froms)-1]; from != base && !strings.HasPrefix(from, base+"@sha256:") {
-		t.Fatalf("the Dockerfile's final stage is FROM %s; this test stands in for %s", from, base)
-	}
-	copyArgs := strings.Fields(line(`^COPY --from=build (.+)$`)[1])
-	dest := copyArgs[len(copyArgs)-1]
-	user := line(`^USER (\d+):(\d+)$`)
-	var entrypoint []string
-	if err := json.Unmarshal([]byte(line(`^ENTRYPOINT (\[.*\])$`)[1]), &entrypoint); err != nil {
-		t.Fatalf("the Dockerfile's ENTRYPOINT: %v", err)
-	}
-	ldflags := regexp.MustCompile(`-ldflags="([^"]*)"`).FindStringSubmatch(df)
-	if ldflags == nil {
-		t.Fatal("the Dockerfile's go build has no -ldflags")
-	}
-	chart, err := os.ReadFile(filepath.Join(root, "charts", OperatorChart, "Chart.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var meta struct {
-		AppVersion string `json:"appVersion"`
-	}
-	if err := yaml.Unmarshal(chart, &meta); err != nil {
-		t.Fatal(err)
-	}
-
-	dir := filepath.Join(t.TempDir(), "image")
-	for path, mode := range map[string]os.FileMode{"etc": 0o755, "tmp": 0o1777, "home/nonroot": 0o700, dest: 0o755} {
-		if err := os.MkdirAll(filepath.Join(dir, path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(filepath.Join(dir, path), mode|os.ModeDir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(filepath.Join(dir, "home/nonroot"), 65532, 65532); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
-		"etc/group":  "root:x:0:\nnobody:x:65534:\ntty:x:5:\nstaff:x:50:\nnonroot:x:65532:\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The pod runs the operator: build it as the Dockerfile's build stage does.
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath",
-		"-ldflags="+strings.ReplaceAll(ldflags[1], "${VERSION}", meta.AppVersion),
-		"-o", filepath.Join(dir, dest)+"/", "./cmd/trust-rotation-operator")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the operator as the Dockerfile does: %v\n%s", err, out)
-	}
-	uid, _ := strconv.Atoi(user[1])
-	gid, _ := strconv.Atoi(user[2])
-	return podrun.Image{
-		Root:       dir,
-		Entrypoint: entrypoint,
-		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"},
-		WorkingDir: "/home/nonroot",
-		UID:        uint32(uid), GID: uint32(gid),
-	}, meta.AppVersion
-}
-
-// dockerfileBases returns the image of each FROM of a Dockerfile, its ${ARG} replaced by the
-// ARG's default.
-func dockerfileBases(t *testing.T, dockerfile string) []string {
-	t.Helper()
-	args := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^ARG (\w+)=(\S+)$`).FindAllStringSubmatch(dockerfile, -1) {
-		args[m[1]] = m[2]
-	}
-	var out []string
-	for _, m := range regexp.MustCompile(`(?m)^FROM (?:--platform=\S+ )?(\S+)`).FindAllStringSubmatch(dockerfile, -1) {
-		image := regexp.MustCompile(`\$\{(\w+)\}`).ReplaceAllStringFunc(m[1], func(ref string) string {
-			name := ref[2 : len(ref)-1]
-			v, ok := args[name]
-			if !ok {
-				t.Fatalf("the Dockerfile's FROM %s uses ARG %s, which has no default", m[1], name)
-			}
-			return v
-		})
-		out = append(out, image)
-	}
-	if len(out) == 0 {
-		t.Fatal("the Dockerfile has no FROM")
-	}
-	return out
-}
-
-// Every base image of the Dockerfile is pinned by digest: a rebuild of a release gets the same
-// toolchain and base.
-func TestDockerfilePinsBaseImages(t *testing.T) {
-	root, err := cluster.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pinned := regexp.MustCompile(`^[^@\s]+:[^@\s]+@sha256:[0-9a-f]{64}$`)
-	for _, image := range dockerfileBases(t, string(dockerfile)) {
-		if !pinned.MatchString(image) {
-			t.Errorf("FROM %s is not pinned: want name:tag@sha256:<digest>", image)
-		}
+	if !regexp.MustCompile(`^[^@\s]+:[^@\s]+@sha256:[0-9a-f]{64}$`).Match(m[1]) {
+		t.Errorf("IMAGE_BASE %s is not pinned: want name:tag@sha256:<digest>", m[1])
 	}
 }

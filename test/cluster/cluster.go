@@ -1,8 +1,9 @@
 // Package cluster runs a real, local Kubernetes cluster for tests and for the hands-on test bed:
 // etcd, kube-apiserver (RBAC on), kube-controller-manager, kube-scheduler, kwok playing the
-// kubelet of fake nodes whose pods get loopback IPs, and the cert-manager controller with its
-// CRDs. Everything is a real binary (see scripts/tools.sh) started as a child process; readiness is
-// observed, never assumed; Stop kills exactly the processes Start started, by PID.
+// kubelet of fake nodes whose pods get loopback IPs, the cert-manager controller with its CRDs,
+// and (Options.Registry) an OCI registry. Everything is a real binary (see scripts/tools.sh)
+// started as a child process; readiness is observed, never assumed; Stop kills exactly the
+// processes Start started, by PID.
 //
 // Nothing runs inside the pods: there is no container runtime. A pod's IP is an address in
 // 127.0.0.0/8, so a process on this machine (the mesh simulator) can serve "in" a pod by
@@ -49,6 +50,7 @@ type Cluster struct {
 	apiPort     int
 	server      string // https://127.0.0.1:<apiPort>
 	kubeconfig  string // admin kubeconfig
+	registry    string // host:port of the OCI registry, when Options.Registry
 
 	restConfig  *rest.Config
 	kube        kubernetes.Interface
@@ -106,6 +108,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if err := c.createNodes(ctx); err != nil {
 		return nil, err
+	}
+	if opts.Registry {
+		if err := c.startRegistry(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err

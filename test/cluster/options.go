@@ -39,6 +39,10 @@ type Options struct {
 	// them; the cert-manager namespace is still created.
 	WithoutCertManager bool
 
+	// Registry starts an OCI registry on the loopback beside the cluster (see Cluster.Registry):
+	// tests push the operator image and the charts there, and install from it.
+	Registry bool
+
 	// Users are extra static-token identities (see TokenRESTConfig). Every cluster also has
 	// AdminUser and UnprivilegedUser.
 	Users []User

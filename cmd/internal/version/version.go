@@ -3,7 +3,7 @@
 //
 //	go build -ldflags "-X github.com/linkerd/trust-rotation/cmd/internal/version.Version=v0.1.0" ./cmd/...
 //
-// as the Dockerfile does. Unstamped, it is the module version or the VCS revision Go recorded in
+// as make image does. Unstamped, it is the module version or the VCS revision Go recorded in
 // the build info, so that a binary built from a checkout still says what it was built from.
 package version
 

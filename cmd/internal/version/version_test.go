@@ -9,25 +9,29 @@ import (
 	"testing"
 )
 
-// The Dockerfile's build stamps the version into both binaries: built with its own -ldflags
-// (VERSION substituted), each binary prints that version, not "dev".
-func TestDockerfileStampsTheVersion(t *testing.T) {
+// make image stamps the version into both binaries: built with its -ldflags (VERSION_VAR and
+// VERSION substituted), each binary prints that version, not "dev".
+func TestMakeImageStampsTheVersion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds both binaries")
 	}
 	root := filepath.Join("..", "..", "..")
-	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`-ldflags="([^"]*)"`).FindSubmatch(dockerfile)
+	m := regexp.MustCompile(`go build -trimpath -ldflags "([^"]*)"`).FindSubmatch(makefile)
 	if m == nil {
-		t.Fatal("the Dockerfile's go build has no -ldflags=\"...\"")
+		t.Fatal("the Makefile's image target has no go build -trimpath -ldflags \"...\"")
+	}
+	v := regexp.MustCompile(`(?m)^VERSION_VAR := (\S+)$`).FindSubmatch(makefile)
+	if v == nil {
+		t.Fatal("the Makefile sets no VERSION_VAR")
 	}
 	const want = "v9.8.7-test"
-	ldflags := strings.ReplaceAll(string(m[1]), "${VERSION}", want)
-	if ldflags == string(m[1]) {
-		t.Fatalf("the Dockerfile's -ldflags %q do not use ${VERSION}", m[1])
+	ldflags := strings.NewReplacer("$(VERSION_VAR)", string(v[1]), "$(VERSION)", want).Replace(string(m[1]))
+	if !strings.Contains(ldflags, "-X "+string(v[1])+"="+want) {
+		t.Fatalf("the Makefile's -ldflags %q do not set %s to $(VERSION)", m[1], v[1])
 	}
 	out := t.TempDir()
 	build := exec.Command("go", "build", "-ldflags="+ldflags, "-o", out+string(filepath.Separator), "./cmd/trust-rotation-operator", "./cmd/linkerd-trust")

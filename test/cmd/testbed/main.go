@@ -51,6 +51,7 @@ func main() {
 	fs.BoolVar(&cfg.proxyAsContainer, "proxy-as-container", false, "with --mesh, inject the proxy into spec.containers as Linkerd before edge-26.5.2 does (proxy.nativeSidecar: false), instead of as a native sidecar")
 	fs.DurationVar(&cfg.issuerDuration, "issuer-duration", 0, "lifetime of the identity issuer certificate (default 48h)")
 	fs.DurationVar(&cfg.issuerRenewBefore, "issuer-renew-before", 0, "renewBefore of the identity issuer certificate (default 25h)")
+	fs.BoolVar(&cfg.registry, "registry", true, "also start an OCI registry on the loopback, to push the image (make image IMAGE=...) and the charts (make chart CHART_REPO=...) to")
 	_ = fs.Parse(os.Args[2:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -66,7 +67,7 @@ func main() {
 type config struct {
 	dir                               string
 	nodes, clusters                   int
-	mesh, proxyAsContainer            bool
+	mesh, proxyAsContainer, registry  bool
 	issuerDuration, issuerRenewBefore time.Duration
 }
 
@@ -80,6 +81,7 @@ type State struct {
 	WorkDir    string            `json:"workDir"`
 	Processes  []cluster.Process `json:"processes"`
 	Mesh       bool              `json:"mesh"`
+	Registry   string            `json:"registry,omitempty"`
 	Started    time.Time         `json:"started"`
 	Extra      map[string]string `json:"extra,omitempty"`
 }
@@ -121,7 +123,7 @@ func up(ctx context.Context, cfg config) (err error) {
 	// The work dir lives in the state directory rather than /tmp, so that the next run (or
 	// `make cluster-down`) cleans up even after this process was killed outright.
 	workDir := filepath.Join(cfg.dir, "work")
-	c, err := cluster.Start(ctx, cluster.Options{Nodes: cfg.nodes, WorkDir: workDir, LogDir: paths.logs})
+	c, err := cluster.Start(ctx, cluster.Options{Nodes: cfg.nodes, WorkDir: workDir, LogDir: paths.logs, Registry: cfg.registry})
 	if err != nil {
 		return err
 	}
@@ -182,7 +184,7 @@ func up(ctx context.Context, cfg config) (err error) {
 	}
 	state, _ := json.MarshalIndent(State{
 		PID: os.Getpid(), Server: c.Server(), Kubeconfig: paths.kubeconfig, PodCIDR: c.PodCIDR().String(),
-		LogDir: c.LogDir(), WorkDir: c.WorkDir(), Processes: c.Processes(), Mesh: cfg.mesh,
+		LogDir: c.LogDir(), WorkDir: c.WorkDir(), Processes: c.Processes(), Mesh: cfg.mesh, Registry: c.Registry(),
 		Started: time.Now().UTC(), Extra: bed.Extra,
 	}, "", "  ")
 	if err := writeFileAtomic(paths.state, append(state, '\n'), 0o644); err != nil {
@@ -203,6 +205,13 @@ State (PIDs, pod network): %s
 Component logs: %s
 Stop it with SIGINT/SIGTERM (make cluster-down).
 `, time.Since(began).Round(100*time.Millisecond), os.Getpid(), paths.kubeconfig, paths.state, c.LogDir())
+	if reg := c.Registry(); reg != "" {
+		fmt.Printf(`
+An OCI registry (plain HTTP, no authentication) is at %[1]s:
+  make image IMAGE_BASE=local IMAGE=%[1]s/linkerd/trust-rotation
+  make chart CHART_REPO=oci://%[1]s/charts HELM_PUSH_FLAGS=--plain-http
+`, reg)
+	}
 	if stopLinked != nil {
 		fmt.Printf(`
 A linked pair: this cluster is west; east (its own cert-manager, the same trust anchor) is at

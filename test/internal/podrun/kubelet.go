@@ -20,7 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Image is a directory standing in for a container image: its filesystem and its configuration.
+// Image is a container image unpacked into a directory, as a runtime unpacks it before it starts
+// a container: its filesystem (Root) and its configuration.
 type Image struct {
 	Root       string
 	Entrypoint []string

@@ -131,7 +131,7 @@ func chartImage(t *testing.T) string {
 }
 
 // The project names its image and its charts' registry one way everywhere: the chart, the
-// Dockerfile, the manifests and every document.
+// manifests and every document.
 func TestOneRegistryName(t *testing.T) {
 	image := chartImage(t)
 	registry := image[:strings.LastIndex(image, "/")]

@@ -1,0 +1,192 @@
+package charts
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/internal/podrun"
+)
+
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// published is what publish pushed to the test bed's registry.
+type published struct {
+	// Image is the operator image, <registry>/<repository>@<digest>.
+	Image string
+	// Repository and Digest are Image's parts, as the chart's image.repository and image.digest.
+	Repository, Digest string
+	// Charts is the charts' OCI repository, oci://<registry>/<path>, and ChartVersion their
+	// version.
+	Charts, ChartVersion string
+	// AppVersion is the operator chart's appVersion: the version make image stamps.
+	AppVersion string
+}
+
+// publish publishes the operator image and both charts to the test bed's registry the way a
+// release does, with the Makefile's own targets: `make image` (the image built without a Docker
+// engine, on a base made here: IMAGE_BASE=local) pushed with IMAGE, and `make chart` (helm
+// package and helm push) with CHART_REPO.
+func publish(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm) published {
+	t.Helper()
+	reg := c.Registry()
+	if reg == "" {
+		t.Fatal("the cluster has no registry (cluster.Options.Registry)")
+	}
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	repo := reg + "/linkerd/trust-rotation"
+	make := func(args ...string) string {
+		t.Helper()
+		began := time.Now()
+		cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", "-C", root}, args...)...)
+		cmd.Env = append(os.Environ(),
+			"HELM_CACHE_HOME="+filepath.Join(h.Home, "cache"),
+			"HELM_CONFIG_HOME="+filepath.Join(h.Home, "config"),
+			"HELM_DATA_HOME="+filepath.Join(h.Home, "data"),
+		)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+		t.Logf("make %s: %s", args[0], time.Since(began).Round(time.Millisecond))
+		return out.String()
+	}
+	make("image", "IMAGE_BASE=local", "IMAGE="+repo, "IMAGE_DIR="+filepath.Join(dir, "image"))
+	ref, err := os.ReadFile(filepath.Join(dir, "image", "ref"))
+	if err != nil {
+		t.Fatalf("make image IMAGE=%s wrote no reference: %v", repo, err)
+	}
+	image := strings.TrimSpace(string(ref))
+	pushed, digest, _ := strings.Cut(image, "@")
+	if pushed != repo || !digestRE.MatchString(digest) {
+		t.Fatalf("make image IMAGE=%s printed %q, want %s@sha256:<digest>", repo, image, repo)
+	}
+	p := published{Image: image, Repository: repo, Digest: digest, Charts: "oci://" + reg + "/charts"}
+	make("chart", "CHART_DIR="+filepath.Join(dir, "charts"), "CHART_REPO="+p.Charts, "HELM_PUSH_FLAGS=--plain-http")
+
+	// Both charts are released together, at one version (Install pins it for both).
+	for _, name := range []string{CRDChart, OperatorChart} {
+		chart, err := os.ReadFile(filepath.Join(root, "charts", name, "Chart.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			Version    string `json:"version"`
+			AppVersion string `json:"appVersion"`
+		}
+		if err := yaml.Unmarshal(chart, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if p.ChartVersion != "" && (meta.Version != p.ChartVersion || meta.AppVersion != p.AppVersion) {
+			t.Fatalf("chart %s is at %s (app %s), the other at %s (app %s): release them together", name, meta.Version, meta.AppVersion, p.ChartVersion, p.AppVersion)
+		}
+		p.ChartVersion, p.AppVersion = meta.Version, meta.AppVersion
+	}
+	t.Logf("published %s and the charts %s at %s", p.Image, p.Charts, p.ChartVersion)
+	return p
+}
+
+// pullImage pulls ref as a container runtime does before it starts a container — the image of
+// this machine's platform, its layers applied in order — with test/tools/oci's export (`crane
+// export`'s flattening), unpacked with owners and modes as the layers hold them, and returns it
+// with its configuration (entrypoint, cmd, environment, working directory, user).
+func pullImage(t *testing.T, ctx context.Context, ref string) podrun.Image {
+	t.Helper()
+	bin, err := cluster.BinDir(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "config.json")
+	export := exec.CommandContext(ctx, filepath.Join(bin, "oci"), "export", "--config", cfgPath, ref)
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", root, "--same-owner", "--same-permissions", "--numeric-owner")
+	var exportErr, untarErr bytes.Buffer
+	export.Stderr, untar.Stderr = &exportErr, &untarErr
+	if untar.Stdin, err = export.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := untar.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := export.Run(); err != nil {
+		_ = untar.Wait()
+		t.Fatalf("pulling %s: %v\n%s", ref, err, exportErr.String())
+	}
+	if err := untar.Wait(); err != nil {
+		t.Fatalf("unpacking %s: %v\n%s", ref, err, untarErr.String())
+	}
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cf struct {
+		Config struct {
+			Entrypoint, Cmd, Env []string
+			WorkingDir, User     string
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(b, &cf); err != nil {
+		t.Fatalf("the configuration of %s: %v", ref, err)
+	}
+	uid, gid, err := numericUser(root, cf.Config.User)
+	if err != nil {
+		t.Fatalf("the image %s: %v", ref, err)
+	}
+	return podrun.Image{
+		Root: root, Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd, Env: cf.Config.Env,
+		WorkingDir: cf.Config.WorkingDir, UID: uid, GID: gid,
+	}
+}
+
+// numericUser resolves an image's USER, "uid" or "uid:gid", as runc does: without a group, the
+// user's group in the image's /etc/passwd, else 0. (A name is refused: a runAsNonRoot check
+// needs a number, and this image uses numbers.)
+func numericUser(root, user string) (uid, gid uint32, err error) {
+	if user == "" {
+		return 0, 0, nil
+	}
+	u, g, hasGroup := strings.Cut(user, ":")
+	n, err := strconv.ParseUint(u, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("USER %q is not numeric", user)
+	}
+	uid = uint32(n)
+	if passwd, err := os.ReadFile(filepath.Join(root, "etc", "passwd")); err == nil {
+		for _, line := range strings.Split(string(passwd), "\n") {
+			if f := strings.Split(line, ":"); len(f) >= 4 && f[2] == u {
+				if m, err := strconv.ParseUint(f[3], 10, 32); err == nil {
+					gid = uint32(m)
+				}
+			}
+		}
+	}
+	if hasGroup {
+		m, err := strconv.ParseUint(g, 10, 32)
+		if err != nil {
+			return 0, 0, fmt.Errorf("USER %q: the group is not numeric", user)
+		}
+		gid = uint32(m)
+	}
+	return uid, gid, nil
+}
