@@ -77,6 +77,9 @@ type State struct {
 	Remotes []Remote
 	// RemoteStaleAfter is how old a remote's last read may be (DefaultRemoteStaleAfter when 0).
 	RemoteStaleAfter time.Duration
+
+	// Deadline holds what the next rotation's deadline reads besides the certificates.
+	Deadline DeadlineInputs
 }
 
 // LiveChain is an issuer chain meshed pods present, as a probe of their admin port read it.

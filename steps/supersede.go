@@ -110,12 +110,14 @@ func guardSupersede(step Step, observe func(*State, string) workflow.Decision) f
 // there the in-flight anchor it leaves (see superseded): the same write as the jump's checkpoint,
 // so that no step can act on a bundle without it.
 func SaveCheckpoint(st *v1alpha1.TrustAnchorRotationStatus, next workflow.Checkpoint, s *State, now time.Time) {
+	prev := st.Checkpoint
 	st.Checkpoint = SavedCheckpoint(st.Checkpoint, next, s, now)
 	if j := next.Jump; j != nil && j.Reason == ReasonRotationSuperseded {
 		if sup, ok := s.superseded(j.From); ok && sup.keep != nil {
 			st.InFlightAnchors = append([]string{string(EncodePEM(sup.keep))}, st.InFlightAnchors...)
 		}
 	}
+	TrackHistory(st, prev, s.Spec, s, next.Jump, nil, now)
 }
 
 // FromStatus sets what the state holds of the TrustAnchorRotation's status: the rotation in
