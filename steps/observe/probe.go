@@ -165,6 +165,8 @@ type CertTracker struct {
 	notify      func(*Pod)
 	queue       *probeQueue
 
+	leafLifetime leafLifetime
+
 	mu     sync.Mutex
 	root   *certificateCheck
 	urgent bool
@@ -474,6 +476,7 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	if t.OnProbe != nil {
 		t.OnProbe(err)
 	}
+	t.leafLifetime.observe(leaf)
 	if t.record(ctx, p, certs, predictRefresh(p, leaf), err) && t.notify != nil {
 		t.notify(p)
 	}
