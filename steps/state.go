@@ -214,6 +214,9 @@ type Convergence struct {
 	Behind []WorkloadCount
 	// BehindWorkloads is how many workloads have pods that have not converged, in all.
 	BehindWorkloads int
+	// NotProbed is how many target pods that have not converged were not probed yet: their
+	// live certificate is unread (workload certificates only).
+	NotProbed int
 	// Pods lists the first few pods that have not converged, with why.
 	Pods []PodProblem
 }

@@ -133,7 +133,8 @@ func convergenceStatus(c Convergence, anchors []string) *v1alpha1.ConvergenceSta
 	if c.Done() {
 		state = v1alpha1.Converged
 	}
-	return &v1alpha1.ConvergenceStatus{Status: state, ConvergedPods: int32(c.Converged), TargetPods: int32(c.Target), Anchors: anchors}
+	return &v1alpha1.ConvergenceStatus{Status: state, ConvergedPods: int32(c.Converged), TargetPods: int32(c.Target), Anchors: anchors,
+		NotProbedPods: int32(min(c.NotProbed, max(c.Target-c.Converged, 0)))}
 }
 
 // BundleFingerprints are the fingerprints of a PEM bundle's certificates, in order; nil when it

@@ -166,6 +166,8 @@ type CertTracker struct {
 	queue       *probeQueue
 
 	leafLifetime leafLifetime
+	// unprobed counts the pods of live not probed yet (Convergence.NotProbed), under mu.
+	unprobed int
 
 	mu     sync.Mutex
 	root   *certificateCheck
@@ -259,6 +261,9 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 			} else {
 				addCount(t.behind, tp.workload, -1)
 			}
+			if !tp.probed {
+				t.unprobed--
+			}
 			delete(t.live, old.UID)
 		}
 	}
@@ -270,6 +275,7 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 		tp = &tracked{workload: cur.Workload}
 		t.live[cur.UID] = tp
 		addCount(t.behind, cur.Workload, +1)
+		t.unprobed++
 	}
 	if !cur.Running || tp.ok || t.root.root == nil {
 		return
@@ -391,7 +397,7 @@ func (t *CertTracker) Behind() int {
 func (t *CertTracker) Certificates() steps.Convergence {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := steps.Convergence{Converged: t.converged, Target: len(t.live)}
+	c := steps.Convergence{Converged: t.converged, Target: len(t.live), NotProbed: t.unprobed}
 	if c.Done() {
 		return c
 	}
@@ -524,6 +530,9 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 		return false
 	}
 	first := !tp.probed
+	if first {
+		t.unprobed--
+	}
 	tp.probed = true
 	r := &tp.result
 	prevChain, prevErr := r.chain, r.err

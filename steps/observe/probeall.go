@@ -205,6 +205,9 @@ func (k *CertificateCheck) Convergence(pods []*Pod, results map[string]ProbeResu
 			c.Converged++
 			continue
 		}
+		if r == nil {
+			c.NotProbed++
+		}
 		behind[p.Workload]++
 		if len(c.Pods) < behindLimit {
 			c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: why})

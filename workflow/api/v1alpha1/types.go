@@ -474,6 +474,12 @@ type ConvergenceStatus struct {
 	// +listType=atomic
 	// +optional
 	Anchors []string `json:"anchors,omitempty"`
+	// NotProbedPods is how many of the target pods that have not converged the operator has not
+	// probed yet (workload certificates only): pods just started, by a restart for instance,
+	// whose live certificate is still unread. They are neither converged nor behind.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	NotProbedPods int32 `json:"notProbedPods,omitempty"`
 }
 
 // RemoteClusterStatus is what the operator last observed of a linked cluster.
