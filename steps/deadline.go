@@ -128,15 +128,23 @@ func NextRotationDeadline(s *State, spec v1alpha1.TrustAnchorRotationSpec, histo
 func DeadlineWithin(n *v1alpha1.NextRotation, now time.Time) string {
 	left := n.Deadline.Sub(now)
 	if left <= 0 {
-		return fmt.Sprintf("passed %s ago: a rotation started now may not finish before the trust anchor expires at %s", roundDuration(-left), n.AnchorNotAfter.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("passed %s ago: a rotation started now may not finish before the trust anchor expires at %s", ReadableDuration(-left), n.AnchorNotAfter.UTC().Format(time.RFC3339))
 	}
-	return fmt.Sprintf("in %s", roundDuration(left))
+	return fmt.Sprintf("in %s", ReadableDuration(left))
 }
 
-// roundDuration rounds to the minute past an hour, to the second below: what people read.
-func roundDuration(d time.Duration) time.Duration {
-	if d >= time.Hour {
-		return d.Round(time.Minute)
+// ReadableDuration renders a duration for people: "3d4h", "1h30m", "5m", "20s".
+func ReadableDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	if d >= 48*time.Hour {
+		days, hours := d/(24*time.Hour), (d%(24*time.Hour))/time.Hour
+		if hours == 0 {
+			return fmt.Sprintf("%dd", days)
+		}
+		return fmt.Sprintf("%dd%dh", days, hours)
 	}
-	return d.Round(time.Second)
+	if d >= time.Hour {
+		d = d.Round(time.Minute)
+	}
+	return CompactDuration(d)
 }

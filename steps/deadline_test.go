@@ -113,10 +113,10 @@ func TestNextRotationDeadlineNeedsAnAnchor(t *testing.T) {
 func TestDeadlineWithin(t *testing.T) {
 	now := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	n := &v1alpha1.NextRotation{Deadline: metav1.NewTime(now.Add(36 * time.Hour)), AnchorNotAfter: metav1.NewTime(now.Add(72 * time.Hour))}
-	if got := DeadlineWithin(n, now); got != "in 36h0m0s" {
+	if got := DeadlineWithin(n, now); got != "in 36h" {
 		t.Errorf("ahead: %q", got)
 	}
-	if got := DeadlineWithin(n, now.Add(40*time.Hour)); !strings.HasPrefix(got, "passed 4h0m0s ago") {
+	if got := DeadlineWithin(n, now.Add(40*time.Hour)); !strings.HasPrefix(got, "passed 4h ago") {
 		t.Errorf("passed: %q", got)
 	}
 }
