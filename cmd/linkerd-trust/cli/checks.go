@@ -752,12 +752,14 @@ func (c *checks) dataPlaneBundle(ctx context.Context) error {
 		return nil
 	}
 	const limit = 10
-	more := ""
-	if len(behind) > limit {
-		more = fmt.Sprintf("\n... and %d more", len(behind)-limit)
+	more, n := "", len(behind)
+	if n > limit {
+		more = fmt.Sprintf("\n... and %d more", n-limit)
 		behind = behind[:limit]
 	}
-	return fmt.Errorf("%d of %d meshed pod(s) run with another trust bundle; restart them:\n%s%s", len(behind), total, strings.Join(behind, "\n"), more)
+	// The population is the trust-bundle count's (status.trustBundle, inspect): meshed pods the
+	// proxy injector injected, the control plane apart.
+	return fmt.Errorf("%d of %d injected pod(s) (meshed, control plane apart) run with another trust bundle; restart them:\n%s%s", n, total, strings.Join(behind, "\n"), more)
 }
 
 // duration is a time.Duration flag that also accepts days ("30d", "1d12h").
