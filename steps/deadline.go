@@ -108,7 +108,9 @@ func NextRotationDeadline(s *State, spec v1alpha1.TrustAnchorRotationSpec, histo
 		basis = fmt.Sprintf("%s, at least %s", basis, leastWhy)
 	}
 	if t := s.Deadline.OldestMeshedPod; !t.IsZero() && spec.DataPlaneRestart.Policy != v1alpha1.Automatic {
-		basis += fmt.Sprintf("; every meshed pod is restarted during a rotation, the oldest was created %s", t.UTC().Format(time.RFC3339))
+		// The day only: the oldest pod changes with every restart of it, and the status would
+		// be written again each time.
+		basis += fmt.Sprintf("; every meshed pod is restarted during a rotation, the oldest was created on %s", t.UTC().Format(time.DateOnly))
 	}
 	if len(basis) > 1024 {
 		basis = basis[:1024]

@@ -80,7 +80,7 @@ func TestNextRotationDeadline(t *testing.T) {
 		name:  "the oldest meshed pod is named under manual restarts, not added",
 		spec:  auto,
 		state: func(s *State) { s.Deadline.OldestMeshedPod = notAfter.AddDate(0, -7, 0) },
-		want:  DefaultRotationDeadlineMargin + DefaultExpectedRotationDuration, wantBasis: "the oldest was created 2026-11-01T00:00:00Z",
+		want:  DefaultRotationDeadlineMargin + DefaultExpectedRotationDuration, wantBasis: "the oldest was created on 2026-11-01",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &State{Anchor: Source{Found: true, Cert: anchorCert}}
