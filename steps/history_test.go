@@ -219,3 +219,26 @@ func TestFinished(t *testing.T) {
 		t.Errorf("closed before: %+v", got)
 	}
 }
+
+// The operator's two writes keep the history: the checkpoint saved before the rotation's first
+// act opens the entry, the projection that goes round to the Synced steps closes it.
+func TestHistoryThroughSaveAndProject(t *testing.T) {
+	p := newPKI(t)
+	s := rotatingState(p)
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	st := v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseSynced, Checkpoint: &v1alpha1.Checkpoint{Step: StepDetectAnchorRotation}}
+	SaveCheckpoint(&st, workflow.Checkpoint{Step: StepExpandTrustBundle, Token: "t1", Acts: 1}, s, now)
+	if len(st.History) != 1 || st.History[0].Outcome != v1alpha1.RotationInProgress || st.History[0].Rotation != Fingerprint(p.newAnchor.cert) {
+		t.Fatalf("after the first save: %+v", st.History)
+	}
+	res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepBootstrap}, Phase: string(v1alpha1.PhaseSynced), Completed: true,
+		Passed: []string{StepRemoveOldTrustRoots}, Decision: workflow.Completed("Done", "")}
+	st.Checkpoint.Step = StepRemoveOldTrustRoots
+	done := Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, now.Add(time.Hour))
+	if len(done.History) != 1 || done.History[0].Outcome != v1alpha1.RotationCompleted || RecordDuration(done.History[0]) != time.Hour {
+		t.Errorf("after completion: %+v", done.History)
+	}
+	if done.NextRotation == nil || !done.NextRotation.AnchorNotAfter.Time.Equal(p.newAnchor.cert.NotAfter.Truncate(time.Second)) {
+		t.Errorf("nextRotation %+v, want one on the current anchor", done.NextRotation)
+	}
+}
