@@ -29,8 +29,8 @@ func TestDeadlineAlertsAndPanels(t *testing.T) {
 	}, {
 		name:  "configured",
 		set:   []string{"metrics.prometheusRule.deadline.warningWithinHours=1000", "metrics.prometheusRule.deadline.criticalWithinHours=48", "metrics.prometheusRule.deadline.criticalSeverity=page"},
-		wants: []string{`time() \u003c 1000 * 3600`, `time() \u003c 48 * 3600`, `"severity":"page"`},
-		lacks: []string{`time() \u003c 720 * 3600`},
+		wants: []string{`deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 1000 * 3600`, `deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 48 * 3600`, `"severity":"page"`},
+		lacks: []string{`deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 720 * 3600`},
 	}, {
 		name:  "disabled",
 		set:   []string{"metrics.prometheusRule.deadline.enabled=false"},
