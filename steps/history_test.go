@@ -231,6 +231,14 @@ func TestHistoryThroughSaveAndProject(t *testing.T) {
 	if len(st.History) != 1 || st.History[0].Outcome != v1alpha1.RotationInProgress || st.History[0].Rotation != Fingerprint(p.newAnchor.cert) {
 		t.Fatalf("after the first save: %+v", st.History)
 	}
+	// The user restarted the workloads: the workflow passes propagate-trust-roots and saves
+	// restart-identity's act.
+	st.Checkpoint.Step, st.Checkpoint.Token, st.Checkpoint.Acts = StepPropagateTrustRoots, "", 0
+	SaveCheckpoint(&st, workflow.Checkpoint{Step: StepRestartIdentity, Token: "t2", Acts: 1}, s, now.Add(time.Minute))
+	if rs := st.History[0].Restarts; len(rs) != 2 || rs[0].Step != StepPropagateTrustRoots || rs[0].By != v1alpha1.RestartedByUser ||
+		rs[1].Step != StepRestartIdentity || rs[1].By != v1alpha1.RestartedByOperator {
+		t.Errorf("restarts after the user's and the operator's: %+v", rs)
+	}
 	res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepBootstrap}, Phase: string(v1alpha1.PhaseSynced), Completed: true,
 		Passed: []string{StepRemoveOldTrustRoots}, Decision: workflow.Completed("Done", "")}
 	st.Checkpoint.Step = StepRemoveOldTrustRoots

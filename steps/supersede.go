@@ -117,7 +117,13 @@ func SaveCheckpoint(st *v1alpha1.TrustAnchorRotationStatus, next workflow.Checkp
 			st.InFlightAnchors = append([]string{string(EncodePEM(sup.keep))}, st.InFlightAnchors...)
 		}
 	}
-	TrackHistory(st, prev, s.Spec, s, next.Jump, nil, now)
+	// The workflow passed the step it was at to reach this act: the history records a user's
+	// restarts there (the projection after the act sees the act's checkpoint, not that step).
+	var passed []string
+	if prev != nil && next.Jump == nil && prev.Step != next.Step && declared.index[prev.Step] < declared.index[next.Step] {
+		passed = []string{prev.Step}
+	}
+	TrackHistory(st, prev, s.Spec, s, next.Jump, passed, now)
 }
 
 // FromStatus sets what the state holds of the TrustAnchorRotation's status: the rotation in
