@@ -40,7 +40,11 @@ anchor and the issuer are read without their private keys, as check reads them (
 
 --watch redraws the view, with progress bars for the trust bundle and the workload certificates
 on a terminal, or one line per change otherwise, until the rotation is Synced and every pod has
-converged, or until interrupted.`,
+converged, or until interrupted.
+
+--history prints what the operator recorded instead, without reading pods: the next rotation's
+deadline (status.nextRotation) and the latest rotations (status.history), each with its phases'
+durations, its restarts and who made them, the faults seen and its outcome.`,
 		example: `  linkerd trust inspect
   linkerd trust inspect --output json
   linkerd trust inspect --history
