@@ -77,6 +77,9 @@ type State struct {
 	Remotes []Remote
 	// RemoteStaleAfter is how old a remote's last read may be (DefaultRemoteStaleAfter when 0).
 	RemoteStaleAfter time.Duration
+
+	// Deadline holds what the next rotation's deadline reads besides the certificates.
+	Deadline DeadlineInputs
 }
 
 // LiveChain is an issuer chain meshed pods present, as a probe of their admin port read it.
@@ -211,6 +214,9 @@ type Convergence struct {
 	Behind []WorkloadCount
 	// BehindWorkloads is how many workloads have pods that have not converged, in all.
 	BehindWorkloads int
+	// NotProbed is how many target pods that have not converged were not probed yet: their
+	// live certificate is unread (workload certificates only).
+	NotProbed int
 	// Pods lists the first few pods that have not converged, with why: first those counted in
 	// Rejected, then those of the workloads in Behind.
 	Pods []PodProblem

@@ -123,6 +123,8 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 		})
 	}
 	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
+	TrackHistory(&st, prev.Checkpoint, spec, s, nil, res.Passed, now)
+	st.NextRotation = NextRotationDeadline(s, spec, st.History)
 	return st
 }
 
@@ -131,7 +133,8 @@ func convergenceStatus(c Convergence, anchors []string) *v1alpha1.ConvergenceSta
 	if c.Done() {
 		state = v1alpha1.Converged
 	}
-	return &v1alpha1.ConvergenceStatus{Status: state, ConvergedPods: int32(c.Converged), TargetPods: int32(c.Target), Anchors: anchors}
+	return &v1alpha1.ConvergenceStatus{Status: state, ConvergedPods: int32(c.Converged), TargetPods: int32(c.Target), Anchors: anchors,
+		NotProbedPods: int32(min(c.NotProbed, max(c.Target-c.Converged, 0)))}
 }
 
 // BundleFingerprints are the fingerprints of a PEM bundle's certificates, in order; nil when it

@@ -110,12 +110,20 @@ func guardSupersede(step Step, observe func(*State, string) workflow.Decision) f
 // there the in-flight anchor it leaves (see superseded): the same write as the jump's checkpoint,
 // so that no step can act on a bundle without it.
 func SaveCheckpoint(st *v1alpha1.TrustAnchorRotationStatus, next workflow.Checkpoint, s *State, now time.Time) {
+	prev := st.Checkpoint
 	st.Checkpoint = SavedCheckpoint(st.Checkpoint, next, s, now)
 	if j := next.Jump; j != nil && j.Reason == ReasonRotationSuperseded {
 		if sup, ok := s.superseded(j.From); ok && sup.keep != nil {
 			st.InFlightAnchors = append([]string{string(EncodePEM(sup.keep))}, st.InFlightAnchors...)
 		}
 	}
+	// The workflow passed the step it was at to reach this act: the history records a user's
+	// restarts there (the projection after the act sees the act's checkpoint, not that step).
+	var passed []string
+	if prev != nil && next.Jump == nil && prev.Step != next.Step && declared.index[prev.Step] < declared.index[next.Step] {
+		passed = []string{prev.Step}
+	}
+	TrackHistory(st, prev, s.Spec, s, next.Jump, passed, now)
 }
 
 // FromStatus sets what the state holds of the TrustAnchorRotation's status: the rotation in

@@ -255,6 +255,8 @@ type PodIndex struct {
 	behindPods int
 	// onChange is called, outside the lock, after every change.
 	onChange func(old, new *Pod)
+	// oldest is the creation of the oldest alive meshed data-plane pod (OldestMeshed).
+	oldest oldestPod
 }
 
 // NewPodIndex returns an empty index. onChange, if set, sees every change.
@@ -277,6 +279,7 @@ func (x *PodIndex) count(p *Pod, delta int) {
 		return
 	}
 	x.dataPlane += delta
+	x.oldest.count(p, delta)
 	addCount(x.byHash, p.TrustRootHash, delta)
 	if p.TrustRootHash != x.want {
 		addCount(x.behind, p.Workload, delta)

@@ -60,6 +60,10 @@ type CertTracker struct {
 	notify      func(*Pod)
 	queue       *probeQueue
 
+	leafLifetime leafLifetime
+	// unprobed counts the pods of live not probed yet (Convergence.NotProbed), under mu.
+	unprobed int
+
 	mu     sync.Mutex
 	root   *certificateCheck
 	urgent bool
@@ -156,6 +160,9 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 			} else {
 				addCount(t.behind, tp.workload, -1)
 			}
+			if !tp.probed {
+				t.unprobed--
+			}
 			delete(t.live, old.UID)
 			delete(t.rejected, old.UID)
 		}
@@ -168,6 +175,7 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 		tp = &tracked{workload: cur.Workload}
 		t.live[cur.UID] = tp
 		addCount(t.behind, cur.Workload, +1)
+		t.unprobed++
 	}
 	if !cur.Running {
 		// Named "not running" from now on (Certificates), whatever its last probe read.
@@ -293,7 +301,7 @@ func (t *CertTracker) Behind() int {
 func (t *CertTracker) Certificates() steps.Convergence {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := steps.Convergence{Converged: t.converged, Target: len(t.live)}
+	c := steps.Convergence{Converged: t.converged, Target: len(t.live), NotProbed: t.unprobed}
 	if c.Done() {
 		return c
 	}
@@ -394,6 +402,7 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	if t.OnProbe != nil {
 		t.OnProbe(err)
 	}
+	t.leafLifetime.observe(leaf)
 	if t.record(ctx, p, certs, predictRefresh(p, leaf), err) && t.notify != nil {
 		t.notify(p)
 	}
@@ -441,6 +450,9 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 		return false
 	}
 	first := !tp.probed
+	if first {
+		t.unprobed--
+	}
 	tp.probed = true
 	r := &tp.result
 	prevChain, prevErr := r.chain, r.err

@@ -207,6 +207,9 @@ func (k *CertificateCheck) Convergence(pods []*Pod, results map[string]ProbeResu
 			c.Converged++
 			continue
 		}
+		if r == nil {
+			c.NotProbed++
+		}
 		behind[p.Workload]++
 		problem := steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: why}
 		if r != nil && p.Running && rejectedChain(r.Err) {

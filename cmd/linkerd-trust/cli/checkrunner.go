@@ -190,17 +190,4 @@ func (j *jsonRenderer) finish(success bool) error {
 }
 
 // age renders a duration for messages: "3d4h", "1h30m", "5m", "20s".
-func age(d time.Duration) string {
-	d = d.Round(time.Second)
-	if d >= 48*time.Hour {
-		days, hours := d/(24*time.Hour), (d%(24*time.Hour))/time.Hour
-		if hours == 0 {
-			return fmt.Sprintf("%dd", days)
-		}
-		return fmt.Sprintf("%dd%dh", days, hours)
-	}
-	if d >= time.Hour {
-		d = d.Round(time.Minute)
-	}
-	return steps.CompactDuration(d)
-}
+func age(d time.Duration) string { return steps.ReadableDuration(d) }

@@ -64,8 +64,8 @@ func checkCommand(env *Env) *command {
 	o := &checkOptions{expiryWarning: duration(30 * 24 * time.Hour), blockedWarning: duration(time.Hour)}
 	o.output = addOutputFlag(fs, "table", "json")
 	fs.BoolVar(&o.pre, "pre", false, "only check the prerequisites of the operator: cert-manager and the Linkerd PKI")
-	fs.Var(&o.expiryWarning, "expiry-warning", "warn when the trust anchor expires within this duration (e.g. 30d, 72h)")
-	fs.Var(&o.failWithin, "fail-within", "fail when the trust anchor expires within this duration (e.g. 7d); off when 0")
+	fs.Var(&o.expiryWarning, "expiry-warning", "warn when the trust anchor expires, or the next rotation's deadline passes, within this duration (e.g. 30d, 72h)")
+	fs.Var(&o.failWithin, "fail-within", "fail when the trust anchor expires, or the next rotation's deadline (status.nextRotation) passes, within this duration (e.g. 7d); off when 0")
 	o.kube = addKubeFlags(fs)
 	fs.StringVar(&o.rootIssuer, "trust-root-issuer", "linkerd-trust-root-issuer", "cert-manager Issuer (in the cert-manager namespace) that signs the trust anchor")
 	fs.StringVar(&o.identityClusterIssuer, "identity-cluster-issuer", "linkerd-identity-issuer", "cert-manager ClusterIssuer that signs the identity issuer")
@@ -256,6 +256,7 @@ func (c *checks) categories() []category {
 		{description: "trust-rotation operator is available", hint: "l5d-trust-operator-deployment", check: c.operatorAvailable},
 		{description: "trust-rotation operator renews its leader lease", hint: "l5d-trust-operator-lease", check: c.operatorLeaseFresh},
 		{description: "trust-anchor rotation is not blocked", hint: "l5d-trust-operator-blocked", warning: true, check: c.rotationNotBlocked},
+		{description: "the next rotation can still start in time", hint: "l5d-trust-operator-deadline", check: c.rotationDeadline},
 		{description: fmt.Sprintf("ConfigMap %s is written by the operator alone", cfg.TrustRootsConfigMap), hint: "l5d-trust-bundle-owner", warning: true, check: c.bundleOwnedByOperator},
 	}})
 	if o.proxy {
@@ -751,12 +752,14 @@ func (c *checks) dataPlaneBundle(ctx context.Context) error {
 		return nil
 	}
 	const limit = 10
-	more := ""
-	if len(behind) > limit {
-		more = fmt.Sprintf("\n... and %d more", len(behind)-limit)
+	more, n := "", len(behind)
+	if n > limit {
+		more = fmt.Sprintf("\n... and %d more", n-limit)
 		behind = behind[:limit]
 	}
-	return fmt.Errorf("%d of %d meshed pod(s) run with another trust bundle; restart them:\n%s%s", len(behind), total, strings.Join(behind, "\n"), more)
+	// The population is the trust-bundle count's (status.trustBundle, inspect): meshed pods the
+	// proxy injector injected, the control plane apart.
+	return fmt.Errorf("%d of %d injected pod(s) (meshed, control plane apart) run with another trust bundle; restart them:\n%s%s", n, total, strings.Join(behind, "\n"), more)
 }
 
 // duration is a time.Duration flag that also accepts days ("30d", "1d12h").

@@ -205,6 +205,7 @@ func newFixture(t *testing.T) *fixture {
 			TrustBundle:               &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 3, TargetPods: 3},
 			WorkloadCertificates:      &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converged, ConvergedPods: 4, TargetPods: 4},
 			Checkpoint:                &v1alpha1.Checkpoint{Step: steps.StepDetectAnchorRotation},
+			NextRotation:              fixtureDeadline(testNow.Add(200 * 24 * time.Hour)),
 			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionOutOfOrderIssuerRotation, Status: metav1.ConditionFalse,
 				Reason: v1alpha1.ReasonIssuerRotationInOrder, Message: v1alpha1.MessageIssuerRotationInOrder, LastTransitionTime: since}},
 		},

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -20,7 +19,8 @@ import (
 
 func inspectCommand(env *Env) *command {
 	fs := newFlagSet("inspect")
-	out := addOutputFlag(fs, "table", "json")
+	out := addOutputFlag(fs, "table", "json", "yaml")
+	history := fs.Bool("history", false, "show the rotations the TrustAnchorRotation recorded (status.history) and the next rotation's deadline, without probing")
 	watch := fs.BoolP("watch", "w", false, "redraw a live view until the rotation is Synced and converged, or until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "with --watch, time between two observations")
 	kf := addKubeFlags(fs)
@@ -42,9 +42,14 @@ anchor and the issuer are read without their private keys, as check reads them (
 
 --watch redraws the view, with progress bars for the trust bundle and the workload certificates
 on a terminal, or one line per change otherwise, until the rotation is Synced and every pod has
-converged, or until interrupted.`,
+converged, or until interrupted.
+
+--history prints what the operator recorded instead, without reading pods: the next rotation's
+deadline (status.nextRotation) and the latest rotations (status.history), each with its phases'
+durations, its restarts and who made them, the faults seen and its outcome.`,
 		example: `  linkerd trust inspect
   linkerd trust inspect --output json
+  linkerd trust inspect --history
   linkerd trust inspect --concurrency 50 --timeout 10s
 
   # Follow a rotation from a laptop
@@ -61,6 +66,9 @@ converged, or until interrupted.`,
 		if err := pf.validate(); err != nil {
 			return err
 		}
+		if *history && *watch {
+			return usagef("%v", errHistoryWatch)
+		}
 		if *watch && out.value != "table" {
 			return usagef("--watch draws a live view: it cannot be combined with --output %s", out.value)
 		}
@@ -71,6 +79,9 @@ converged, or until interrupted.`,
 		if err != nil {
 			return err
 		}
+		if *history {
+			return showHistory(ctx, env, cl, kf.RotationName, out.value)
+		}
 		if *watch {
 			return watchRotation(ctx, env, cl, kf, pf, *interval)
 		}
@@ -78,13 +89,8 @@ converged, or until interrupted.`,
 		if err != nil {
 			return err
 		}
-		if out.value == "json" {
-			b, err := json.MarshalIndent(in, "", "  ")
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(env.Out, "%s\n", b)
-			return err
+		if out.value != "table" {
+			return writeStructured(env.Out, in, out.value)
 		}
 		return renderInspection(env.Out, in, env.now())
 	}
@@ -107,6 +113,7 @@ type inspection struct {
 	Conditions                []metav1.Condition          `json:"conditions,omitempty"`
 	// RemoteClusters are the linked clusters as the operator last read them.
 	RemoteClusters []v1alpha1.RemoteClusterStatus `json:"remoteClusters,omitempty"`
+	NextRotation   *v1alpha1.NextRotation         `json:"nextRotation,omitempty"`
 	Live           liveView                       `json:"live"`
 	Pods           []podView                      `json:"pods"`
 }
@@ -117,8 +124,11 @@ type liveView struct {
 	TrustBundleSHA256 string `json:"trustBundleSHA256,omitempty"`
 	// ActiveIssuer is the fingerprint of the identity issuer live certificates must come from.
 	ActiveIssuer string `json:"activeIssuer,omitempty"`
-	// MeshedPods counts the alive meshed pods, control plane included, by proxy layout.
+	// MeshedPods counts the alive meshed pods, control plane included, by proxy layout;
+	// ControlPlanePods those of Linkerd's control plane: the others were injected by the proxy
+	// injector, and only they carry the trust bundle's hash.
 	MeshedPods           proxyLayouts `json:"meshedPods"`
+	ControlPlanePods     int          `json:"controlPlanePods"`
 	TrustBundle          count        `json:"trustBundle"`
 	WorkloadCertificates count        `json:"workloadCertificates"`
 	// RejectedCertificates are the pods, control plane included, whose address answered with a
@@ -137,6 +147,7 @@ type proxyLayouts struct {
 type count struct {
 	Converged int `json:"convergedPods"`
 	Target    int `json:"targetPods"`
+	NotProbed int `json:"notProbedPods,omitempty"`
 }
 
 // podView is a meshed non-control-plane pod that has not converged.
@@ -169,6 +180,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		in.ActiveIssuerFingerprint, in.PreviousAnchorFingerprint = st.ActiveIssuerFingerprint, st.PreviousAnchorFingerprint
 		in.Conditions = st.Conditions
 		in.RemoteClusters = st.RemoteClusters
+		in.NextRotation = st.NextRotation
 	case apierrors.IsNotFound(err):
 	default:
 		return nil, fmt.Errorf("reading TrustAnchorRotation %s: %w", kf.RotationName, err)
@@ -213,14 +225,14 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	}
 	check := observe.NewCertificateCheck(s.CertificateRoot())
 	certs := check.Convergence(reading.Pods, results)
-	in.Live.WorkloadCertificates = count{certs.Converged, certs.Target}
+	in.Live.WorkloadCertificates = count{certs.Converged, certs.Target, certs.NotProbed}
 	for _, p := range certs.Pods[:min(certs.Rejected, len(certs.Pods))] {
 		in.Live.RejectedCertificates = append(in.Live.RejectedCertificates, p.Namespace+"/"+p.Name+": "+p.Reason)
 	}
 	if more := certs.Rejected - len(in.Live.RejectedCertificates); more > 0 {
 		in.Live.RejectedCertificates = append(in.Live.RejectedCertificates, fmt.Sprintf("and %d more", more))
 	}
-	in.Live.TrustBundle = count{s.TrustBundle.Converged, s.TrustBundle.Target}
+	in.Live.TrustBundle = count{Converged: s.TrustBundle.Converged, Target: s.TrustBundle.Target}
 
 	for _, p := range reading.Pods {
 		if !p.Meshed || !p.Alive {
@@ -232,6 +244,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 			in.Live.MeshedPods.Container++
 		}
 		if p.ControlPlane {
+			in.Live.ControlPlanePods++
 			continue
 		}
 		var problems []string
@@ -294,10 +307,11 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 			blocking = "none"
 		}
 		fmt.Fprintf(tw, "  Blocking:\t%s\n", blocking)
-		fmt.Fprintf(tw, "  Trust bundle:\t%s\n", convergenceLine(in.TrustBundle))
-		fmt.Fprintf(tw, "  Workload certificates:\t%s\n", convergenceLine(in.WorkloadCertificates))
+		fmt.Fprintf(tw, "  Trust bundle:\t%s\n", convergenceLine(in.TrustBundle, "injected pods"))
+		fmt.Fprintf(tw, "  Workload certificates:\t%s\n", convergenceLine(in.WorkloadCertificates, "meshed pods"))
 		fmt.Fprintf(tw, "  Active issuer:\t%s\n", orNone(steps.ShortFingerprint(in.ActiveIssuerFingerprint)))
 		fmt.Fprintf(tw, "  Previous anchor:\t%s\n", orNone(steps.ShortFingerprint(in.PreviousAnchorFingerprint)))
+		fmt.Fprintf(tw, "  Next rotation:\t%s\n", nextRotationLine(in.NextRotation, now))
 		if len(in.Conditions) == 0 {
 			fmt.Fprintf(tw, "  Conditions:\tnone\n")
 		}
@@ -318,10 +332,12 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 	}
 	fmt.Fprintf(tw, "\nObserved now\n")
 	layouts := in.Live.MeshedPods
-	fmt.Fprintf(tw, "  Meshed pods:\t%d (proxy as native sidecar: %d, as container: %d)\n",
-		layouts.NativeSidecar+layouts.Container, layouts.NativeSidecar, layouts.Container)
-	fmt.Fprintf(tw, "  Trust bundle:\t%d/%d pods on sha256 %s\n", in.Live.TrustBundle.Converged, in.Live.TrustBundle.Target, orNone(steps.ShortFingerprint(in.Live.TrustBundleSHA256)))
-	fmt.Fprintf(tw, "  Workload certificates:\t%d/%d pods on issuer %s\n", in.Live.WorkloadCertificates.Converged, in.Live.WorkloadCertificates.Target, orNone(steps.ShortFingerprint(in.Live.ActiveIssuer)))
+	meshed := layouts.NativeSidecar + layouts.Container
+	fmt.Fprintf(tw, "  Meshed pods:\t%d (%d injected by the proxy injector, %d control plane; proxy as native sidecar: %d, as container: %d)\n",
+		meshed, meshed-in.Live.ControlPlanePods, in.Live.ControlPlanePods, layouts.NativeSidecar, layouts.Container)
+	fmt.Fprintf(tw, "  Trust bundle:\t%d/%d injected pods on sha256 %s\n", in.Live.TrustBundle.Converged, in.Live.TrustBundle.Target, orNone(steps.ShortFingerprint(in.Live.TrustBundleSHA256)))
+	fmt.Fprintf(tw, "  Workload certificates:\t%d/%d meshed pods on issuer %s%s\n", in.Live.WorkloadCertificates.Converged, in.Live.WorkloadCertificates.Target,
+		orNone(steps.ShortFingerprint(in.Live.ActiveIssuer)), notProbedSuffix(in.Live.WorkloadCertificates.NotProbed))
 	for _, r := range in.Live.RejectedCertificates {
 		fmt.Fprintf(tw, "  Rejected certificate:\t%s\n", r)
 	}
@@ -382,13 +398,6 @@ func renderPods(w io.Writer, pods []podView, limit int) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Workload, strings.Join(p.Problems, "; "))
 	}
 	return tw.Flush()
-}
-
-func convergenceLine(c *v1alpha1.ConvergenceStatus) string {
-	if c == nil {
-		return "not reported yet"
-	}
-	return fmt.Sprintf("%d/%d pods converged (%s)", c.ConvergedPods, c.TargetPods, c.Status)
 }
 
 func orNone(s string) string {

@@ -169,6 +169,9 @@ type plan struct {
 	PreviousAnchor certView   `json:"previousAnchor"`
 	IdentityIssuer certView   `json:"identityIssuer"`
 	TrustBundle    bundleView `json:"trustBundle"`
+	// NextRotation is the deadline of the rotation after this one, from the anchor planned on.
+	NextRotation *v1alpha1.NextRotation `json:"nextRotation,omitempty"`
+	now          time.Time
 
 	Steps []planStep `json:"steps"`
 	// ManualActions are the user's, in order.
@@ -327,6 +330,8 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 
 	p.TrustAnchor = viewCert(s.Anchor)
 	p.TrustAnchor.Synthetic = assumeRenewed
+	s.Deadline = deadlineInputs(reading.Pods)
+	p.NextRotation, p.now = steps.NextRotationDeadline(s, tar.Spec, tar.Status.History), s.Now
 	p.PreviousAnchor = viewCert(s.Previous)
 	p.IdentityIssuer = viewCert(s.Issuer)
 	p.TrustBundle = bundleView{Ref: cfg.LinkerdNamespace + "/" + cfg.TrustRootsConfigMap, Found: s.Bundle.Found}
@@ -538,6 +543,9 @@ func renderPlanText(w io.Writer, p *plan) error {
 	cert("trust anchor", p.TrustAnchor)
 	cert("previous anchor", p.PreviousAnchor)
 	cert("identity issuer", p.IdentityIssuer)
+	if p.NextRotation != nil {
+		fmt.Fprintf(w, "  %-16s %s\n", "next rotation", nextRotationLine(p.NextRotation, p.now))
+	}
 	if p.TrustBundle.Found {
 		fps := make([]string, len(p.TrustBundle.Anchors))
 		for i, a := range p.TrustBundle.Anchors {

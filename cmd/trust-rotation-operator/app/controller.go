@@ -487,6 +487,8 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		c.lastWriteBegan = c.reconcileBegan
 	}
 	c.metrics.Observe(&status)
+	c.metrics.ObserveHistory(&status)
+	c.recordFinished(tar, tar.Status.History, status.History)
 	c.metrics.ObserveCertificates(s)
 	c.metrics.ObserveRemotes(status.RemoteClusters)
 	c.metrics.identityRestartedEarly.Set(float64(len(s.IdentityRestartedEarly(res.Checkpoint.Step))))
@@ -548,6 +550,7 @@ func (c *Controller) snapshot(now time.Time, step string, status *v1alpha1.Trust
 	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(s, step))
 	s.Certificates = c.certs.Certificates()
 	s.LoadLiveChainsOnDemand(c.certs.LiveChains)
+	observe.FillDeadline(s, c.index, c.certs)
 	return s, nil
 }
 

@@ -29,6 +29,7 @@ type Metrics struct {
 	remoteLastObserved     *prometheus.GaugeVec
 	identityRestartedEarly prometheus.Gauge
 	probes                 *prometheus.CounterVec
+	history                historyMetrics
 }
 
 // Causes of trust_rotation_reconciles_total: what made the operator observe the cluster.
@@ -115,6 +116,7 @@ func NewMetrics() *Metrics {
 		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.reconciles,
 		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly, m.probes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.history = newHistoryMetrics(m.Registry)
 	for _, p := range v1alpha1.Phases {
 		m.phase.WithLabelValues(string(p)).Set(0)
 	}

@@ -181,6 +181,31 @@ type TrustAnchorRotationSpec struct {
 	// +listMapKey=name
 	// +optional
 	RemoteClusters []RemoteCluster `json:"remoteClusters,omitempty"`
+
+	// ExpectedRotationDuration is how long a rotation is taken to last, from its start to its
+	// final restart, until the history holds a completed one: the operator then uses the
+	// longest completed rotation it recorded. It sets status.nextRotation's deadline. A Go
+	// duration, such as 72h.
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	ExpectedRotationDuration *metav1.Duration `json:"expectedRotationDuration,omitempty"`
+
+	// RotationDeadlineMargin is how long before the trust anchor expires a rotation must have
+	// finished: status.nextRotation's deadline keeps it free. A Go duration, such as 168h.
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	RotationDeadlineMargin *metav1.Duration `json:"rotationDeadlineMargin,omitempty"`
+
+	// HistoryLimit is how many rotations status.history keeps, the latest first.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=50
+	// +optional
+	HistoryLimit *int32 `json:"historyLimit,omitempty"`
 }
 
 // RemoteCluster is a linked cluster named in the spec: how to read its TrustAnchorRotation.
@@ -415,6 +440,21 @@ type TrustAnchorRotationStatus struct {
 	// interrupted act with the same idempotency token (a no-op when it had already happened).
 	// +optional
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+
+	// NextRotation is the latest moment the next rotation can start and still finish, its final
+	// restart included, before the current trust anchor expires, with what it is computed from.
+	// Absent while the trust anchor is unusable.
+	// +optional
+	NextRotation *NextRotation `json:"nextRotation,omitempty"`
+
+	// History holds the latest rotations, the latest first (at most spec.historyLimit): the one
+	// in progress, if any, then the finished ones. An entry is opened and closed in the same
+	// status write that moves the checkpoint, so an operator that stops anywhere neither loses
+	// nor repeats one.
+	// +kubebuilder:validation:MaxItems=50
+	// +listType=atomic
+	// +optional
+	History []RotationRecord `json:"history,omitempty"`
 }
 
 // ConvergenceStatus reports progress for a group of pods.
@@ -434,6 +474,12 @@ type ConvergenceStatus struct {
 	// +listType=atomic
 	// +optional
 	Anchors []string `json:"anchors,omitempty"`
+	// NotProbedPods is how many of the target pods that have not converged the operator has not
+	// probed yet (workload certificates only): pods just started, by a restart for instance,
+	// whose live certificate is still unread. They are neither converged nor behind.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	NotProbedPods int32 `json:"notProbedPods,omitempty"`
 }
 
 // RemoteClusterStatus is what the operator last observed of a linked cluster.
@@ -519,4 +565,102 @@ type TrustAnchorRotationList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TrustAnchorRotation `json:"items"`
+}
+
+// NextRotation is the deadline of the next rotation and what it is computed from:
+// deadline = anchorNotAfter - margin - rotationDuration (see the README's "Next-rotation
+// deadline").
+type NextRotation struct {
+	// Deadline is the latest moment the next rotation can start.
+	Deadline metav1.Time `json:"deadline"`
+	// AnchorNotAfter is when the current trust anchor expires.
+	AnchorNotAfter metav1.Time `json:"anchorNotAfter"`
+	// RotationDuration is how long the next rotation is taken to last: the longest of the
+	// expected duration and the least a rotation takes by the certificates' lifetimes.
+	// +kubebuilder:validation:Type=string
+	RotationDuration metav1.Duration `json:"rotationDuration"`
+	// Margin is spec.rotationDeadlineMargin, defaulted.
+	// +kubebuilder:validation:Type=string
+	Margin metav1.Duration `json:"margin"`
+	// Basis says where RotationDuration comes from, for people.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Basis string `json:"basis,omitempty"`
+}
+
+// RotationOutcome is how a recorded rotation ended.
+// +kubebuilder:validation:Enum=InProgress;Completed;Superseded
+type RotationOutcome string
+
+const (
+	// RotationInProgress: the rotation has not finished.
+	RotationInProgress RotationOutcome = "InProgress"
+	// RotationCompleted: the rotation went through its last step.
+	RotationCompleted RotationOutcome = "Completed"
+	// RotationSuperseded: the trust anchor was renewed again before the rotation finished; a new
+	// rotation, towards the newer anchor, took over.
+	RotationSuperseded RotationOutcome = "Superseded"
+)
+
+// RestartActor says who restarted pods during a rotation.
+// +kubebuilder:validation:Enum=Operator;User
+type RestartActor string
+
+const (
+	RestartedByOperator RestartActor = "Operator"
+	RestartedByUser     RestartActor = "User"
+)
+
+// RotationRecord is one rotation of status.history.
+type RotationRecord struct {
+	// Rotation is the rotation's id: the fingerprint of the trust anchor it rotated to.
+	// +kubebuilder:validation:MaxLength=64
+	Rotation string `json:"rotation"`
+	// From is the fingerprint of the trust anchor it rotated from, when known.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	From string `json:"from,omitempty"`
+	// StartTime is when the rotation started (status.checkpoint.startTime).
+	StartTime metav1.Time `json:"startTime"`
+	// FinishTime is when it finished; absent while in progress.
+	// +optional
+	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+	// Outcome is how it ended, or InProgress.
+	Outcome RotationOutcome `json:"outcome"`
+	// Phases are the phases it went through, in order, with how long it spent in each: they add
+	// up to finishTime - startTime. The last one is still open while in progress.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Phases []PhaseDuration `json:"phases,omitempty"`
+	// Restarts are the restarts the rotation waited on, by step, and who did them.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Restarts []RestartRecord `json:"restarts,omitempty"`
+	// Faults are the reasons of what went wrong on the way (BundleDrifted, RotationSuperseded,
+	// IssuerRotatedBeforeTrustBundleConverged, IdentityRestartedBeforeDataPlaneConverged, ...),
+	// each once, in the order first seen.
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +optional
+	Faults []string `json:"faults,omitempty"`
+}
+
+// PhaseDuration is the time a rotation spent in one phase, one visit.
+type PhaseDuration struct {
+	Phase Phase `json:"phase"`
+	// +kubebuilder:validation:Type=string
+	Duration metav1.Duration `json:"duration"`
+}
+
+// RestartRecord is a step's restarts: by the operator (its acts, counted once per idempotency
+// token) or by the user (the step waited on a restart the user made).
+type RestartRecord struct {
+	// +kubebuilder:validation:MaxLength=63
+	Step string       `json:"step"`
+	By   RestartActor `json:"by"`
+	// Acts counts the operator's restart acts at the step; 0 for the user's.
+	// +optional
+	Acts int32 `json:"acts,omitempty"`
 }

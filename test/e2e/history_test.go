@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/charts"
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// TestRotationHistory rotates the anchor as the user guide's user does and reads what the
+// operator recorded: status.history holds the rotation, from the old anchor to the new one,
+// with phase visits whose durations add up to its wall time, the user's restarts and the
+// operator's; a RotationRecorded Event says so; and status.nextRotation, with its metric, moved
+// with the renewed anchor's expiry, now computed from the measured rotation.
+func TestRotationHistory(t *testing.T) {
+	c := cluster.Shared(t)
+	cluster.DumpLogsOnFailure(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 2, Replicas: 1},
+		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel) })
+
+	oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+	before, err := WaitRotation(ctx, e.TARs, rotationName, time.Minute, "a next-rotation deadline",
+		func(tar *v1alpha1.TrustAnchorRotation) bool { return tar.Status.NextRotation != nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.checkDeadline(before.Status.NextRotation, oldAnchor)
+	recorded := len(before.Status.History)
+	started := time.Now()
+
+	rotateInOrder(e, issuerWhenAsked)
+	if t.Failed() {
+		return
+	}
+	newAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+	tar, err := e.TARs.Get(ctx, rotationName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := tar.Status
+	if len(st.History) != recorded+1 {
+		t.Fatalf("history holds %d entries, want %d: %+v", len(st.History), recorded+1, st.History)
+	}
+	r := st.History[0]
+	if r.Outcome != v1alpha1.RotationCompleted || r.FinishTime == nil {
+		t.Fatalf("latest entry %+v, want a completed rotation", r)
+	}
+	if r.Rotation != steps.Fingerprint(newAnchor) || r.From != steps.Fingerprint(oldAnchor) {
+		t.Errorf("entry rotates %s -> %s, want %s -> %s", r.From, r.Rotation, steps.Fingerprint(oldAnchor), steps.Fingerprint(newAnchor))
+	}
+	if r.StartTime.Time.Before(started.Truncate(time.Second)) || r.FinishTime.Time.After(time.Now()) {
+		t.Errorf("entry from %s to %s, not within the test's rotation (from %s)", r.StartTime, r.FinishTime, started)
+	}
+	// The phase visits add up to the wall time: both are whole seconds (metav1.Time).
+	var sum time.Duration
+	var phases []string
+	for _, p := range r.Phases {
+		sum += p.Duration.Duration
+		phases = append(phases, fmt.Sprintf("%s %s", p.Phase, p.Duration.Duration))
+	}
+	if wall := r.FinishTime.Sub(r.StartTime.Time); sum != wall || wall <= 0 {
+		t.Errorf("phase durations add up to %s, wall time %s: %v", sum, wall, phases)
+	}
+	for _, want := range []v1alpha1.Phase{v1alpha1.PhasePropagatingTrustRoots, v1alpha1.PhaseWaitingForIdentityRotation,
+		v1alpha1.PhaseRenewingWorkloadCerts, v1alpha1.PhaseRemovingOldTrustRoots} {
+		if !strings.Contains(strings.Join(phases, ","), string(want)) {
+			t.Errorf("phases %v lack %s", phases, want)
+		}
+	}
+	// The user restarted the workloads (manual restarts); the operator restarted the control plane.
+	by := map[v1alpha1.RestartActor][]string{}
+	for _, rr := range r.Restarts {
+		by[rr.By] = append(by[rr.By], rr.Step)
+	}
+	if !contains(by[v1alpha1.RestartedByUser], steps.StepPropagateTrustRoots) || !contains(by[v1alpha1.RestartedByOperator], steps.StepRestartIdentity) {
+		t.Errorf("restarts %+v: want propagate-trust-roots by the user and restart-identity by the operator", r.Restarts)
+	}
+	e.checkEvent(started, ReasonRotationRecorded, "rotation to trust anchor "+steps.ShortFingerprint(r.Rotation)+" completed")
+
+	// The deadline moved with the renewed anchor, and now reads the measured rotation.
+	after := st.NextRotation
+	if after == nil {
+		t.Fatal("no next-rotation deadline after the rotation")
+	}
+	if !after.Deadline.After(before.Status.NextRotation.Deadline.Time) {
+		t.Errorf("deadline %s did not move past %s with the renewed anchor", after.Deadline, before.Status.NextRotation.Deadline)
+	}
+	e.checkDeadline(after, newAnchor)
+	if !strings.Contains(after.Basis, "longest completed rotation") {
+		t.Errorf("basis %q does not read the measured rotation", after.Basis)
+	}
+}
+
+// ReasonRotationRecorded is the operator's Event reason for a rotation the history closed.
+const ReasonRotationRecorded = "RotationRecorded"
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// checkDeadline checks a status.nextRotation against the anchor it must be computed from, and
+// the operator's metric against it.
+func (e *Env) checkDeadline(n *v1alpha1.NextRotation, anchor *x509.Certificate) {
+	e.T.Helper()
+	if !n.AnchorNotAfter.Time.Equal(anchor.NotAfter.Truncate(time.Second)) {
+		e.T.Errorf("nextRotation.anchorNotAfter %s, want the anchor's NotAfter %s", n.AnchorNotAfter, anchor.NotAfter)
+	}
+	if want := n.AnchorNotAfter.Add(-n.Margin.Duration - n.RotationDuration.Duration); !n.Deadline.Time.Equal(want) {
+		e.T.Errorf("nextRotation.deadline %s, want anchorNotAfter - margin - rotationDuration = %s", n.Deadline, want)
+	}
+	if n.Margin.Duration != steps.DefaultRotationDeadlineMargin || n.RotationDuration.Duration < steps.DefaultWorkloadCertificateLifetime {
+		e.T.Errorf("margin %s, rotation duration %s: want the default margin and at least a workload certificate lifetime", n.Margin.Duration, n.RotationDuration.Duration)
+	}
+	const metric = "trust_rotation_next_rotation_deadline_timestamp_seconds"
+	var got float64
+	// The operator sets its gauges right after its status write: poll until they agree.
+	err := wait.PollUntilContextTimeout(e.Ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		v, ok := e.metricValue(metric)
+		got = v
+		return ok && int64(v) == n.Deadline.Unix(), nil
+	})
+	if err != nil {
+		e.T.Errorf("%s = %v, want %d", metric, got, n.Deadline.Unix())
+	}
+}
+
+// checkEvent fails unless the operator recorded an Event of the reason, whose message holds
+// text, since the time.
+func (e *Env) checkEvent(since time.Time, reason, text string) {
+	e.T.Helper()
+	evs, err := e.Cluster.Kube().CoreV1().Events("default").List(e.Ctx, metav1.ListOptions{})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	var seen []string
+	for _, ev := range evs.Items {
+		if ev.Reason == reason && ev.InvolvedObject.Kind == "TrustAnchorRotation" && !ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
+			if strings.Contains(ev.Message, text) {
+				return
+			}
+			seen = append(seen, ev.Message)
+		}
+	}
+	e.T.Errorf("no %s Event with %q since %s (seen: %q)", reason, text, since, seen)
+}
+
+// metricValue reads a metric line's value from the operator's metrics.
+func (e *Env) metricValue(name string) (float64, bool) {
+	e.T.Helper()
+	text, err := e.Operator.Metrics(e.Ctx)
+	if err != nil {
+		e.T.Fatalf("reading metrics: %v", err)
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
