@@ -123,6 +123,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 		})
 	}
 	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
+	projectHolds(&st, &prev, spec, generation, s, res, now)
 	return st
 }
 
