@@ -51,6 +51,7 @@ func armSuspend(run *soakRun) {
 		if last, _ := e2e.WaitRotation(ctx, e.TARs, rotationName, suspendHold, "an act held", held); last != nil {
 			tar = last
 		}
+		t.Logf("suspended: %s", tar.Status.BlockingMessage)
 		if cp := tar.Status.Checkpoint; first != nil && cp != nil && cp.Step == first.Step && cp.Acts > first.Acts {
 			t.Errorf("suspended at step %s, the operator acted: %d acts, %d when the suspension was reported", cp.Step, cp.Acts, first.Acts)
 		}
