@@ -84,6 +84,21 @@ func TestRefusedRestartInStatus(t *testing.T) {
 		}
 	}
 
+	// A failure that lasts longer than spec.stalledAfter is Stalled, with the apiserver's reason:
+	// what kubectl wait --for=condition=Stalled and Argo CD's health check read.
+	if err := e.patchSpec(ctx, `{"spec":{"stalledAfter":{"default":"5s"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	tar, err = WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "Stalled on the refused act",
+		func(tar *v1alpha1.TrustAnchorRotation) bool {
+			c := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionStalled)
+			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == "Forbidden"
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stalled: %s", meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionStalled).Message)
+
 	// The right given back: the next act succeeds, the failure clears, the rotation completes.
 	setPatchVerb(t, e, role, true)
 	restored = true
