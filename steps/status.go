@@ -125,6 +125,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
 	TrackHistory(&st, prev.Checkpoint, spec, s, nil, res.Passed, now)
 	st.NextRotation = NextRotationDeadline(s, spec, st.History)
+	projectHolds(&st, &prev, spec, generation, s, res, now)
 	return st
 }
 

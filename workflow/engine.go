@@ -58,6 +58,12 @@ type Result struct {
 	// Jumped is the jump this call made, nil when none: Checkpoint is then at its To, saved,
 	// and Decision is the jumping step's. Read a fresh state and advance again.
 	Jumped *JumpRecord
+	// Held is true when the workflow is Suspended and the step at Checkpoint decided to act or
+	// to jump (Decision): nothing was saved and nothing ran.
+	Held bool
+	// ActErr is the error of the act that ran and failed, nil when none did: Checkpoint is the
+	// one saved before it. Advance returns it too, wrapped with the step's name.
+	ActErr error
 }
 
 // ErrUnknownStep is returned when a checkpoint names a step the workflow does not have, for
@@ -129,7 +135,10 @@ func (w *Workflow[S]) position(cp Checkpoint) (int, error) {
 // save, its Jump set; the call then stops, as after
 // an act: what the jump saved may change the state the steps observe (the caller reads a fresh
 // one), and the step jumped to must observe it before anything acts. Errors carry the step name.
-func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save SaveFunc, newToken func() string) (Result, error) {
+//
+// Suspended (an Option) holds the act or the jump: the call stops at that step, saving nothing.
+func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save SaveFunc, newToken func() string, opts ...Option) (Result, error) {
+	o := advanceOptions(opts)
 	i, err := w.position(cp)
 	if err != nil {
 		return Result{Checkpoint: cp}, err
@@ -142,6 +151,10 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 		st := w.steps[i]
 		d := st.Observe(state, cp.Token)
 		res.Checkpoint, res.Phase, res.Decision = cp, st.Phase, d
+		if o.suspended && (d.Outcome == Act || d.Outcome == Jump) {
+			res.Held = true
+			return res, nil
+		}
 		switch d.Outcome {
 		case Done:
 			res.Passed = append(res.Passed, st.Name)
@@ -171,6 +184,7 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 			}
 			res.Checkpoint = cp
 			if err := st.Act(ctx, state, cp.Token); err != nil {
+				res.ActErr = err
 				return res, fmt.Errorf("step %s: %w", st.Name, err)
 			}
 			res.Acted = true

@@ -494,7 +494,7 @@ func (e *Env) resetSpec(ctx context.Context) error {
 	return e.patchSpec(ctx, `{"spec":{"workloadCertificateRefreshInterval":"5m","identityIssuerRenewal":"Manual",`+
 		`"stalledAfter":{"default":"1h","identityIssuerRenewal":"24h"},`+
 		`"dataPlaneRestart":{"policy":"Manual","method":"RolloutRestart","maxConcurrent":5,"maxConcurrentPerNamespace":1,`+
-		`"namespaceSelector":null,"workloadSelector":null,"maintenanceWindows":null}}}`)
+		`"namespaceSelector":null,"workloadSelector":null,"maintenanceWindows":null},"suspend":null}}`)
 }
 
 // patchSpec merge-patches the TrustAnchorRotation, as kubectl patch --type=merge does.

@@ -164,6 +164,8 @@ type plan struct {
 	Step                string   `json:"step"`
 	AssumeAnchorRenewed bool     `json:"assumeAnchorRenewed,omitempty"`
 	Notes               []string `json:"notes,omitempty"`
+	// Suspended is the TrustAnchorRotation's spec.suspend: the operator acts on nothing.
+	Suspended bool `json:"suspended,omitempty"`
 
 	TrustAnchor    certView   `json:"trustAnchor"`
 	PreviousAnchor certView   `json:"previousAnchor"`
@@ -257,6 +259,10 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	switch {
 	case err == nil:
 		cp = steps.WorkflowCheckpoint(tar.Status.Checkpoint)
+		if note, on := suspendedNote(tar); on {
+			p.Suspended = true
+			p.Notes = append(p.Notes, note)
+		}
 	case apierrors.IsNotFound(err):
 		tar = &v1alpha1.TrustAnchorRotation{} // the operator creates it with the defaults
 		p.Notes = append(p.Notes, fmt.Sprintf("TrustAnchorRotation %s not found (is the operator installed?): planning from the first step", kf.RotationName))

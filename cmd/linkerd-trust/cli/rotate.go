@@ -22,6 +22,9 @@ func rotateCommand(env *Env) *command {
 	o.kube = addKubeFlags(fs)
 	fs.StringVar(&o.rootIssuer, "trust-root-issuer", "linkerd-trust-root-issuer", "cert-manager Issuer (in the cert-manager namespace) that signs the trust anchor")
 	fs.StringVar(&o.identityClusterIssuer, "identity-cluster-issuer", "linkerd-identity-issuer", "cert-manager ClusterIssuer that signs the identity issuer")
+	var suspend, resume bool
+	fs.BoolVar(&suspend, "suspend", false, "set the TrustAnchorRotation's spec.suspend: the operator acts on nothing until resumed (no renewal, no check)")
+	fs.BoolVar(&resume, "resume", false, "clear the TrustAnchorRotation's spec.suspend: the operator acts again (no renewal, no check)")
 	c := &command{
 		name:  "rotate",
 		short: "Start a trust-anchor rotation by renewing the anchor, when it is safe to",
@@ -37,12 +40,21 @@ reported and left alone.
 
 The operator chart runs it on a schedule (value rotationSchedule): with
 spec.dataPlaneRestart.policy and spec.identityIssuerRenewal Automatic, a scheduled rotation then
-needs nobody.`,
+needs nobody.
+
+--suspend sets the TrustAnchorRotation's spec.suspend, for an incident or a change freeze: the
+operator keeps observing and reporting (condition Suspended, and "plan" shows what it would do
+next) and acts on nothing, wherever the rotation stands; --resume clears it. Neither renews the
+anchor. A suspended rotation is not rotated: resume it first.`,
 		example: `  # Rotate now, if it is safe to
   linkerd trust rotate
 
   # Then follow the rotation
-  linkerd trust inspect --watch`,
+  linkerd trust inspect --watch
+
+  # Hold the operator's acts during an incident, then let it go on
+  linkerd trust rotate --suspend
+  linkerd trust rotate --resume`,
 		flags: fs,
 	}
 	c.run = func(ctx context.Context, args []string) error {
@@ -51,6 +63,16 @@ needs nobody.`,
 		}
 		if err := o.kube.validate(); err != nil {
 			return err
+		}
+		if suspend && resume {
+			return usagef("--suspend and --resume are exclusive")
+		}
+		if suspend || resume {
+			cl, err := env.clients(o.kube)
+			if err != nil {
+				return err
+			}
+			return setSuspend(ctx, env, cl, o.kube.RotationName, suspend)
 		}
 		o.anchorCertificate, o.identityIssuerCert = o.kube.Config.AnchorCertificate, o.kube.Config.IssuerCertificate
 		o.certManagerSelector = CertManagerControllerSelector
@@ -94,6 +116,9 @@ func (c *checks) rotationSynced(ctx context.Context) error {
 	st := tar.Status
 	if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionIgnored); cond != nil && cond.Status == metav1.ConditionTrue {
 		return fmt.Errorf("TrustAnchorRotation %s is not driven by the operator: %s", tar.Name, cond.Message)
+	}
+	if tar.Spec.Suspend {
+		return fmt.Errorf("TrustAnchorRotation %s is suspended (spec.suspend): resume it first with %s rotate --resume", tar.Name, binary)
 	}
 	step := ""
 	if st.Checkpoint != nil {

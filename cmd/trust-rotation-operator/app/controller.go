@@ -411,12 +411,15 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	c.remotes.sync(tar.Spec.RemoteClusters)
 	s.Remotes, s.RemoteStaleAfter = c.remotes.snapshot(), c.opts.RemoteStaleAfter
 	c.auto.fill(ctx, s, tar, cp.Step, c.index)
-	if done, err := c.repair(ctx, tar, s); done || err != nil {
-		return time.Time{}, err // a repair's write comes back as a change
-	}
-	drifted, err := c.repairBundle(ctx, tar, s, cp)
-	if err != nil {
-		return time.Time{}, err
+	// Suspended, the repairs hold too: they write outside the status.
+	drifted := false
+	if !tar.Spec.Suspend {
+		if done, err := c.repair(ctx, tar, s); done || err != nil {
+			return time.Time{}, err // a repair's write comes back as a change
+		}
+		if drifted, err = c.repairBundle(ctx, tar, s, cp); err != nil {
+			return time.Time{}, err
+		}
 	}
 
 	base := tar
@@ -436,7 +439,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		}
 		return nil
 	}
-	res, advErr := c.wf.Advance(ctx, cp, s, save, func() string { return steps.NewActStamp(now) })
+	res, advErr := c.wf.Advance(ctx, cp, s, save, func() string { return steps.NewActStamp(now) }, workflow.Suspended(tar.Spec.Suspend))
 
 	for _, name := range res.Passed {
 		log.V(2).Info("Step done", "step", name)
@@ -463,7 +466,9 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		if res.Decision.Outcome == workflow.Act {
 			c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonActFailed, "%v", advErr)
 		}
-		// Publish nothing else: a failed act leaves the status as the checkpoint left it.
+		if res.ActErr != nil {
+			c.publishActFailure(ctx, tar, base, s, res, now)
+		}
 		return time.Time{}, advErr
 	}
 
@@ -501,6 +506,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		log.Info("Identity restarted early", "message", early)
 	}
 	c.lastIdentityEarly = early
+	c.suspendEvents(tar, &base.Status, &status)
 	if status.Phase != base.Status.Phase {
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "%s -> %s", orSynced(base.Status.Phase), status.Phase)
 		log.Info("Phase changed", "from", orSynced(base.Status.Phase), "to", status.Phase, "message", status.BlockingMessage)

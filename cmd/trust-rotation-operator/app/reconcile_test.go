@@ -404,8 +404,22 @@ func TestReconcileFailedAct(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "step "+steps.StepExpandTrustBundle) {
 		t.Fatalf("reconcile: %v, want the act's error", err)
 	}
-	if len(b.tars.writes) != 1 || b.tars.writes[0].Status.Phase != "" {
-		t.Errorf("status writes %d, the last at phase %q: want the checkpoint alone", len(b.tars.writes), b.tars.writes[len(b.tars.writes)-1].Status.Phase)
+	// The checkpoint saved before the act, then the failure, published at once.
+	if len(b.tars.writes) != 2 || b.tars.writes[0].Status.Phase != "" {
+		t.Fatalf("status writes %d: want the checkpoint, then the failure", len(b.tars.writes))
+	}
+	st := b.tars.writes[1].Status
+	if f := st.ActFailure; f == nil || f.Step != steps.StepExpandTrustBundle || f.Reason != "ServiceUnavailable" {
+		t.Errorf("actFailure %+v, want step %s, reason ServiceUnavailable", st.ActFailure, steps.StepExpandTrustBundle)
+	}
+	if !strings.Contains(st.BlockingMessage, "step "+steps.StepExpandTrustBundle) || !strings.Contains(st.BlockingMessage, "applying ConfigMap") {
+		t.Errorf("blocking message %q names neither the step nor the write", st.BlockingMessage)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionActFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "ServiceUnavailable" {
+		t.Errorf("ActFailed %+v", c)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonActFailed {
+		t.Errorf("Ready %+v, want False with reason ActFailed", c)
 	}
 	if events := b.drainEvents(); !hasEvent(events, "Warning "+ReasonActFailed) || hasEvent(events, "Normal "+ReasonStepActed) {
 		t.Errorf("events %v, want ActFailed alone", events)

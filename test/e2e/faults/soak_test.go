@@ -41,6 +41,7 @@ var soakFaults = []soakFault{
 	{"issuer-renewed-again", armIssuerRenewedAgain},
 	{"identity-restarted-early", armIdentityRestartedEarly},
 	{"three-replicas", armThreeReplicas},
+	{"suspend", armSuspend},
 }
 
 // soakRun is one soak rotation: what its fault set up, and whether the fault fired.

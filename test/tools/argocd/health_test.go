@@ -100,6 +100,47 @@ func rotation(phase, step, waitReason, blocking string, stalled bool) map[string
 	}
 }
 
+// refused is the error of a workload patch the operator's RBAC does not allow.
+const refused = `patching Deployment app-0/app-0: deployments.apps "app-0" is forbidden: User "system:serviceaccount:linkerd:trust-rotation-operator" cannot patch resource "deployments" in API group "apps" in the namespace "app-0"`
+
+// actFailed is the status of a rotation whose act at propagate-trust-roots was refused, as the
+// operator writes it: ActFailed, Ready and Reconciling with reason ActFailed, and Stalled once
+// the failure lasts longer than the threshold.
+func actFailed(stalled bool) map[string]any {
+	failed := "step propagate-trust-roots: the operator's write failed (Forbidden): " + refused
+	blocking := failed + "; retrying"
+	stalledCond := cond("Stalled", "False", "NotStalled", "acts of step propagate-trust-roots failing since 2026-06-01T12:00:00Z; stalled after 1h")
+	if stalled {
+		stalledCond = cond("Stalled", "True", "Forbidden", "acts of step propagate-trust-roots failing since 2026-06-01T12:00:00Z, longer than 1h: "+refused)
+	}
+	return map[string]any{
+		"phase": "PropagatingTrustRoots", "blockingMessage": blocking, "observedGeneration": int64(2),
+		"checkpoint": map[string]any{"step": "propagate-trust-roots", "rotation": "ab12"},
+		"actFailure": map[string]any{"step": "propagate-trust-roots", "reason": "Forbidden", "message": refused, "since": "2026-06-01T12:00:00Z"},
+		"conditions": []any{
+			cond("Ready", "False", "ActFailed", blocking),
+			cond("Reconciling", "True", "ActFailed", blocking),
+			stalledCond,
+			cond("ActFailed", "True", "Forbidden", failed),
+		},
+	}
+}
+
+// suspended is the status of a rotation held by spec.suspend before an act.
+func suspended() map[string]any {
+	msg := "suspended (spec.suspend): the operator acts on nothing; next: step propagate-trust-roots would act (RestartingWorkloads): restarting 2 workload(s)"
+	return map[string]any{
+		"phase": "PropagatingTrustRoots", "blockingMessage": msg, "observedGeneration": int64(2),
+		"checkpoint": map[string]any{"step": "propagate-trust-roots", "rotation": "ab12"},
+		"conditions": []any{
+			cond("Ready", "False", "Suspended", msg),
+			cond("Reconciling", "True", "PropagatingTrustRoots", msg),
+			cond("Stalled", "False", "Suspended", "suspended: a rotation held by spec.suspend is not stalled"),
+			cond("Suspended", "True", "Suspended", msg),
+		},
+	}
+}
+
 func TestTrustAnchorRotationHealth(t *testing.T) {
 	overrides := resourceOverrides(t)
 	override, ok := overrides["trust.linkerd.io/TrustAnchorRotation"]
@@ -151,6 +192,12 @@ func TestTrustAnchorRotationHealth(t *testing.T) {
 				cond("Stalled", "True", "TrustAnchorUnavailable", "blocked in phase Synced since 2026-06-01T12:00:00Z, longer than 1h: trust anchor Secret cert-manager/linkerd-trust-anchor not found"),
 			},
 		}, health.HealthStatusDegraded, "TrustAnchorUnavailable: blocked in phase Synced"},
+		"an act refused, within the threshold": {actFailed(false), health.HealthStatusProgressing,
+			"ActFailed: step propagate-trust-roots: the operator's write failed (Forbidden): patching Deployment app-0/app-0"},
+		"an act refused for longer than the threshold": {actFailed(true), health.HealthStatusDegraded,
+			"Forbidden: acts of step propagate-trust-roots failing since 2026-06-01T12:00:00Z, longer than 1h: patching Deployment app-0/app-0"},
+		"suspended mid-rotation": {suspended(), health.HealthStatusSuspended,
+			"suspended (spec.suspend): the operator acts on nothing; next: step propagate-trust-roots would act"},
 		"a TrustAnchorRotation the operator ignores": {map[string]any{
 			"conditions": []any{cond("Ignored", "True", "NotDrivenByOperator", `the trust-rotation operator drives only TrustAnchorRotation "cluster" (its --rotation-name); this object is ignored`)},
 		}, health.HealthStatusDegraded, `drives only TrustAnchorRotation "cluster"`},

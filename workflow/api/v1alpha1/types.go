@@ -206,6 +206,13 @@ type TrustAnchorRotationSpec struct {
 	// +kubebuilder:validation:Maximum=50
 	// +optional
 	HistoryLimit *int32 `json:"historyLimit,omitempty"`
+	// Suspend stops every act of the operator while true — no write to the cluster but this
+	// object's status — as Flux's suspend and a CronJob's do, for an incident or a change
+	// freeze. The operator keeps observing, probing and reporting: condition Suspended=True and
+	// the blocking message say what it would do next. `linkerd trust rotate --suspend` and
+	// `--resume` set it.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // RemoteCluster is a linked cluster named in the spec: how to read its TrustAnchorRotation.
@@ -455,6 +462,10 @@ type TrustAnchorRotationStatus struct {
 	// +listType=atomic
 	// +optional
 	History []RotationRecord `json:"history,omitempty"`
+	// ActFailure is the operator's last failed act, as long as it stands: cleared by the next
+	// act that succeeds and when the workflow leaves the step. Condition ActFailed says the same.
+	// +optional
+	ActFailure *ActFailure `json:"actFailure,omitempty"`
 }
 
 // ConvergenceStatus reports progress for a group of pods.
@@ -663,4 +674,43 @@ type RestartRecord struct {
 	// Acts counts the operator's restart acts at the step; 0 for the user's.
 	// +optional
 	Acts int32 `json:"acts,omitempty"`
+}
+
+// Condition types and reasons of act failures (status.actFailure) and of spec.suspend.
+const (
+	// ConditionActFailed is True while the last act of the workflow's current step failed: a
+	// write the operator made was refused (RBAC, an admission webhook or policy, a conflict).
+	// The reason is the apiserver's (Forbidden, Invalid, Conflict, ...; ActError when the error
+	// carries none), the message names the step, the write, the object and the error. It is
+	// False once an act of the step succeeds or the workflow leaves the step. A failure that
+	// lasts longer than spec.stalledAfter also makes Stalled True.
+	ConditionActFailed = "ActFailed"
+	// ReasonActFailed is Ready's and Reconciling's reason while ActFailed is True.
+	ReasonActFailed = "ActFailed"
+	// ReasonActError is ActFailed's reason for an error that carries no apiserver reason.
+	ReasonActError = "ActError"
+	// ReasonActSucceeded: ActFailed=False after an act of the failed step succeeded.
+	ReasonActSucceeded = "ActSucceeded"
+	// ReasonStepLeft: ActFailed=False after the workflow left the step whose act failed.
+	ReasonStepLeft = "StepLeft"
+
+	// ConditionSuspended is True while spec.suspend holds every act; the message says what the
+	// operator would do next. False (reason Resumed) once spec.suspend is cleared.
+	ConditionSuspended = "Suspended"
+	ReasonSuspended    = "Suspended"
+	ReasonResumed      = "Resumed"
+)
+
+// ActFailure is an act of the operator that failed: which step, the apiserver's reason and
+// error, and since when the step's acts have failed in a row.
+type ActFailure struct {
+	// Step is the workflow step whose act failed.
+	Step string `json:"step"`
+	// Reason is the apiserver's reason for the error (Forbidden, Invalid, Conflict, ...), or
+	// ActError when the error carries none.
+	Reason string `json:"reason"`
+	// Message is the error: the write, the object and what the apiserver said.
+	Message string `json:"message"`
+	// Since is when the step's acts began to fail, without an act succeeding since.
+	Since metav1.Time `json:"since"`
 }

@@ -1,0 +1,21 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// SetSuspend sets the named TrustAnchorRotation's spec.suspend with a merge patch, which
+// changes that field alone whatever else the spec holds or whoever manages it.
+func (c *Client) SetSuspend(ctx context.Context, name string, suspend bool, fieldManager string) (*v1alpha1.TrustAnchorRotation, error) {
+	out := &v1alpha1.TrustAnchorRotation{}
+	err := c.rest.Patch(types.MergePatchType).Resource(v1alpha1.Resource).Name(name).
+		VersionedParams(&metav1.PatchOptions{FieldManager: fieldManager}, parameterCodec).
+		Body([]byte(fmt.Sprintf(`{"spec":{"suspend":%t}}`, suspend))).Do(ctx).Into(out)
+	return out, err
+}
