@@ -27,7 +27,7 @@ func rotateCommand(env *Env) *command {
 	fs.BoolVar(&resume, "resume", false, "clear the TrustAnchorRotation's spec.suspend: the operator acts again (no renewal, no check)")
 	c := &command{
 		name:  "rotate",
-		short: "Start a trust-anchor rotation by renewing the anchor, when it is safe to",
+		short: "Start a trust-anchor rotation by renewing the anchor, once the checks say it is safe",
 		long: `Start a trust-anchor rotation: renew the trust anchor's cert-manager Certificate exactly as
 "cmctl renew" does (condition Issuing=True, reason ManuallyTriggered), for the trust-rotation
 operator to carry the rotation through.
