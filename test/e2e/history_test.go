@@ -28,7 +28,9 @@ func TestRotationHistory(t *testing.T) {
 	cluster.DumpLogsOnFailure(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 2, Replicas: 1},
+	// The shape of the tests before it on the shared cluster: NewEnv leaves the workloads of a
+	// larger shape in place, and this rotation restarts only its own.
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1},
 		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel) })
 
 	oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
