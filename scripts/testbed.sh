@@ -62,7 +62,7 @@ up() {
     sleep 0.5
   done
   sed -n '/^Test bed ready/,$p' "$log"
-  # The README's "Installing on a cluster" commands, as written, in the playground: helm is Helm 3
+  # The README's "Install" commands, as written, in the playground: helm is Helm 3
   # from the tools cache, linkerd-trust the CLI of this checkout, both in bin/.
   if [ -x "${TRUST_ROTATION_TOOLS_BIN:-}/helm3" ]; then
     ln -sf "$TRUST_ROTATION_TOOLS_BIN/helm3" "$root/bin/helm"

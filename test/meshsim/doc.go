@@ -23,8 +23,8 @@
 // from its ConfigMap and Secret managers as the pod starts, so every container of a pod starts
 // on the same version — the identity container's roots and its own proxy's alike — and the
 // simulator takes it to be the one the apiserver holds then (a real kubelet serves it from its
-// own watch, which can lag just after an apiserver outage: the README's Multicluster section
-// says what that leaves open). The informers drive only what happens while a pod runs (a
+// own watch, which can lag just after an apiserver outage: docs/contributing.md, on the
+// multicluster tests, says what that leaves open). The informers drive only what happens while a pod runs (a
 // volume refresh, an issuer reload).
 //
 // The proxy's layout follows the Linkerd release it stands for:

@@ -50,7 +50,7 @@ rules:
   - level: None
 `
 
-// multiclusterChartSet turns linked clusters on (see the README's Multicluster section).
+// multiclusterChartSet turns linked clusters on (see docs/multicluster.md).
 var multiclusterChartSet = []string{"multicluster.enabled=true", "multicluster.remoteAccess.enabled=true"}
 
 // side is one cluster of the demo.

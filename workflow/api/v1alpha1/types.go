@@ -579,8 +579,8 @@ type TrustAnchorRotationList struct {
 }
 
 // NextRotation is the deadline of the next rotation and what it is computed from:
-// deadline = anchorNotAfter - margin - rotationDuration (see the README's "Next-rotation
-// deadline").
+// deadline = anchorNotAfter - margin - rotationDuration (see "Next-rotation
+// deadline" in docs/reference.md).
 type NextRotation struct {
 	// Deadline is the latest moment the next rotation can start.
 	Deadline metav1.Time `json:"deadline"`
