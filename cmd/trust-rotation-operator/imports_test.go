@@ -9,7 +9,7 @@ import (
 // The operator builds its clients from package kube alone: each of these packages registers or
 // parses every API group at start (client-go's Clientset and informers, its apply
 // configurations and discovery, cert-manager's Clientset), which was about 7.5 MiB of the operator's
-// resident memory before it read an object (docs/performance.md). A new import of one of them,
+// resident memory before it read an object (docs/performance-log.md). A new import of one of them,
 // however indirect, fails here.
 func TestOperatorImportsNoGeneratedClientset(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()

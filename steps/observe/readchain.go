@@ -79,7 +79,7 @@ func ReadChain(ctx context.Context, dial DialFunc, addr, identity string, timeou
 //     crypto.rs): P-256 is in both, and allowed under GODEBUG=fips140=only. crypto/tls orders the
 //     groups it offers itself, the post-quantum hybrid and X25519 first, and sends its key shares
 //     for the first of them: a probe keeps no secret, and X25519 costs 1.6 times a P-256 share
-//     with Go's assembly, the hybrid far more (docs/performance.md).
+//     with Go's assembly, the hybrid far more (docs/performance-log.md).
 //   - The cipher suites crypto/tls offers for TLS 1.3, which cannot be configured: AES-128-GCM,
 //     AES-256-GCM and ChaCha20-Poly1305, only the AES-GCM ones under fips140=only. The proxy
 //     accepts all three, and both AES-GCM suites in its FIPS build (TLS_SUPPORTED_CIPHERSUITES).

@@ -30,7 +30,7 @@ import (
 // read (the application's and the proxy's containers with their dozens of env vars, volumes,
 // managed fields), and decoding all of it into a corev1.Pod, only for the informer's transform
 // to keep a few fields, was a fifth of the operator's CPU and most of its garbage
-// (docs/performance.md). A scheme that maps v1 Pod and PodList to WirePod and WirePodList
+// (docs/performance-log.md). A scheme that maps v1 Pod and PodList to WirePod and WirePodList
 // (WireScheme) makes client-go's protobuf decoder call Unmarshal below.
 //
 // A JSON response decodes into the embedded corev1.Pod in full, as it would without WirePod.

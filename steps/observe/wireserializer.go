@@ -21,7 +21,7 @@ import (
 // into the event's RawExtension (metav1.WatchEvent.Unmarshal), once more into the
 // runtime.Unknown envelope (protobuf.Serializer.Decode). Each copy is a pod's whole protobuf,
 // a few kilobytes; over a 10,000-pod rotation the two were 37 % of the operator's allocations
-// (2 GB of 5.4 GB, docs/performance.md), garbage the collector then had to chase. A
+// (2 GB of 5.4 GB, docs/performance-log.md), garbage the collector then had to chase. A
 // WirePod's decoder keeps nothing of its input (every string it keeps is converted, so
 // copied), so reading the frame in place is safe: the watch's frame buffer is reused only once
 // the event has been decoded (client-go rest/watch.Decoder.Decode decodes the object before it
