@@ -542,14 +542,14 @@ func (t *CertTracker) retry(p *Pod, r *probeResult, refresh time.Time, err error
 }
 
 // starting reports whether p's proxy may still be obtaining its first certificate at now: the
-// pod was created less than probeStartingWindow of its proxy's min refresh ago. A proxy that fails to obtain its certificate (identity is being restarted,
-// as the rotation's last control-plane refresh does right before the final data-plane restart)
-// tries again after its min refresh (linkerd2-proxy linkerd/proxy/identity-client/src/certify.rs:
-// a failure sleeps min_refresh). Until then its probes fail; with the relaxed backoff (doubling
-// to five minutes) its certificate was read a dozen seconds or more after the proxy had it, and
-// a rotation that had just reached Synced published a count still converging for as long.
-// Retried as while urgent for that window, a new pod is counted within a second of its
-// certificate, at a few handshakes per new pod: a cost per change, not per pod of the mesh.
+// pod was created less than probeStartingWindow of its proxy's min refresh ago. A proxy that
+// fails to obtain it (identity being restarted, as the last control-plane refresh does right
+// before the final data-plane restart) tries again after its min refresh (linkerd2-proxy
+// linkerd/proxy/identity-client/src/certify.rs: a failure sleeps min_refresh). On the relaxed
+// backoff its certificate was read a dozen seconds or more after the proxy had it, and a
+// rotation just Synced published a count still converging for as long. Retried as while
+// urgent, a new pod is counted within a second of its certificate, for at most a few dozen
+// handshakes per new pod whose proxy has none: a cost per change, not per pod of the mesh.
 func starting(p *Pod, now time.Time) bool {
 	minRefresh := p.RefreshMin
 	if minRefresh <= 0 {
