@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"container/heap"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -461,5 +462,67 @@ func TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt(t *testing.T) {
 	x.Upsert(&gone)
 	if !reread() {
 		t.Error("the only pod of template b is being deleted: the re-read made no handshake")
+	}
+}
+
+// TestFailedProbeOfAStartingPodIsRetriedPromptly: while nothing urgent waits, a pod whose probes
+// keep failing backs off to minutes; a pod created within its proxy's first certification
+// attempts (starting) is retried as while urgent, every 200ms and then every second, so that a
+// count published right after a rotation follows its certificate within a second.
+func TestFailedProbeOfAStartingPodIsRetriedPromptly(t *testing.T) {
+	anchor, _ := newCert(t, "root", true, nil, nil)
+	var tr *CertTracker
+	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	tr = NewCertTracker(x, nil, 1, 0, nil)
+	defer tr.queue.ShutDown()
+	tr.SetActive(anchor, false)
+	noCert := errors.New("remote error: tls: internal error")
+	// retryAfter records the failed probe that makes failures in a row, and returns when the
+	// next probe of the pod falls due.
+	retryAfter := func(p *Pod, failures int) time.Duration {
+		t.Helper()
+		tr.mu.Lock()
+		tr.live[p.UID].result.failures = failures - 1
+		tr.mu.Unlock()
+		tr.queue.mu.Lock()
+		if w := tr.queue.waiting[p.Key()]; w != nil {
+			heap.Remove(&tr.queue.delays, w.index)
+			delete(tr.queue.waiting, p.Key())
+		}
+		tr.queue.mu.Unlock()
+		tr.record(t.Context(), p, nil, time.Time{}, noCert)
+		d, ok := pendingDelay(tr.queue, p.Key())
+		if !ok {
+			t.Fatalf("%s: no probe scheduled after %d failures", p.Name, failures)
+		}
+		return d
+	}
+	pod := func(name string, age time.Duration) *Pod {
+		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, Created: time.Now().Add(-age),
+			RefreshMin: steps.DefaultMinRefresh, Meshed: true, Alive: true, Running: true}
+	}
+	fresh, old := pod("fresh", time.Second), pod("old", time.Hour)
+	x.Upsert(fresh)
+	x.Upsert(old)
+	for _, c := range []struct {
+		p        *Pod
+		failures int
+		min, max time.Duration
+	}{
+		{fresh, 6, probeQuickDelay / 2, probeQuickDelay},
+		{fresh, 12, probeUrgentCap / 2, probeUrgentCap},
+		{old, 6, 5 * time.Second, probeBaseDelay << 6},
+		{old, 12, probeRelaxedCap / 2, probeRelaxedCap},
+	} {
+		if d := retryAfter(c.p, c.failures); d < c.min || d > c.max {
+			t.Errorf("%s pod, %d failures: next probe in %v, want %v to %v", c.p.Name, c.failures, d, c.min, c.max)
+		}
+	}
+	// Past its proxy's first attempts, a pod that still fails is retried on the relaxed backoff.
+	if starting(pod("late", probeStartingWindow*steps.DefaultMinRefresh+time.Second), time.Now()) {
+		t.Error("a pod past its proxy's first certification attempts is still starting")
+	}
+	if starting(&Pod{}, time.Now()) {
+		t.Error("a pod of unknown creation is starting")
 	}
 }

@@ -507,17 +507,20 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 // retry schedules the next probe of p, which has not converged: its last probe failed with err,
 // or read a chain off the root's path whose proxy refreshes at refresh (zero when unknown).
 // While not urgent, a pod seen off the root's path waits for the next SetActive instead of being
-// polled. Called with t.mu held.
+// polled, and a failed probe backs off to probeRelaxedCap, unless the pod is starting: its
+// proxy may still be obtaining its certificate, and the counts wait on exactly that reading.
+// Called with t.mu held.
 func (t *CertTracker) retry(p *Pod, r *probeResult, refresh time.Time, err error) {
 	if !t.urgent && err == nil {
 		return
 	}
+	prompt := t.urgent || err != nil && starting(p, time.Now())
 	limit := probeRelaxedCap
-	if t.urgent {
+	if prompt {
 		limit = probeUrgentCap
 	}
 	delay, l := probeBaseDelay<<min(r.failures, 16), laneSoon
-	if t.urgent && r.failures <= probeQuickRetries {
+	if prompt && r.failures <= probeQuickRetries {
 		delay = probeQuickDelay
 	}
 	if err == nil { // only while urgent
@@ -537,6 +540,27 @@ func (t *CertTracker) retry(p *Pod, r *probeResult, refresh time.Time, err error
 	}
 	t.queue.AddAfter(p.Key(), l, min(delay, limit))
 }
+
+// starting reports whether p's proxy may still be obtaining its first certificate at now: the
+// pod was created less than probeStartingWindow of its proxy's min refresh ago. A proxy that
+// fails to obtain it (identity being restarted, as the last control-plane refresh does right
+// before the final data-plane restart) tries again after its min refresh (linkerd2-proxy
+// linkerd/proxy/identity-client/src/certify.rs: a failure sleeps min_refresh). On the relaxed
+// backoff its certificate was read a dozen seconds or more after the proxy had it, and a
+// rotation just Synced published a count still converging for as long. Retried as while
+// urgent, a new pod is counted within a second of its certificate, for at most a few dozen
+// handshakes per new pod whose proxy has none: a cost per change, not per pod of the mesh.
+func starting(p *Pod, now time.Time) bool {
+	minRefresh := p.RefreshMin
+	if minRefresh <= 0 {
+		minRefresh = steps.DefaultMinRefresh
+	}
+	return !p.Created.IsZero() && now.Sub(p.Created) < probeStartingWindow*minRefresh
+}
+
+// probeStartingWindow is, in min refreshes of a proxy, how long after its pod starts a failed
+// probe is retried promptly (starting): the proxy's first attempt and two retries.
+const probeStartingWindow = 3
 
 // skipReread reports whether the probe of p now due would re-read, before its proxy's predicted
 // refresh, a chain off the root's path (the refresh cap of retry) while p's Deployment rolls out

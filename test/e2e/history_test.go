@@ -3,7 +3,10 @@ package e2e
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -103,6 +106,103 @@ func TestRotationHistory(t *testing.T) {
 	e.checkDeadline(after, newAnchor)
 	if !strings.Contains(after.Basis, "longest completed rotation") {
 		t.Errorf("basis %q does not read the measured rotation", after.Basis)
+	}
+	e.checkFailWithin(after)
+	e.checkInspectAgrees()
+}
+
+// checkInspectAgrees runs the real `linkerd-trust inspect -o json` after the rotation: the
+// status's counts it shows are the counts it observes, and it shows the next deadline.
+func (e *Env) checkInspectAgrees() {
+	t := e.T
+	t.Helper()
+	out, err := exec.CommandContext(e.Ctx, Binary(t, "linkerd-trust"), "inspect", "-o", "json", "--kubeconfig", e.Cluster.Kubeconfig()).Output()
+	if err != nil {
+		t.Fatalf("inspect: %v: %s", err, out)
+	}
+	type count struct {
+		Converged int32 `json:"convergedPods"`
+		Target    int32 `json:"targetPods"`
+		NotProbed int32 `json:"notProbedPods"`
+	}
+	var in struct {
+		Phase                string                 `json:"phase"`
+		TrustBundle          *count                 `json:"trustBundle"`
+		WorkloadCertificates *count                 `json:"workloadCertificates"`
+		NextRotation         *v1alpha1.NextRotation `json:"nextRotation"`
+		Live                 struct {
+			TrustBundle          count `json:"trustBundle"`
+			WorkloadCertificates count `json:"workloadCertificates"`
+		} `json:"live"`
+	}
+	if err := json.Unmarshal(out, &in); err != nil {
+		t.Fatalf("inspect: %v in %s", err, out)
+	}
+	if in.Phase != string(v1alpha1.PhaseSynced) || in.NextRotation == nil {
+		t.Errorf("inspect: phase %s, next rotation %+v; want Synced with a deadline", in.Phase, in.NextRotation)
+	}
+	if in.TrustBundle == nil || *in.TrustBundle != in.Live.TrustBundle ||
+		in.WorkloadCertificates == nil || *in.WorkloadCertificates != in.Live.WorkloadCertificates ||
+		in.Live.WorkloadCertificates.Converged != int32(e.MeshedPods()) {
+		t.Errorf("inspect: status counts trust bundle %+v, certificates %+v; observed %+v, %+v (%d meshed pods)",
+			in.TrustBundle, in.WorkloadCertificates, in.Live.TrustBundle, in.Live.WorkloadCertificates, e.MeshedPods())
+	}
+}
+
+// deadlineCheck is the description of linkerd trust check's line on status.nextRotation.
+const deadlineCheck = "the next rotation can still start in time"
+
+// checkFailWithin runs the real `linkerd-trust check` with a --fail-within an hour longer than
+// the time left to the deadline n, then an hour shorter: the first fails, on the deadline's
+// line (the anchor itself expires a margin and a rotation later, outside the window); the
+// second passes, that line included.
+func (e *Env) checkFailWithin(n *v1alpha1.NextRotation) {
+	t := e.T
+	t.Helper()
+	left := time.Until(n.Deadline.Time)
+	for _, c := range []struct {
+		within time.Duration
+		fails  bool
+	}{{left + time.Hour, true}, {left - time.Hour, false}} {
+		within := fmt.Sprintf("%dm", int64(c.within/time.Minute))
+		cmd := exec.CommandContext(e.Ctx, Binary(t, "linkerd-trust"), "check", "-o", "json", "--fail-within", within, "--kubeconfig", e.Cluster.Kubeconfig())
+		out, err := cmd.Output()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("check --fail-within %s: %v", within, err)
+		}
+		var res struct {
+			Success    bool `json:"success"`
+			Categories []struct {
+				Checks []struct{ Description, Result, Error string } `json:"checks"`
+			} `json:"categories"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("check --fail-within %s: %v in %s", within, err, out)
+		}
+		var line string
+		var others []string
+		for _, cat := range res.Categories {
+			for _, ch := range cat.Checks {
+				switch {
+				case ch.Description == deadlineCheck:
+					line = ch.Result + ": " + ch.Error
+				case ch.Result == "error":
+					others = append(others, ch.Description+": "+ch.Error)
+				}
+			}
+		}
+		t.Logf("check --fail-within %s (deadline in %s): exit %v, %q", within, left.Round(time.Minute), err, line)
+		switch {
+		case line == "":
+			t.Errorf("check --fail-within %s has no line %q: %s", within, deadlineCheck, out)
+		case len(others) > 0:
+			t.Errorf("check --fail-within %s failed other lines than the deadline's: %q", within, others)
+		case c.fails && (err == nil || res.Success || !strings.HasPrefix(line, "error: ") || !strings.Contains(line, "within --fail-within")):
+			t.Errorf("check --fail-within %s, deadline in %s: exit %v, success %v, %q; want a failure on the deadline", within, left, err, res.Success, line)
+		case !c.fails && (err != nil || !res.Success || strings.HasPrefix(line, "error: ")):
+			t.Errorf("check --fail-within %s, deadline in %s: exit %v, success %v, %q; want it to pass", within, left, err, res.Success, line)
+		}
 	}
 }
 

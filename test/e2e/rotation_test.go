@@ -284,6 +284,21 @@ func rotate(e *Env, when issuerRenewal, atPhase func(v1alpha1.Phase)) {
 	}
 	e.checkMetric("trust_rotation_phase{phase=\"Synced\"} 1")
 	e.checkMetric("trust_rotation_workload_certificate_refresh_interval_seconds 0")
+	// The counts published in Synced follow the pods the final restart started as the operator
+	// reads them: they come to equal the mesh, every pod converged, without another change.
+	tar, err = WaitRotation(ctx, e.TARs, rotationName, time.Minute, fmt.Sprintf("status counts of %d meshed pods, %d injected, all converged", pods, apps),
+		func(tar *v1alpha1.TrustAnchorRotation) bool {
+			wc, tb := tar.Status.WorkloadCertificates, tar.Status.TrustBundle
+			return wc != nil && tb != nil && wc.Status == v1alpha1.Converged && tb.Status == v1alpha1.Converged &&
+				wc.ConvergedPods == int32(pods) && wc.TargetPods == int32(pods) && wc.NotProbedPods == 0 &&
+				tb.ConvergedPods == int32(apps) && tb.TargetPods == int32(apps)
+		})
+	if err != nil {
+		if tar != nil {
+			t.Logf("trustBundle %+v, workloadCertificates %+v", tar.Status.TrustBundle, tar.Status.WorkloadCertificates)
+		}
+		t.Fatal(err)
+	}
 	atPhase(v1alpha1.PhaseSynced)
 	// What kubectl wait --for=condition=Ready tar/cluster waits for: Ready=True for the current
 	// generation.

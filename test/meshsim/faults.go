@@ -1,8 +1,14 @@
 package meshsim
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -22,6 +28,14 @@ const (
 	// connection is held until the fault is cleared, the proxy stops (its pod was deleted or
 	// stopped running) or the mesh stops.
 	ProxyFaultHang
+	// ProxyFaultForeignChain completes each TLS handshake with the live chain and key of a
+	// proxy of another identity, whatever the SNI: what a prober meets when another pod's proxy
+	// answers on the pod's address. A prober must reject it: the leaf names another identity.
+	ProxyFaultForeignChain
+	// ProxyFaultUnprovenChain presents the pod's own live chain but signs the handshake with a
+	// key of its own: a server that copied the proxy's public chain. A prober must reject it:
+	// the server does not prove it holds the leaf's key.
+	ProxyFaultUnprovenChain
 )
 
 func (f ProxyFault) String() string {
@@ -32,6 +46,10 @@ func (f ProxyFault) String() string {
 		return "refuse-tls"
 	case ProxyFaultHang:
 		return "hang"
+	case ProxyFaultForeignChain:
+		return "foreign-chain"
+	case ProxyFaultUnprovenChain:
+		return "unproven-chain"
 	}
 	return "unknown"
 }
@@ -129,6 +147,16 @@ func (a *adminServer) misbehave(c net.Conn, p *proxy) bool {
 	case ProxyFaultRefuseTLS:
 		_ = c.Close()
 		return true
+	case ProxyFaultForeignChain, ProxyFaultUnprovenChain:
+		defer c.Close()
+		// Until there is a chain to present, the handshake fails as a proxy's without its
+		// certificate does.
+		cert, err := p.impostorCertificate(f)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			_ = tls.Server(c, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil }}).Handshake()
+		}
+		return true
 	case ProxyFaultHang:
 		s.mu.Lock()
 		s.hung[p.pod.UID]++
@@ -155,4 +183,41 @@ func (a *adminServer) misbehave(c net.Conn, p *proxy) bool {
 		return true
 	}
 	return false
+}
+
+// impostorCertificate is what a proxy under fault f presents instead of its own certificate:
+// another identity's live chain with its key (ProxyFaultForeignChain), or the proxy's own chain
+// with a key that is not its leaf's (ProxyFaultUnprovenChain).
+func (p *proxy) impostorCertificate(f ProxyFault) (*tls.Certificate, error) {
+	if f == ProxyFaultUnprovenChain {
+		p.mu.Lock()
+		own := p.tlsCert
+		p.mu.Unlock()
+		if own == nil {
+			return nil, errors.New("no identity certificate yet")
+		}
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		return &tls.Certificate{Certificate: own.Certificate, PrivateKey: key}, nil
+	}
+	m := p.mesh
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var found *tls.Certificate
+	name := ""
+	for _, q := range m.proxies {
+		q.mu.Lock()
+		cert := q.tlsCert
+		q.mu.Unlock()
+		// The first identity in name order: the same stranger at every probe.
+		if cert != nil && q.identity != p.identity && (found == nil || q.identity < name) {
+			found, name = cert, q.identity
+		}
+	}
+	if found == nil {
+		return nil, errors.New("no proxy of another identity has a certificate")
+	}
+	return found, nil
 }

@@ -2,13 +2,23 @@ package meshsim
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
 	"io"
+	"math/big"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 )
 
@@ -85,5 +95,82 @@ func TestProxyFaults(t *testing.T) {
 	case <-done:
 	case <-time.After(wait):
 		t.Fatal("stopping the proxy did not release the hung connection")
+	}
+}
+
+// TestImpostorChainsAreRejectedByTheProbe: a proxy whose admin port presents another identity's
+// live chain (with that proxy's key), or its own chain without its key, is rejected by the
+// operator's own probe (observe.ReadChain) as what it is; healthy, the same proxy is read.
+func TestImpostorChainsAreRejectedByTheProbe(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "identity.linkerd.cluster.local"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	roots := &rootSet{pool: x509.NewCertPool()}
+	roots.pool.AddCert(ca)
+	m := &Mesh{proxies: map[types.UID]*proxy{}}
+	certified := func(uid, identity string) *proxy {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(len(m.proxies) + 2)), Subject: pkix.Name{CommonName: identity},
+			DNSNames: []string{identity}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &proxy{mesh: m, pod: PodRef{Namespace: "ns", Name: uid, UID: types.UID(uid)}, identity: identity, key: key, roots: roots,
+			tlsCert: &tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}, done: make(chan struct{})}
+		m.proxies[p.pod.UID] = p
+		return p
+	}
+	const webID, voteID = "web.ns.serviceaccount.identity.linkerd.cluster.local", "vote.ns.serviceaccount.identity.linkerd.cluster.local"
+	web := certified("web-1", webID)
+	certified("vote-1", voteID)
+	a := &adminServer{ctx: ctx}
+	// probe reads web's admin port with the operator's probe, the connection served as the
+	// admin server serves it: faults first, then the proxy's own TLS.
+	probe := func() ([]*x509.Certificate, error) {
+		dial := func(context.Context, string, string) (net.Conn, error) {
+			s, c := net.Pipe()
+			go func() {
+				defer s.Close()
+				if !a.misbehave(s, web) {
+					_ = tls.Server(s, web.tlsConfig()).Handshake()
+				}
+			}()
+			return c, nil
+		}
+		return observe.ReadChain(ctx, dial, "10.0.0.1:4191", webID, 10*time.Second)
+	}
+	if chain, err := probe(); err != nil || len(chain) == 0 || chain[0].DNSNames[0] != webID {
+		t.Fatalf("healthy proxy: chain %v, err %v; want its own chain", chain, err)
+	}
+	for _, c := range []struct {
+		fault ProxyFault
+		proof bool
+		want  string
+	}{
+		{ProxyFaultForeignChain, false, "presents identity " + voteID + ", expected " + webID},
+		{ProxyFaultUnprovenChain, true, "presents a certificate for " + webID + " without proving it holds its key"},
+	} {
+		m.SetProxyFault(web.pod.UID, c.fault)
+		chain, err := probe()
+		var rejected *observe.ChainRejectedError
+		if !errors.As(err, &rejected) || (rejected.Proof != nil) != c.proof || !strings.Contains(err.Error(), c.want) || chain != nil {
+			t.Errorf("%s: chain %d certificates, err %v; want a rejection: %q", c.fault, len(chain), err, c.want)
+		}
 	}
 }

@@ -2,11 +2,13 @@ package app
 
 import (
 	"crypto/x509"
+	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -105,7 +107,7 @@ func NewMetrics() *Metrics {
 		}, []string{"cluster"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trust_rotation_certificate_probes_total",
-			Help: "TLS handshakes with meshed pods' linkerd-admin ports to read their live certificates, by result: presented (a chain was read) or failed (no answer, or no certificate yet).",
+			Help: "TLS handshakes with meshed pods' linkerd-admin ports to read their live certificates, by result: presented (a chain was read), rejected (a chain was read that the pod's proxy cannot have presented: its leaf names another identity than the pod's, or the server did not prove it holds the leaf's key) or failed (no answer, or no certificate yet).",
 		}, []string{"result"}),
 		identityRestartedEarly: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trust_rotation_identity_restarted_early_pods",
@@ -123,25 +125,32 @@ func NewMetrics() *Metrics {
 	for _, c := range []string{CauseStart, CauseChange, CauseRecheck, CausePoll, CauseRetry} {
 		m.reconciles.WithLabelValues(c)
 	}
-	for _, r := range []string{ProbePresented, ProbeFailed} {
+	for _, r := range []string{ProbePresented, ProbeRejected, ProbeFailed} {
 		m.probes.WithLabelValues(r)
 	}
 	return m
 }
 
-// Results of trust_rotation_certificate_probes_total.
+// Results of trust_rotation_certificate_probes_total. A rejected chain is counted apart from a
+// failure: a proxy still starting fails a few probes in every rotation, while a rejection means
+// something other than the pod's proxy answers on its address, which an alert may want to see.
 const (
 	ProbePresented = "presented"
+	ProbeRejected  = "rejected"
 	ProbeFailed    = "failed"
 )
 
 // countProbe counts a probe of a pod's live certificate that ended with err.
 func (m *Metrics) countProbe(err error) {
-	if err != nil {
+	var rejected *observe.ChainRejectedError
+	switch {
+	case err == nil:
+		m.probes.WithLabelValues(ProbePresented).Inc()
+	case errors.As(err, &rejected):
+		m.probes.WithLabelValues(ProbeRejected).Inc()
+	default:
 		m.probes.WithLabelValues(ProbeFailed).Inc()
-		return
 	}
-	m.probes.WithLabelValues(ProbePresented).Inc()
 }
 
 // Observe sets the gauges from a status.

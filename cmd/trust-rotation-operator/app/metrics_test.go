@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"math/big"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -154,13 +156,16 @@ func TestProbeCounter(t *testing.T) {
 		}
 		return out
 	}
-	if got := count(); len(got) != 2 || got[ProbePresented] != 0 || got[ProbeFailed] != 0 {
+	if got := count(); len(got) != 3 || got[ProbePresented] != 0 || got[ProbeRejected] != 0 || got[ProbeFailed] != 0 {
 		t.Fatalf("before any probe: %v", got)
 	}
 	m.countProbe(nil)
 	m.countProbe(nil)
 	m.countProbe(errors.New("connection refused"))
-	if got := count(); got[ProbePresented] != 2 || got[ProbeFailed] != 1 {
-		t.Errorf("after 2 chains read and 1 failure: %v", got)
+	// A rejected chain, however the probe wrapped it, is counted as rejected, not failed.
+	m.countProbe(fmt.Errorf("probing pod emojivoto/web-1: %w", &observe.ChainRejectedError{
+		Expected: "web.emojivoto.serviceaccount.identity.linkerd.cluster.local", Presented: []string{"vote.emojivoto.serviceaccount.identity.linkerd.cluster.local"}}))
+	if got := count(); got[ProbePresented] != 2 || got[ProbeRejected] != 1 || got[ProbeFailed] != 1 {
+		t.Errorf("after 2 chains read, 1 rejected and 1 failure: %v", got)
 	}
 }

@@ -2,7 +2,9 @@ package faults
 
 import (
 	"context"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +32,11 @@ const stuckName = "stuck"
 //  1. a meshed pod that never runs (its nodeSelector matches no node): the message names the pod,
 //     "not running"; fixed by removing the nodeSelector;
 //  2. a proxy that refuses TLS on its admin port (every pod of app-0/svc-0): the message names a
-//     pod, "probe failed: TLS handshake ..."; fixed by clearing the fault;
+//     pod, "probe failed: TLS handshake ..."; then the same proxies present another identity's
+//     live chain with its key, then their own chain without its key: each time the message names
+//     a pod and the rejection ("presents identity ...", "... without proving it holds its key"),
+//     `linkerd trust inspect` says "Rejected certificate", the operator counts the probes as
+//     rejected, and the pods are never counted converged; fixed by clearing the fault;
 //  3. a proxy whose admin port accepts and never answers (every pod of app-0/svc-2): the message
 //     names a pod, "probe failed: ... deadline exceeded"; one pod is deleted while a probe of it
 //     is in flight (replaced by its Deployment): the message moves on to the other pod;
@@ -56,13 +62,15 @@ func TestStuckPods(t *testing.T) {
 
 	start := time.Now()
 	sup := newSupervisor(t, e)
-	sup.start("")
+	op := sup.start("")
 	defer sup.stop()
 
 	const (
 		before = iota
 		notRunning
 		refusesTLS
+		foreignChain
+		unprovenChain
 		hangs
 		deletedWhileProbed
 		fixed
@@ -129,7 +137,20 @@ func TestStuckPods(t *testing.T) {
 			if !slices.ContainsFunc(livePods(t, e, refuse), func(p corev1.Pod) bool { return names(p, "probe failed: TLS handshake") }) {
 				return
 			}
-			advance(hangs, "the pod that never ran was replaced; parked on the proxy refusing TLS: %q", msg)
+			advance(foreignChain, "the pod that never ran was replaced; parked on the proxy refusing TLS: %q", msg)
+			e.Mesh.SetWorkloadProxyFault(refuse.Namespace, refuse.Name, meshsim.ProxyFaultForeignChain)
+		case foreignChain:
+			if !rejectedNamed(t, e, tar, livePods(t, e, refuse), names, "presents identity ", ", expected ") {
+				return
+			}
+			advance(unprovenChain, "parked on the proxies presenting another identity's chain: %q", msg)
+			e.Mesh.SetWorkloadProxyFault(refuse.Namespace, refuse.Name, meshsim.ProxyFaultUnprovenChain)
+		case unprovenChain:
+			if !rejectedNamed(t, e, tar, livePods(t, e, refuse), names, "presents a certificate for ", " without proving it holds its key") {
+				return
+			}
+			checkRejectedProbes(t, op)
+			advance(hangs, "parked on the proxies presenting their chain without its key: %q", msg)
 			e.Mesh.SetWorkloadProxyFault(refuse.Namespace, refuse.Name, meshsim.ProxyFaultNone)
 		case hangs:
 			pods := livePods(t, e, hang)
@@ -238,4 +259,51 @@ func livePods(t *testing.T, e *e2e.Env, w meshsim.Workload) []corev1.Pod {
 	}
 	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// rejectedNamed reports whether the blocking message names one of pods with a rejection that
+// begins with reason and says detail; once it does, it checks that the pods are not counted
+// converged, and that `linkerd trust inspect` lists one of them as a rejected certificate with
+// the same rejection.
+func rejectedNamed(t *testing.T, e *e2e.Env, tar *v1alpha1.TrustAnchorRotation, pods []corev1.Pod,
+	names func(corev1.Pod, string) bool, reason, detail string) bool {
+	t.Helper()
+	if !strings.Contains(tar.Status.BlockingMessage, detail) || !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return names(p, reason) }) {
+		return false
+	}
+	wc := tar.Status.WorkloadCertificates
+	if wc == nil || wc.Status == v1alpha1.Converged || wc.ConvergedPods > wc.TargetPods-int32(len(pods)) {
+		t.Errorf("workloadCertificates %+v count converged some of the %d pods presenting a rejected chain", wc, len(pods))
+	}
+	out, err := exec.CommandContext(e.Ctx, e2e.Binary(t, "linkerd-trust"), "inspect", "--kubeconfig", e.Cluster.Kubeconfig()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("inspect: %v: %s", err, out)
+	}
+	if !slices.ContainsFunc(strings.Split(string(out), "\n"), func(l string) bool {
+		return strings.Contains(l, "Rejected certificate:") && strings.Contains(l, reason) && strings.Contains(l, detail) &&
+			slices.ContainsFunc(pods, func(p corev1.Pod) bool { return strings.Contains(l, p.Namespace+"/"+p.Name) })
+	}) {
+		t.Errorf("inspect lists no rejected certificate of %d pods with %q:\n%s", len(pods), reason+"..."+detail, out)
+	}
+	return true
+}
+
+// checkRejectedProbes checks that the operator counted the rejected chains as such in
+// trust_rotation_certificate_probes_total.
+func checkRejectedProbes(t *testing.T, op *e2e.Operator) {
+	t.Helper()
+	text, err := op.Metrics(context.Background())
+	if err != nil {
+		t.Fatalf("reading metrics: %v", err)
+	}
+	const series = `trust_rotation_certificate_probes_total{result="rejected"} `
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, series); ok {
+			if n, err := strconv.ParseFloat(v, 64); err != nil || n < 2 {
+				t.Errorf("%s%s: want at least one rejected probe per fault", series, v)
+			}
+			return
+		}
+	}
+	t.Errorf("no series %s in the operator's metrics", series)
 }
