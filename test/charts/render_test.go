@@ -346,7 +346,7 @@ func TestOperatorChartRendersWhatTheOperatorNeeds(t *testing.T) {
 		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("container security context %+v is not restricted", sc)
 	}
-	if ctr.Image != "ghcr.io/buoyantio/trust-rotation@sha256:"+strings.Repeat("01", 32) {
+	if ctr.Image != "ghcr.io/linkerd/trust-rotation@sha256:"+strings.Repeat("01", 32) {
 		t.Errorf("image %s, want the digest", ctr.Image)
 	}
 	if ctr.Resources.Requests.Memory().IsZero() || ctr.Resources.Limits.Memory().IsZero() {
