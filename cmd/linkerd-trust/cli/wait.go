@@ -19,7 +19,7 @@ func waitCommand(env *Env) *command {
 	k := addKubeFlags(fs)
 	var operatorNamespace, lease string
 	fs.StringVar(&operatorNamespace, "operator-namespace", "", "namespace of the trust-rotation operator's leader Lease (default: the Linkerd namespace)")
-	fs.StringVar(&lease, "operator-lease", DefaultOperatorLease, "leader-election Lease of the trust-rotation operator")
+	fs.StringVar(&lease, "operator-lease", DefaultOperatorLease, "leader-election Lease of the trust-rotation operator (empty: an operator run without leader election; wait for the TrustAnchorRotation alone)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait before giving up (exit 1)")
 	c := &command{
 		name:  "wait",
@@ -79,6 +79,10 @@ func (w *waiter) run(ctx context.Context, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
+		if !done && ctx.Err() != nil && last != "" {
+			// A read cut short by the deadline says nothing new: report what it waited for.
+			reason = last
+		}
 		if done {
 			fmt.Fprintf(w.env.Out, "%s %s\n", w.stamp(), reason)
 			return nil
@@ -99,21 +103,30 @@ func (w *waiter) stamp() string { return w.env.now().UTC().Format(time.RFC3339) 
 
 // once reads the Lease, then the TrustAnchorRotation: done, or why not yet.
 func (w *waiter) once(ctx context.Context) (bool, string, error) {
+	holder := "(no leader election)"
+	if w.lease != "" {
+		var reason string
+		if holder, reason = w.leaseHolder(ctx); reason != "" {
+			return false, reason, nil
+		}
+	}
+	return w.rotationReady(ctx, holder)
+}
+
+// leaseHolder returns the Lease's live holder, or why there is none.
+func (w *waiter) leaseHolder(ctx context.Context) (string, string) {
 	ref := w.leaseNamespace + "/" + w.lease
 	l, err := w.cl.Kube.CoordinationV1().Leases(w.leaseNamespace).Get(ctx, w.lease, metav1.GetOptions{})
 	if err != nil {
-		if ctx.Err() != nil {
-			return false, "", ctx.Err()
-		}
-		return false, fmt.Sprintf("reading Lease %s: %v", ref, err), nil
+		return "", fmt.Sprintf("reading Lease %s: %v", ref, err)
 	}
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-		return false, fmt.Sprintf("Lease %s has no holder: no operator replica leads yet", ref), nil
+		return "", fmt.Sprintf("Lease %s has no holder: no operator replica leads yet", ref)
 	}
 	holder := *l.Spec.HolderIdentity
 	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil ||
 		w.env.now().Sub(l.Spec.RenewTime.Time) > time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second {
-		return false, fmt.Sprintf("Lease %s is held by %s, which has not renewed it within its lease duration", ref, holder), nil
+		return "", fmt.Sprintf("Lease %s is held by %s, which has not renewed it within its lease duration", ref, holder)
 	}
 	if w.leader != holder {
 		w.leader = holder
@@ -123,12 +136,13 @@ func (w *waiter) once(ctx context.Context) (bool, string, error) {
 		}
 		fmt.Fprintf(w.env.Out, "%s Lease %s is held by %s%s\n", w.stamp(), ref, holder, acquired)
 	}
+	return holder, ""
+}
 
+// rotationReady reads the TrustAnchorRotation: done, or why not yet.
+func (w *waiter) rotationReady(ctx context.Context, holder string) (bool, string, error) {
 	tar, err := w.cl.Rotations.Get(ctx, w.rotation)
 	if err != nil {
-		if ctx.Err() != nil {
-			return false, "", ctx.Err()
-		}
 		return false, fmt.Sprintf("reading TrustAnchorRotation %s: %v", w.rotation, err), nil
 	}
 	if tar.Status.ObservedGeneration != tar.Generation {
