@@ -313,7 +313,8 @@ func assertWaitedForTheLease(t *testing.T, ctx context.Context, kube kubernetes.
 		t.Errorf("the post-install hook ended at %s, before the Lease was acquired at %s", run.finished.Format(time.RFC3339Nano), acquired.Format(time.RFC3339Nano))
 	}
 	lines := strings.Split(strings.TrimSpace(run.log), "\n")
-	first, err := time.Parse(time.RFC3339, strings.Fields(lines[0]+" x")[0])
+	stamp, _, _ := strings.Cut(lines[0], " ")
+	first, err := time.Parse(time.RFC3339, stamp)
 	if err != nil || !strings.Contains(lines[0], " waiting: ") {
 		t.Errorf("the hook's first line %q is not a timestamped wait", lines[0])
 	} else if first.After(acquired) {
