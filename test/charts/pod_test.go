@@ -86,6 +86,25 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// No operator release of an earlier test, nor its pods: the Deployment this test runs is
+	// the one the install below creates.
+	_ = Uninstall(ctx, c, helms[0], "linkerd")
+	err = poll.Until(ctx, 2*time.Minute, "the pods of an earlier operator release to go", func(ctx context.Context) (bool, error) {
+		list, err := kube.CoreV1().Pods("linkerd").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator,app.kubernetes.io/name=" + OperatorChart})
+		if err != nil {
+			return false, err
+		}
+		if _, err := kube.AppsV1().Deployments("linkerd").Get(ctx, OperatorChart, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return false, poll.Pending("Deployment linkerd/%s: %v", OperatorChart, err)
+		}
+		if len(list.Items) > 0 {
+			return false, poll.Pending("%d pods", len(list.Items))
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pub := publishOnce(t, ctx, c, helms[0])
 	pulled := time.Now()
 	img := pullImage(t, ctx, pub.Image)
