@@ -152,6 +152,10 @@ type InstallOptions struct {
 	Repository string
 	Version    string
 	PlainHTTP  bool
+	// Hooks keeps the chart's Helm hook Jobs (values hooks.*), which are off otherwise: kwok
+	// completes a Job's pods without running anything, so a hook means something only where the
+	// test runs its pods (cluster.PodRunnerLabel, hooks.podLabels) while Install waits for them.
+	Hooks bool
 }
 
 // Release is both charts installed into a cluster.
@@ -198,7 +202,7 @@ func Install(ctx context.Context, c *cluster.Cluster, opts InstallOptions) (*Rel
 	for _, rel := range []struct {
 		chart        string
 		set, setJSON []string
-	}{{CRDChart, nil, nil}, {OperatorChart, opts.Set, opts.SetJSON}} {
+	}{{CRDChart, nil, nil}, {OperatorChart, operatorSet(opts), opts.SetJSON}} {
 		path, err := ChartPath(rel.chart)
 		if err != nil {
 			return nil, err
@@ -267,6 +271,14 @@ func Install(ctx context.Context, c *cluster.Cluster, opts InstallOptions) (*Rel
 		return nil, fmt.Errorf("Deployment %s/%s has no operator container with arguments", opts.Namespace, name)
 	}
 	return r, nil
+}
+
+// operatorSet are the --set values of the operator chart: the hooks off unless asked for.
+func operatorSet(opts InstallOptions) []string {
+	if opts.Hooks {
+		return opts.Set
+	}
+	return append([]string{"hooks.preflight.enabled=false", "hooks.waitReady.enabled=false"}, opts.Set...)
 }
 
 // Uninstall removes both releases. The TrustAnchorRotation and the CRD stay (the charts' keep

@@ -86,35 +86,30 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := publish(t, ctx, c, helms[0])
-	rel, err := Install(ctx, c, InstallOptions{
-		Helm: helms[0], Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true,
-		Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest},
+	// No operator release of an earlier test, nor its pods: the Deployment this test runs is
+	// the one the install below creates.
+	_ = Uninstall(ctx, c, helms[0], "linkerd")
+	err = poll.Until(ctx, 2*time.Minute, "the pods of an earlier operator release to go", func(ctx context.Context) (bool, error) {
+		list, err := kube.CoreV1().Pods("linkerd").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator,app.kubernetes.io/name=" + OperatorChart})
+		if err != nil {
+			return false, err
+		}
+		if _, err := kube.AppsV1().Deployments("linkerd").Get(ctx, OperatorChart, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return false, poll.Pending("Deployment linkerd/%s: %v", OperatorChart, err)
+		}
+		if len(list.Items) > 0 {
+			return false, poll.Pending("%d pods", len(list.Items))
+		}
+		return true, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods := deploymentPods(t, ctx, kube, rel.Deployment)
-	ctr, err := podrun.Container(pods[0], "operator")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The runtime's part: pull the image the pod names, by digest, from the registry.
-	if ctr.Image != pub.Image {
-		t.Fatalf("the operator container's image is %s, want the published %s", ctr.Image, pub.Image)
-	}
+	pub := publishOnce(t, ctx, c, helms[0])
 	pulled := time.Now()
-	img := pullImage(t, ctx, ctr.Image)
+	img := pullImage(t, ctx, pub.Image)
 	version := pub.AppVersion
-	t.Logf("pulled and unpacked %s in %s: entrypoint %q, user %d:%d", ctr.Image, time.Since(pulled).Round(time.Millisecond), img.Entrypoint, img.UID, img.GID)
-	for _, a := range ctr.Args {
-		if strings.HasPrefix(a, "--kubeconfig") || strings.HasPrefix(a, "--context") {
-			t.Fatalf("the chart runs the operator with %s: a pod uses its in-cluster configuration", a)
-		}
-	}
-	lease := leaseOf(t, ctr.Args)
-	t.Logf("the operator container: args %q, env %v, ports %v, not enforced here: %v", ctr.Args, ctr.Env, ctr.Ports, podrun.Unapplied(pods[0], ctr))
-
+	t.Logf("pulled and unpacked %s in %s: entrypoint %q, user %d:%d", pub.Image, time.Since(pulled).Round(time.Millisecond), img.Entrypoint, img.UID, img.GID)
 	// kube-proxy's part: the `kubernetes` Service's ClusterIP and port lead to the apiserver,
 	// which in this test bed listens on loopback only.
 	svc, err := kube.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
@@ -130,12 +125,74 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
+	// The chart's post-install hook runs too, as a pod, from the same image (the pre-install
+	// check would refuse this fresh install: the trust roots are left for the leader to create).
+	hooks := newHookRunner(t, ctx, kube, img, net.ParseIP(svc.Spec.ClusterIP), "linkerd")
+	type installed struct {
+		rel *Release
+		err error
+	}
+	done := make(chan installed, 1)
+	go func() {
+		rel, err := Install(ctx, c, InstallOptions{
+			Helm: helms[0], Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true, Hooks: true,
+			Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest, hookPodLabel, "hooks.preflight.enabled=false"},
+		})
+		done <- installed{rel, err}
+	}()
+	var dep *appsv1.Deployment
+	err = poll.Until(ctx, 3*time.Minute, "helm to create the operator Deployment", func(ctx context.Context) (bool, error) {
+		select {
+		case in := <-done:
+			return false, fmt.Errorf("helm install returned before the operator ran: %v", in.err)
+		default:
+		}
+		d, err := kube.AppsV1().Deployments("linkerd").Get(ctx, OperatorChart, metav1.GetOptions{})
+		if err != nil {
+			return false, poll.Pending("%v", err)
+		}
+		dep = d
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := deploymentPods(t, ctx, kube, dep)
+	ctr, err := podrun.Container(pods[0], "operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runtime's part: pull the image the pod names, by digest, from the registry.
+	if ctr.Image != pub.Image {
+		t.Fatalf("the operator container's image is %s, want the published %s", ctr.Image, pub.Image)
+	}
+	for _, a := range ctr.Args {
+		if strings.HasPrefix(a, "--kubeconfig") || strings.HasPrefix(a, "--context") {
+			t.Fatalf("the chart runs the operator with %s: a pod uses its in-cluster configuration", a)
+		}
+	}
+	lease := leaseOf(t, ctr.Args)
+	t.Logf("the operator container: args %q, env %v, ports %v, not enforced here: %v", ctr.Args, ctr.Env, ctr.Ports, podrun.Unapplied(pods[0], ctr))
+
 	// The CA of the kube-api-access volume, published in every namespace by the controller-manager.
-	err = poll.Until(ctx, time.Minute, "ConfigMap kube-root-ca.crt in "+rel.Namespace, func(ctx context.Context) (bool, error) {
-		if _, err := kube.CoreV1().ConfigMaps(rel.Namespace).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
+	err = poll.Until(ctx, time.Minute, "ConfigMap kube-root-ca.crt in linkerd", func(ctx context.Context) (bool, error) {
+		if _, err := kube.CoreV1().ConfigMaps("linkerd").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
 			return false, poll.Pending("%v", err)
 		}
 		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// helm --wait found the Deployment ready (kwok's pods run nothing), and ran the post-install
+	// hook: it waits, and says for what, before any operator pod runs.
+	wait := hooks.waitStarted(OperatorChart + "-wait-ready-")
+	err = poll.Until(ctx, time.Minute, "the post-install hook to say what it waits for", func(context.Context) (bool, error) {
+		if wait.sandbox.Exited() {
+			return false, fmt.Errorf("it exited before any operator ran:\n%s", wait.sandbox.LogTail(20))
+		}
+		return strings.Contains(wait.sandbox.LogTail(20), " waiting: "), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +221,15 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	}
 	follower.waitFollowing()
 	t.Logf("%s leads, %s follows", leader.identity(), follower.identity())
+	in := <-done
+	if in.err != nil {
+		t.Fatalf("helm install: %v", in.err)
+	}
+	rel := in.rel
+	if rel.Deployment.Name != dep.Name {
+		t.Errorf("the release's Deployment is %s, want %s", rel.Deployment.Name, dep.Name)
+	}
+	assertWaitedForTheLease(t, ctx, kube, hooks.only(t, OperatorChart+"-wait-ready-"), lease, leader)
 	// Synced from a fresh TrustAnchorRotation: the leader bootstraps the previous anchor and the
 	// trust roots, one act each. The phase reads Synced from the first act on (bootstrap is a
 	// step of that phase), so the objects are waited for, not read once.
@@ -241,6 +307,48 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	r.waitLeader(lease, follower.identity(), restarted)
 	if took := time.Since(stopped); took >= lease.duration {
 		t.Errorf("the takeover after SIGTERM took %s: the leader did not release the Lease", took)
+	}
+}
+
+// assertWaitedForTheLease checks that the post-install hook's run ended well, and only after the
+// Lease named the leader: it first said it was waiting (before the Lease was acquired), then
+// that the leader held the Lease, then that the TrustAnchorRotation was Ready. Helm then deleted
+// the Job and its ServiceAccount (hook-delete-policy hook-succeeded).
+func assertWaitedForTheLease(t *testing.T, ctx context.Context, kube kubernetes.Interface, run *hookRun, l leaseConfig, leader *runningPod) {
+	t.Helper()
+	t.Logf("the post-install hook %s ran %s and exited %d:\n%s", run.pod.Name, run.finished.Sub(run.started).Round(time.Millisecond), run.exit, run.log)
+	if run.exit != 0 {
+		t.Fatalf("the post-install hook exited %d", run.exit)
+	}
+	lease, err := kube.CoordinationV1().Leases(l.namespace).Get(ctx, l.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Spec.AcquireTime == nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != leader.identity() {
+		t.Fatalf("Lease %s/%s: holder %v, acquired %v; want %s", l.namespace, l.name, lease.Spec.HolderIdentity, lease.Spec.AcquireTime, leader.identity())
+	}
+	acquired := lease.Spec.AcquireTime.Time
+	if run.finished.Before(acquired) {
+		t.Errorf("the post-install hook ended at %s, before the Lease was acquired at %s", run.finished.Format(time.RFC3339Nano), acquired.Format(time.RFC3339Nano))
+	}
+	lines := strings.Split(strings.TrimSpace(run.log), "\n")
+	stamp, _, _ := strings.Cut(lines[0], " ")
+	first, err := time.Parse(time.RFC3339, stamp)
+	if err != nil || !strings.Contains(lines[0], " waiting: ") {
+		t.Errorf("the hook's first line %q is not a timestamped wait", lines[0])
+	} else if first.After(acquired) {
+		t.Errorf("the hook first waited at %s, after the Lease was acquired at %s", first, acquired)
+	}
+	held := fmt.Sprintf("Lease %s/%s is held by %s", l.namespace, l.name, leader.identity())
+	if i, j := strings.Index(run.log, held), strings.Index(run.log, "TrustAnchorRotation cluster is Ready"); i < 0 || j < i {
+		t.Errorf("the hook's log does not say %q and then that the TrustAnchorRotation is Ready", held)
+	}
+	job := strings.TrimSuffix(run.pod.Name, run.pod.Name[strings.LastIndex(run.pod.Name, "-"):])
+	if _, err := kube.BatchV1().Jobs(run.pod.Namespace).Get(ctx, job, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Job %s is still there after it succeeded (%v)", job, err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(run.pod.Namespace).Get(ctx, job, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ServiceAccount %s is still there after the hook succeeded (%v)", job, err)
 	}
 }
 

@@ -35,6 +35,20 @@ type published struct {
 	AppVersion string
 }
 
+// publishedToBed is what publish pushed to the registry of this package's cluster, which lives
+// as long as the package's tests: the tests that need an image share one build.
+var publishedToBed *published
+
+// publishOnce is publish, once per cluster.
+func publishOnce(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm) published {
+	t.Helper()
+	if publishedToBed == nil || !strings.HasPrefix(publishedToBed.Repository, c.Registry()+"/") {
+		p := publish(t, ctx, c, h)
+		publishedToBed = &p
+	}
+	return *publishedToBed
+}
+
 // publish publishes the operator image and both charts to the test bed's registry the way a
 // release does, with the Makefile's own targets: `make image` (the image built without a Docker
 // engine, on a base made here: IMAGE_BASE=local) pushed with IMAGE, and `make chart` (helm

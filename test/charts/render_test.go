@@ -180,7 +180,8 @@ func TestDashboardAndAlerts(t *testing.T) {
 	}
 }
 
-// The committed plain manifests are what `make manifests` renders now.
+// The committed plain manifests are what `make manifests` renders now: the chart without its
+// Helm hooks, which only a Helm release runs.
 func TestManifestsAreRenderedFromTheChart(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	h := helms(t)[0]
@@ -192,7 +193,11 @@ func TestManifestsAreRenderedFromTheChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd")
+	path, err := ChartPath(OperatorChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := h.Run(ctx, "", "template", OperatorChart, path, "--namespace", "linkerd", "--no-hooks")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +351,7 @@ func TestOperatorChartRendersWhatTheOperatorNeeds(t *testing.T) {
 		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("container security context %+v is not restricted", sc)
 	}
-	if ctr.Image != "ghcr.io/buoyantio/trust-rotation@sha256:"+strings.Repeat("01", 32) {
+	if ctr.Image != "ghcr.io/linkerd/trust-rotation@sha256:"+strings.Repeat("01", 32) {
 		t.Errorf("image %s, want the digest", ctr.Image)
 	}
 	if ctr.Resources.Requests.Memory().IsZero() || ctr.Resources.Limits.Memory().IsZero() {

@@ -338,6 +338,9 @@ leaderElection:
 	if err != nil || len(stages) == 0 {
 		return fmt.Errorf("no kwok stages in %s (kwok refuses to start without them)", filepath.Join(c.binDir, "kwok-stages"))
 	}
+	if stages, err = kwokStages(stages, filepath.Join(c.workDir, "config", "kwok-stages")); err != nil {
+		return err
+	}
 	args := []string{
 		"--kubeconfig=" + kwok,
 		"--manage-nodes-with-annotation-selector=" + NodeAnnotation + "=fake",

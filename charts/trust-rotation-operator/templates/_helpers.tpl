@@ -75,3 +75,54 @@ makeEvent). The TrustAnchorRotation is cluster-scoped, so this is where the oper
 {{- define "trust-rotation-operator.eventsNamespace" -}}
 default
 {{- end }}
+
+{{/* The metadata of a hook Job's pod template; the argument is (list $ "<component>"). */}}
+{{- define "trust-rotation-operator.hookPodMetadata" -}}
+{{- $ := index . 0 -}}
+metadata:
+  labels:
+    app.kubernetes.io/name: {{ include "trust-rotation-operator.name" $ }}
+    app.kubernetes.io/instance: {{ $.Release.Name }}
+    app.kubernetes.io/component: {{ index . 1 }}
+    {{- with $.Values.hooks.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $.Values.hooks.podAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
+{{/* The pod spec fields every hook Job shares with the operator's pods. */}}
+{{- define "trust-rotation-operator.hookPodSpec" -}}
+restartPolicy: Never
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The container fields every hook Job shares: its output is its termination message on failure. */}}
+{{- define "trust-rotation-operator.hookContainer" -}}
+terminationMessagePolicy: FallbackToLogsOnError
+{{- with .Values.hooks.resources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}

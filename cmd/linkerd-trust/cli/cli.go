@@ -157,6 +157,7 @@ func commands(env *Env) []*command {
 		inspectCommand(env),
 		planCommand(env),
 		rotateCommand(env),
+		waitCommand(env),
 		versionCommand(env),
 		metadataCommand(env),
 	}

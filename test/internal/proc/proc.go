@@ -88,6 +88,13 @@ func (p *Process) PID() int { return p.cmd.Process.Pid }
 // Done is closed once the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
+// ExitCode is the process's exit status once it has exited (-1 when a signal ended it); it
+// waits for the exit.
+func (p *Process) ExitCode() int {
+	<-p.done
+	return p.cmd.ProcessState.ExitCode()
+}
+
 // Exited reports whether the process has exited.
 func (p *Process) Exited() bool {
 	select {
