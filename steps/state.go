@@ -40,6 +40,9 @@ type State struct {
 	// step, when Synced, or when unknown (see RetiringTo). When the trust anchor is renewed again
 	// from that step on, the round still finishes on that anchor (see FinishingOn).
 	Retiring string
+	// Strategy is the strategy of the rotation in progress (status.checkpoint.strategy), ""
+	// when none is (see CrossSigned).
+	Strategy v1alpha1.RotationStrategy
 	// ControlPlane holds the control-plane Deployments by name.
 	ControlPlane map[string]Deployment
 	// TrustBundle counts meshed non-control-plane pods on the DESIRED bundle's hash.

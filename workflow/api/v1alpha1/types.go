@@ -149,6 +149,18 @@ type TrustAnchorRotationSpec struct {
 	// +optional
 	WorkloadCertificateRefreshInterval *metav1.Duration `json:"workloadCertificateRefreshInterval,omitempty"`
 
+	// Strategy is how a rotation moves the mesh onto a new trust anchor. Standard (the default)
+	// expands the trust bundle first and restarts the data plane twice: onto the expanded bundle,
+	// then onto the new anchor alone. CrossSigned needs the renewed anchor to be signed by the
+	// previous one (cert-manager's CA issuer over the anchor's own Secret: see
+	// manifests/cert-manager/linkerd-pki-cross-signed.yaml): the identity issuer's chain then
+	// carries the bridge to the old anchor, proxies move onto the new issuer by their own
+	// certificate refresh, and the data plane restarts once, onto the new anchor alone.
+	// +kubebuilder:default=Standard
+	// +kubebuilder:validation:Enum=Standard;CrossSigned
+	// +optional
+	Strategy RotationStrategy `json:"strategy,omitempty"`
+
 	// DataPlaneRestart configures the restarts of meshed workloads a rotation needs: by the
 	// user (Manual, the default: the blocking message names the workloads to restart) or by
 	// the operator (Automatic), within a budget and maintenance windows.
@@ -268,6 +280,17 @@ type StalledAfter struct {
 	// +optional
 	IdentityIssuerRenewal *metav1.Duration `json:"identityIssuerRenewal,omitempty"`
 }
+
+// RotationStrategy is how a rotation moves the mesh onto a new trust anchor (spec.strategy).
+type RotationStrategy string
+
+const (
+	// StrategyStandard: expand the bundle, restart, switch the issuer, reduce, restart.
+	StrategyStandard RotationStrategy = "Standard"
+	// StrategyCrossSigned: the new anchor is signed by the old one and bridges the old roots to
+	// the new issuer; one restart, onto the new anchor alone.
+	StrategyCrossSigned RotationStrategy = "CrossSigned"
+)
 
 // RenewalPolicy says whether the operator acts by itself.
 // +kubebuilder:validation:Enum=Manual;Automatic
@@ -564,6 +587,12 @@ type Checkpoint struct {
 	// rotates to. Empty when Synced.
 	// +optional
 	Rotation string `json:"rotation,omitempty"`
+
+	// Strategy is the strategy of the rotation in progress (spec.strategy when it started): a
+	// rotation finishes the way it started, whatever spec.strategy says since. Empty when
+	// Synced, and in a checkpoint written before strategies existed: Standard.
+	// +optional
+	Strategy RotationStrategy `json:"strategy,omitempty"`
 
 	// StartTime is when the rotation in progress started.
 	// +optional

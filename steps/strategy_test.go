@@ -1,0 +1,146 @@
+package steps
+
+import (
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// crossPKI is a cross-signed rotation's certificates: the new anchor signed by the old one, as
+// cert-manager's CA issuer over the anchor's own Secret issues it, and an issuer under it.
+type crossPKI struct{ oldAnchor, newAnchor, oldIssuer, newIssuer *testCA }
+
+func newCrossPKI(t *testing.T) crossPKI {
+	p := crossPKI{oldAnchor: anchorCA(t, "anchor")}
+	p.newAnchor = newCert(t, "anchor", p.oldAnchor, true, time.Now().Add(24*time.Hour))
+	p.oldIssuer = newCert(t, "old-issuer", p.oldAnchor, true, time.Now().Add(time.Hour))
+	p.newIssuer = newCert(t, "new-issuer", p.newAnchor, true, time.Now().Add(time.Hour))
+	return p
+}
+
+func crossSigned(s *State) { s.Spec.Strategy = v1alpha1.StrategyCrossSigned }
+
+// crossState is a cross-signed rotation under way: the checkpoint recorded the strategy.
+func crossState(p crossPKI, opts ...stateOpt) *State {
+	base := rotatingState(pki{oldAnchor: p.oldAnchor, newAnchor: p.newAnchor, oldIssuer: p.oldIssuer, newIssuer: p.newIssuer},
+		bundleOf(p.oldAnchor), func(s *State) { s.Rotation, s.Strategy = Fingerprint(p.newAnchor.cert), v1alpha1.StrategyCrossSigned })
+	for _, o := range opts {
+		o(base)
+	}
+	return base
+}
+
+func TestCrossSignedSteps(t *testing.T) {
+	p := newCrossPKI(t)
+	selfSigned := anchorCA(t, "anchor")
+	cases := map[string]struct {
+		step        string
+		state       *State
+		wantOutcome workflow.Outcome
+		wantReason  string
+		wantInMsg   string
+	}{
+		"detect refuses a renewed anchor the previous one did not sign, naming both Secrets": {
+			step: StepDetectAnchorRotation, state: rotatingState(newPKI(t), bundleOf(newPKI(t).oldAnchor), crossSigned),
+			wantOutcome: workflow.Wait, wantReason: ReasonTrustAnchorNotCrossSigned, wantInMsg: "Secret cert-manager/linkerd-trust-anchor is not signed by the previous anchor",
+		},
+		"detect refuses a self-signed renewal with the same subject": {
+			step: StepDetectAnchorRotation, state: rotatingState(pki{newAnchor: selfSigned, oldAnchor: p.oldAnchor}, bundleOf(p.oldAnchor), crossSigned),
+			wantOutcome: workflow.Wait, wantReason: ReasonTrustAnchorNotCrossSigned, wantInMsg: "linkerd-pki-cross-signed.yaml",
+		},
+		"detect starts a rotation on a cross-signed anchor": {
+			step: StepDetectAnchorRotation, state: rotatingState(pki{newAnchor: p.newAnchor, oldAnchor: p.oldAnchor}, bundleOf(p.oldAnchor), crossSigned),
+			wantOutcome: workflow.Done, wantReason: "TrustAnchorRenewed",
+		},
+		"expand-trust-bundle is not needed": {
+			step: StepExpandTrustBundle, state: crossState(p), wantOutcome: workflow.Done, wantReason: ReasonNotNeededCrossSigned, wantInMsg: "previous anchor alone",
+		},
+		"refresh-control-plane is not needed": {
+			step: StepRefreshControlPlane, state: crossState(p), wantOutcome: workflow.Done, wantReason: ReasonNotNeededCrossSigned,
+		},
+		"propagate-trust-roots restarts nothing": {
+			step: StepPropagateTrustRoots, state: crossState(p, bundlePods(0, 10)), wantOutcome: workflow.Done, wantReason: ReasonNotNeededCrossSigned,
+		},
+		"restart-identity is not needed": {
+			step: StepRestartIdentity, state: crossState(p), wantOutcome: workflow.Done, wantReason: ReasonNotNeededCrossSigned,
+		},
+		"the issuer switch waits for the issuer under the new anchor": {
+			step: StepWaitForIdentityIssuer, state: crossState(p), wantOutcome: workflow.Wait,
+		},
+		"the issuer switch is done once the issuer is under the new anchor": {
+			step: StepWaitForIdentityIssuer, state: crossState(p, issuer(p.newIssuer)), wantOutcome: workflow.Done,
+		},
+		"renewal waits for proxies to refresh, and restarts nothing past the fallback": {
+			step: StepRenewWorkloadCertificates,
+			state: crossState(p, issuer(p.newIssuer), certPods(3, 10), func(s *State) {
+				s.Spec.DataPlaneRestart.Policy = v1alpha1.Automatic
+				s.PhaseSince = s.Now.Add(-time.Hour)
+				s.Workloads = map[string]*Workload{}
+			}),
+			wantOutcome: workflow.Wait, wantReason: "WorkloadCertificatesRenewing", wantInMsg: "nothing is restarted",
+		},
+		"the reduction writes the new anchor alone once the previous anchor is retired": {
+			step: StepReduceTrustBundle, state: crossState(p, issuer(p.newIssuer), previous(p.newAnchor), certPods(10, 10), func(s *State) { s.Retiring = Fingerprint(p.newAnchor.cert) }),
+			wantOutcome: workflow.Act, wantReason: "TrustBundleOutdated",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			st := stepNamed(t, tc.step)
+			d := st.Observe(tc.state, "")
+			if d.Outcome != tc.wantOutcome || tc.wantReason != "" && d.Reason != tc.wantReason || !strings.Contains(d.Message, tc.wantInMsg) {
+				t.Errorf("got %v %s %q, want %v %s containing %q", d.Outcome, d.Reason, d.Message, tc.wantOutcome, tc.wantReason, tc.wantInMsg)
+			}
+		})
+	}
+}
+
+func TestCrossSignedBundles(t *testing.T) {
+	p := newCrossPKI(t)
+	s := crossState(p, issuer(p.newIssuer))
+	if got, want := s.DesiredBundle(), RenderBundle(p.oldAnchor.cert); got != want {
+		t.Errorf("bundle while proxies move onto the new issuer: %v, want the previous anchor alone", BundleFingerprints(got))
+	}
+	retired := crossState(p, issuer(p.newIssuer), previous(p.newAnchor))
+	if got, want := retired.DesiredBundle(), RenderBundle(p.newAnchor.cert); got != want {
+		t.Errorf("bundle once retired: %v, want the new anchor alone", BundleFingerprints(got))
+	}
+	// A chain [new issuer, new anchor] verifies to the old anchor through the bridge, so the
+	// old bundle keeps every live chain; once reduced, to the new anchor.
+	chain := []*x509.Certificate{p.newIssuer.cert, p.newAnchor.cert}
+	if !ChainsTo(chain, p.oldAnchor.cert) || !ChainsTo(chain, p.newAnchor.cert) {
+		t.Error("the bridged chain does not chain to both anchors")
+	}
+	if ChainsTo(chain[:1], p.oldAnchor.cert) {
+		t.Error("the new issuer alone chains to the old anchor")
+	}
+}
+
+// A rotation finishes the way it started: a standard rotation under way (its checkpoint has no
+// strategy) stays standard when spec.strategy changes, and a new one takes the spec's.
+func TestCrossSignedIsCheckpointed(t *testing.T) {
+	p := newCrossPKI(t)
+	standard := crossState(p, crossSigned, func(s *State) { s.Strategy = "" })
+	if standard.CrossSigned() {
+		t.Error("a rotation whose checkpoint names no strategy runs cross-signed because the spec says so")
+	}
+	if d := stepNamed(t, StepExpandTrustBundle).Observe(standard, ""); d.Reason == ReasonNotNeededCrossSigned {
+		t.Errorf("a standard rotation skips the expansion: %+v", d)
+	}
+	idle := crossState(p, crossSigned, func(s *State) { s.Rotation, s.Strategy = "", "" })
+	if !idle.CrossSigned() {
+		t.Error("no rotation under way: spec.strategy CrossSigned is not in effect")
+	}
+	cp := SavedCheckpoint(nil, workflow.Checkpoint{Step: StepWaitForIdentityIssuer}, idle, idle.Now)
+	if cp.Strategy != v1alpha1.StrategyCrossSigned || cp.Rotation != Fingerprint(p.newAnchor.cert) {
+		t.Errorf("the checkpoint of a new rotation: %+v", cp)
+	}
+	next := SavedCheckpoint(cp, workflow.Checkpoint{Step: StepRenewWorkloadCertificates}, standard, standard.Now)
+	if next.Strategy != v1alpha1.StrategyCrossSigned {
+		t.Errorf("the checkpoint lost the rotation's strategy: %+v", next)
+	}
+}
