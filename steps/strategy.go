@@ -48,7 +48,7 @@ func (s *State) CrossSigned() bool {
 // renewed anchor is not signed by the previous one: identity would hand out chains that pods
 // trusting only the previous anchor reject, so no rotation starts. nil otherwise.
 func crossSignedProblem(s *State) *workflow.Decision {
-	if !s.CrossSigned() || !s.Rotating() || SignedBy(s.Anchor.Cert, s.Previous.Cert) {
+	if !s.CrossSigned() || !s.Rotating() || s.StandInCrossSigned || SignedBy(s.Anchor.Cert, s.Previous.Cert) {
 		return nil
 	}
 	d := workflow.Waiting(ReasonTrustAnchorNotCrossSigned, fmt.Sprintf(

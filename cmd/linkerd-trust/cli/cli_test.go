@@ -59,10 +59,13 @@ func TestGolden(t *testing.T) {
 		"plan-assume-evict-text":     {setup: func(f *fixture) { automate(f, v1alpha1.Evict) }, args: []string{"plan", "--assume-anchor-renewed"}},
 		"plan-assume-automatic-json": {setup: func(f *fixture) { automate(f, v1alpha1.RolloutRestart) }, args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
 		"plan-early-issuer-text":     {setup: issuerRenewedEarly, args: []string{"plan"}},
-		"plan-superseded-text":       {setup: superseded, args: []string{"plan"}},
-		"plan-no-rotation-text":      {setup: func(f *fixture) { delete(f.rotations, "cluster") }, args: []string{"plan"}},
-		"extension-metadata":         {args: []string{"_extension-metadata"}},
-		"inspect-watch-plain":        {args: []string{"inspect", "--watch"}},
+		"plan-assume-crosssigned-text": {setup: func(f *fixture) { automate(f, v1alpha1.RolloutRestart); crossSigned(f) },
+			args: []string{"plan", "--assume-anchor-renewed"}},
+		"inspect-crosssigned-table": {setup: crossSigned, args: []string{"inspect"}},
+		"plan-superseded-text":      {setup: superseded, args: []string{"plan"}},
+		"plan-no-rotation-text":     {setup: func(f *fixture) { delete(f.rotations, "cluster") }, args: []string{"plan"}},
+		"extension-metadata":        {args: []string{"_extension-metadata"}},
+		"inspect-watch-plain":       {args: []string{"inspect", "--watch"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -94,6 +97,9 @@ func TestWatchOnTerminal(t *testing.T) {
 	}
 	golden(t, "inspect-watch-tty", out.String())
 }
+
+// crossSigned sets spec.strategy CrossSigned.
+func crossSigned(f *fixture) { f.rotations["cluster"].Spec.Strategy = v1alpha1.StrategyCrossSigned }
 
 // automated is midRotation with both of the user's parts automated.
 func automated(f *fixture) {

@@ -104,6 +104,9 @@ type inspection struct {
 	Found                     bool                        `json:"found"`
 	Phase                     string                      `json:"phase,omitempty"`
 	Step                      string                      `json:"step,omitempty"`
+	// Strategy is the strategy of the rotation in progress (status.checkpoint.strategy), or
+	// the one the next rotation takes (spec.strategy) when Synced.
+	Strategy v1alpha1.RotationStrategy `json:"strategy,omitempty"`
 	LastPhaseTransitionTime   *metav1.Time                `json:"lastPhaseTransitionTime,omitempty"`
 	BlockingMessage           string                      `json:"blockingMessage,omitempty"`
 	TrustBundle               *v1alpha1.ConvergenceStatus `json:"trustBundle,omitempty"`
@@ -173,6 +176,10 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		}
 		if st.Checkpoint != nil {
 			in.Step = st.Checkpoint.Step
+		}
+		in.Strategy = steps.StrategyOf(tar.Spec)
+		if cp := st.Checkpoint; cp != nil && cp.Rotation != "" {
+			in.Strategy = steps.StrategyOf(v1alpha1.TrustAnchorRotationSpec{Strategy: cp.Strategy})
 		}
 		in.LastPhaseTransitionTime = st.LastPhaseTransitionTime
 		in.BlockingMessage = st.BlockingMessage
@@ -301,6 +308,9 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 		fmt.Fprintf(tw, "  Phase:\t%s\n", phase)
 		if t := in.LastPhaseTransitionTime; t != nil {
 			fmt.Fprintf(tw, "  Last transition:\t%s (%s ago)\n", t.UTC().Format(time.RFC3339), age(now.Sub(t.Time)))
+		}
+		if in.Strategy == v1alpha1.StrategyCrossSigned {
+			fmt.Fprintf(tw, "  Strategy:\t%s\n", strategyLine(in))
 		}
 		blocking := in.BlockingMessage
 		if blocking == "" {
@@ -499,4 +509,15 @@ func summaryLine(in *inspection) string {
 		line += fmt.Sprintf(" blocking=%q", in.BlockingMessage)
 	}
 	return line
+}
+
+// strategyLine explains the cross-signed strategy where the rotation stands: the standard one is
+// the default and needs no line.
+func strategyLine(in *inspection) string {
+	const how = "the new anchor, signed by the previous one, is in the identity issuer's chain and leads pods that trust only the previous anchor to the new issuer; " +
+		"the trust bundle keeps the previous anchor until every proxy refreshed onto the new issuer by itself, then holds the new anchor alone, and the data plane restarts once, onto it"
+	if in.Phase == string(v1alpha1.PhaseSynced) {
+		return "CrossSigned (spec.strategy, for the next rotation): " + how
+	}
+	return "CrossSigned (this rotation's, status.checkpoint.strategy): " + how
 }
