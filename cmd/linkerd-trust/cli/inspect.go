@@ -101,12 +101,12 @@ durations, its restarts and who made them, the faults seen and its outcome.`,
 type inspection struct {
 	Rotation string `json:"rotation"`
 	// Found is false when the TrustAnchorRotation does not exist.
-	Found                     bool                        `json:"found"`
-	Phase                     string                      `json:"phase,omitempty"`
-	Step                      string                      `json:"step,omitempty"`
+	Found bool   `json:"found"`
+	Phase string `json:"phase,omitempty"`
+	Step  string `json:"step,omitempty"`
 	// Strategy is the strategy of the rotation in progress (status.checkpoint.strategy), or
 	// the one the next rotation takes (spec.strategy) when Synced.
-	Strategy v1alpha1.RotationStrategy `json:"strategy,omitempty"`
+	Strategy                  v1alpha1.RotationStrategy   `json:"strategy,omitempty"`
 	LastPhaseTransitionTime   *metav1.Time                `json:"lastPhaseTransitionTime,omitempty"`
 	BlockingMessage           string                      `json:"blockingMessage,omitempty"`
 	TrustBundle               *v1alpha1.ConvergenceStatus `json:"trustBundle,omitempty"`
