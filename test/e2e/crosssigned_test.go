@@ -3,12 +3,15 @@ package e2e
 import (
 	"context"
 	"crypto/x509"
-	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
@@ -41,7 +44,9 @@ func TestCrossSignedRotation(t *testing.T) {
 		e.T = t
 		e.Mesh.ResetRolloutStats()
 		since := time.Now()
-		oldAnchor, newAnchor := e.setAnchorIssuer(pki.DefaultIdentityClusterIssuer, "ClusterIssuer")
+		oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+		e.applyAnchorCertificate(filepath.Join("..", "..", "manifests", "cert-manager", "linkerd-pki-cross-signed.yaml"))
+		newAnchor := e.waitAnchorRenewed(oldAnchor)
 		if !steps.SignedBy(newAnchor, oldAnchor) {
 			t.Fatalf("cert-manager did not sign the new anchor %s with the old one %s", steps.Fingerprint(newAnchor)[:12], steps.Fingerprint(oldAnchor)[:12])
 		}
@@ -79,7 +84,9 @@ func TestCrossSignedRotation(t *testing.T) {
 		}
 		e.Mesh.ResetRolloutStats()
 		since := time.Now()
-		_, newAnchor := e.setAnchorIssuer(pki.DefaultRootIssuer, "Issuer")
+		oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+		e.applyAnchorCertificate(filepath.Join("..", "..", "manifests", "cert-manager", "linkerd-pki.yaml"))
+		newAnchor := e.waitAnchorRenewed(oldAnchor)
 		e.waitSyncedOn(newAnchor, 8*time.Minute)
 		e.checkRestarts(2, "expanded bundle, reduced bundle")
 		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
@@ -88,22 +95,44 @@ func TestCrossSignedRotation(t *testing.T) {
 	})
 }
 
-// setAnchorIssuer points the trust anchor's Certificate at another issuer, which makes
-// cert-manager re-issue it (its Secret's issuer annotations no longer match), and returns the
-// anchor before and after.
-func (e *Env) setAnchorIssuer(name, kind string) (oldAnchor, newAnchor *x509.Certificate) {
+// applyAnchorCertificate applies the trust anchor's Certificate of a shipped manifest, as
+// `kubectl apply` does: a changed spec.issuerRef makes cert-manager re-issue the anchor (its
+// Secret's issuer annotations no longer match).
+func (e *Env) applyAnchorCertificate(path string) {
 	t, ctx := e.T, e.Ctx
 	t.Helper()
-	oldAnchor = e.SecretCert("cert-manager", "linkerd-trust-anchor")
-	p := fmt.Sprintf(`{"spec":{"issuerRef":{"name":%q,"kind":%q,"group":"cert-manager.io"}}}`, name, kind)
-	certs := e.Cluster.CertManager().CertmanagerV1().Certificates("cert-manager")
-	if _, err := certs.Patch(ctx, "linkerd-trust-anchor", types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+	b, err := os.ReadFile(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pki.WaitRenewed(ctx, e.Cluster.Kube(), e.Cluster.CertManager(), "cert-manager", "linkerd-trust-anchor", steps.Fingerprint(oldAnchor), 2*time.Minute); err != nil {
+	var want *cmapi.Certificate
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var crt cmapi.Certificate
+		if err := yaml.Unmarshal([]byte(doc), &crt); err == nil && crt.Kind == "Certificate" && crt.Name == pki.DefaultTrustAnchor {
+			want = &crt
+		}
+	}
+	if want == nil {
+		t.Fatalf("%s has no Certificate %s", path, pki.DefaultTrustAnchor)
+	}
+	certs := e.Cluster.CertManager().CertmanagerV1().Certificates(want.Namespace)
+	crt, err := certs.Get(ctx, want.Name, metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return oldAnchor, e.SecretCert("cert-manager", "linkerd-trust-anchor")
+	crt.Spec = want.Spec
+	if _, err := certs.Update(ctx, crt, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAnchorRenewed waits for cert-manager to replace the trust anchor and returns the new one.
+func (e *Env) waitAnchorRenewed(old *x509.Certificate) *x509.Certificate {
+	e.T.Helper()
+	if _, err := pki.WaitRenewed(e.Ctx, e.Cluster.Kube(), e.Cluster.CertManager(), "cert-manager", pki.DefaultTrustAnchor, steps.Fingerprint(old), 2*time.Minute); err != nil {
+		e.T.Fatal(err)
+	}
+	return e.SecretCert("cert-manager", pki.DefaultTrustAnchor)
 }
 
 // checkRestarts fails unless every application workload restarted want times since the mesh's

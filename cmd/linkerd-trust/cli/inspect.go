@@ -510,14 +510,3 @@ func summaryLine(in *inspection) string {
 	}
 	return line
 }
-
-// strategyLine explains the cross-signed strategy where the rotation stands: the standard one is
-// the default and needs no line.
-func strategyLine(in *inspection) string {
-	const how = "the new anchor, signed by the previous one, is in the identity issuer's chain and leads pods that trust only the previous anchor to the new issuer; " +
-		"the trust bundle keeps the previous anchor until every proxy refreshed onto the new issuer by itself, then holds the new anchor alone, and the data plane restarts once, onto it"
-	if in.Phase == string(v1alpha1.PhaseSynced) {
-		return "CrossSigned (spec.strategy, for the next rotation): " + how
-	}
-	return "CrossSigned (this rotation's, status.checkpoint.strategy): " + how
-}
