@@ -125,6 +125,10 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
 	TrackHistory(&st, prev.Checkpoint, spec, s, nil, res.Passed, now)
 	st.NextRotation = NextRotationDeadline(s, spec, st.History)
+	st.RestartDeadline = RestartDeadlineOf(s, spec, phase, st.LastPhaseTransitionTime)
+	if st.RestartDeadline != nil && st.BlockingMessage != "" {
+		st.BlockingMessage += "; " + restartDeadlineNote(st.RestartDeadline, now)
+	}
 	projectHolds(&st, &prev, spec, generation, s, res, now)
 	return st
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -142,5 +144,45 @@ func TestCrossSignedIsCheckpointed(t *testing.T) {
 	next := SavedCheckpoint(cp, workflow.Checkpoint{Step: StepRenewWorkloadCertificates}, standard, standard.Now)
 	if next.Strategy != v1alpha1.StrategyCrossSigned {
 		t.Errorf("the checkpoint lost the rotation's strategy: %+v", next)
+	}
+}
+
+// A cross-signed rotation whose restart is the user's carries the churn deadline in its status
+// and blocking message from the phase's start; automatic restarts and the standard strategy
+// have none.
+func TestRestartDeadline(t *testing.T) {
+	p := newCrossPKI(t)
+	start := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	spec := v1alpha1.TrustAnchorRotationSpec{Strategy: v1alpha1.StrategyCrossSigned, NaturalChurnPeriod: &metav1.Duration{Duration: 48 * time.Hour}}
+	res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepRemoveOldTrustRoots}, Phase: string(v1alpha1.PhaseRemovingOldTrustRoots),
+		Decision: workflow.Waiting("WorkloadsBehind", "Waiting for 3 pod(s)")}
+	s := crossState(p, issuer(p.newIssuer), previous(p.newAnchor), bundleOf(p.newAnchor), func(s *State) { s.Retiring = Fingerprint(p.newAnchor.cert) })
+	prev := v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseRefreshingControlPlane}
+
+	st := Project(prev, spec, 1, s, res, start)
+	d := st.RestartDeadline
+	if d == nil || !d.Deadline.Time.Equal(start.Add(48*time.Hour)) || !d.Since.Time.Equal(start) || d.ChurnPeriod.Duration != 48*time.Hour {
+		t.Fatalf("status.restartDeadline: %+v", d)
+	}
+	if want := "left to natural churn until 2026-06-03T12:00:00Z"; !strings.Contains(st.BlockingMessage, want) {
+		t.Errorf("blocking message %q lacks %q", st.BlockingMessage, want)
+	}
+	// Two days later, from the same phase start: past it.
+	late := Project(st, spec, 1, s, res, start.Add(49*time.Hour))
+	if !late.RestartDeadline.Deadline.Time.Equal(d.Deadline.Time) || !strings.Contains(late.BlockingMessage, "which has passed") {
+		t.Errorf("past the deadline: %+v, %q", late.RestartDeadline, late.BlockingMessage)
+	}
+
+	auto := spec
+	auto.DataPlaneRestart.Policy = v1alpha1.Automatic
+	if st := Project(prev, auto, 1, s, res, start); st.RestartDeadline != nil {
+		t.Errorf("automatic restarts got a churn deadline: %+v", st.RestartDeadline)
+	}
+	standard := crossState(p, issuer(p.newIssuer), previous(p.newAnchor), bundleOf(p.newAnchor), func(s *State) { s.Strategy = "" })
+	if st := Project(prev, spec, 1, standard, res, start); st.RestartDeadline != nil {
+		t.Errorf("a standard rotation got a churn deadline: %+v", st.RestartDeadline)
+	}
+	if st := Project(prev, spec, 1, s, workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepDetectAnchorRotation}, Phase: string(v1alpha1.PhaseSynced)}, start); st.RestartDeadline != nil {
+		t.Errorf("Synced with a churn deadline: %+v", st.RestartDeadline)
 	}
 }

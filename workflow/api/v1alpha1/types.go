@@ -161,6 +161,17 @@ type TrustAnchorRotationSpec struct {
 	// +optional
 	Strategy RotationStrategy `json:"strategy,omitempty"`
 
+	// NaturalChurnPeriod is how long a CrossSigned rotation with spec.dataPlaneRestart.policy
+	// Manual leaves its one data-plane restart to the cluster's own churn (deploys, scaling,
+	// node drains) once the trust bundle holds the new anchor alone: status.restartDeadline is
+	// then, and alert TrustRotationRestartDeadlinePassed fires past it. A Go duration, such as
+	// 168h.
+	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	NaturalChurnPeriod *metav1.Duration `json:"naturalChurnPeriod,omitempty"`
+
 	// DataPlaneRestart configures the restarts of meshed workloads a rotation needs: by the
 	// user (Manual, the default: the blocking message names the workloads to restart) or by
 	// the operator (Automatic), within a budget and maintenance windows.
@@ -477,6 +488,12 @@ type TrustAnchorRotationStatus struct {
 	// +optional
 	NextRotation *NextRotation `json:"nextRotation,omitempty"`
 
+	// RestartDeadline is when the data plane should have restarted onto the new anchor alone, in
+	// a CrossSigned rotation that leaves its one restart to natural churn
+	// (spec.dataPlaneRestart.policy Manual): set in phase RemovingOldTrustRoots, absent otherwise.
+	// +optional
+	RestartDeadline *RestartDeadline `json:"restartDeadline,omitempty"`
+
 	// History holds the latest rotations, the latest first (at most spec.historyLimit): the one
 	// in progress, if any, then the finished ones. An entry is opened and closed in the same
 	// status write that moves the checkpoint, so an operator that stops anywhere neither loses
@@ -626,6 +643,18 @@ type NextRotation struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Basis string `json:"basis,omitempty"`
+}
+
+// RestartDeadline is the deadline of a data-plane restart left to natural churn.
+type RestartDeadline struct {
+	// Deadline is when every meshed pod should run with the trust bundle of the new anchor.
+	Deadline metav1.Time `json:"deadline"`
+	// Since is when the trust bundle was reduced to the new anchor and the churn started to
+	// count (status.lastPhaseTransitionTime of phase RemovingOldTrustRoots).
+	Since metav1.Time `json:"since"`
+	// ChurnPeriod is spec.naturalChurnPeriod, defaulted.
+	// +kubebuilder:validation:Type=string
+	ChurnPeriod metav1.Duration `json:"churnPeriod"`
 }
 
 // RotationOutcome is how a recorded rotation ended.
