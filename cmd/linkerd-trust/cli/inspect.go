@@ -117,8 +117,10 @@ type inspection struct {
 	// RemoteClusters are the linked clusters as the operator last read them.
 	RemoteClusters []v1alpha1.RemoteClusterStatus `json:"remoteClusters,omitempty"`
 	NextRotation   *v1alpha1.NextRotation         `json:"nextRotation,omitempty"`
-	Live           liveView                       `json:"live"`
-	Pods           []podView                      `json:"pods"`
+	// RestartDeadline is status.restartDeadline: a cross-signed rotation's restart left to churn.
+	RestartDeadline *v1alpha1.RestartDeadline `json:"restartDeadline,omitempty"`
+	Live            liveView                  `json:"live"`
+	Pods            []podView                 `json:"pods"`
 }
 
 // liveView is what this command observed itself.
@@ -188,6 +190,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		in.Conditions = st.Conditions
 		in.RemoteClusters = st.RemoteClusters
 		in.NextRotation = st.NextRotation
+		in.RestartDeadline = st.RestartDeadline
 	case apierrors.IsNotFound(err):
 	default:
 		return nil, fmt.Errorf("reading TrustAnchorRotation %s: %w", kf.RotationName, err)
@@ -322,6 +325,9 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 		fmt.Fprintf(tw, "  Active issuer:\t%s\n", orNone(steps.ShortFingerprint(in.ActiveIssuerFingerprint)))
 		fmt.Fprintf(tw, "  Previous anchor:\t%s\n", orNone(steps.ShortFingerprint(in.PreviousAnchorFingerprint)))
 		fmt.Fprintf(tw, "  Next rotation:\t%s\n", nextRotationLine(in.NextRotation, now))
+		if d := in.RestartDeadline; d != nil {
+			fmt.Fprintf(tw, "  Restart deadline:\t%s\n", restartDeadlineLine(d, now))
+		}
 		if len(in.Conditions) == 0 {
 			fmt.Fprintf(tw, "  Conditions:\tnone\n")
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,4 +76,15 @@ func strategyLine(in *inspection) string {
 		return "CrossSigned (spec.strategy, for the next rotation): " + how
 	}
 	return "CrossSigned (this rotation's, status.checkpoint.strategy): " + how
+}
+
+// restartDeadlineLine is inspect's line on status.restartDeadline.
+func restartDeadlineLine(d *v1alpha1.RestartDeadline, now time.Time) string {
+	when := d.Deadline.UTC().Format(time.RFC3339)
+	if now.After(d.Deadline.Time) {
+		return fmt.Sprintf("%s, passed %s ago: restart the workloads whose pods are listed below (the restart was left to natural churn for spec.naturalChurnPeriod %s)",
+			when, age(now.Sub(d.Deadline.Time)), steps.CompactDuration(d.ChurnPeriod.Duration))
+	}
+	return fmt.Sprintf("%s (in %s): until then the one restart onto the new anchor is left to natural churn (spec.naturalChurnPeriod %s)",
+		when, age(d.Deadline.Sub(now)), steps.CompactDuration(d.ChurnPeriod.Duration))
 }
