@@ -44,6 +44,7 @@ func TestCrossSignedRotation(t *testing.T) {
 		e.T = t
 		e.Mesh.ResetRolloutStats()
 		since := time.Now()
+		bridged := e.watchBridge()
 		oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
 		e.applyAnchorCertificate(filepath.Join("..", "..", "manifests", "cert-manager", "linkerd-pki-cross-signed.yaml"))
 		newAnchor := e.waitAnchorRenewed(oldAnchor)
@@ -61,6 +62,9 @@ func TestCrossSignedRotation(t *testing.T) {
 			t.Errorf("workloads restarted before the trust bundle was reduced: %v", stats.Restarts)
 		}
 		e.waitSyncedOn(newAnchor, 8*time.Minute)
+		if !bridged() {
+			t.Error("the oracle never saw two issuer chains live among pods with one set of roots: the bridge was not exercised")
+		}
 		e.checkRestarts(1, "the reduced bundle only")
 		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
 			t.Fatalf("mTLS violations: %v", err)
@@ -133,6 +137,39 @@ func (e *Env) waitAnchorRenewed(old *x509.Certificate) *x509.Certificate {
 		e.T.Fatal(err)
 	}
 	return e.SecretCert("cert-manager", pki.DefaultTrustAnchor)
+}
+
+// watchBridge samples the oracle until the test ends and reports whether it ever judged a mesh
+// whose every certified pod has the same roots (the old anchor's: the bundle is not expanded)
+// while two issuer chains are live (the old issuer's, and the new issuer's with the bridge): new
+// chains checked against pods that trust only the old anchor.
+func (e *Env) watchBridge() func() bool {
+	ctx, cancel := context.WithCancel(e.Ctx)
+	e.T.Cleanup(cancel)
+	seen := make(chan bool, 1)
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if st := e.Mesh.Oracle().Status(); st.RootClasses == 1 && st.ChainClasses >= 2 && st.PodsWithoutCertificate == 0 {
+				seen <- true
+				return
+			}
+		}
+	}()
+	return func() bool {
+		select {
+		case <-seen:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // checkRestarts fails unless every application workload restarted want times since the mesh's
