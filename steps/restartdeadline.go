@@ -48,3 +48,19 @@ func restartDeadlineNote(d *v1alpha1.RestartDeadline, now time.Time) string {
 	}
 	return fmt.Sprintf("the restart is left to natural churn until %s (status.restartDeadline, spec.naturalChurnPeriod %s)", when, d.ChurnPeriod.Duration)
 }
+
+// crossSignedStalledAfter is how long a cross-signed rotation may wait in a phase before it is
+// Stalled: its two waits on the cluster's own pace are not blocked by a person until those run
+// out. RenewingWorkloadCerts waits for proxies to refresh by themselves, which takes up to a day
+// (70 % of Linkerd's default 24h certificate lifetime, and LINKERD2_PROXY_IDENTITY_MAX_REFRESH's
+// default 24h); RemovingOldTrustRoots, with the restart left to churn, waits until
+// status.restartDeadline.
+func crossSignedStalledAfter(spec v1alpha1.TrustAnchorRotationSpec, phase v1alpha1.Phase, limit time.Duration) time.Duration {
+	switch {
+	case phase == v1alpha1.PhaseRenewingWorkloadCerts:
+		return max(limit, 24*time.Hour)
+	case phase == v1alpha1.PhaseRemovingOldTrustRoots && spec.DataPlaneRestart.Policy != v1alpha1.Automatic:
+		return max(limit, NaturalChurnPeriod(spec))
+	}
+	return limit
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/workflow"
@@ -167,10 +168,16 @@ func TestRestartDeadline(t *testing.T) {
 	if want := "left to natural churn until 2026-06-03T12:00:00Z"; !strings.Contains(st.BlockingMessage, want) {
 		t.Errorf("blocking message %q lacks %q", st.BlockingMessage, want)
 	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "stalled after 48h") {
+		t.Errorf("Stalled while the restart is left to churn: %+v", c)
+	}
 	// Two days later, from the same phase start: past it.
 	late := Project(st, spec, 1, s, res, start.Add(49*time.Hour))
 	if !late.RestartDeadline.Deadline.Time.Equal(d.Deadline.Time) || !strings.Contains(late.BlockingMessage, "which has passed") {
 		t.Errorf("past the deadline: %+v, %q", late.RestartDeadline, late.BlockingMessage)
+	}
+	if !meta.IsStatusConditionTrue(late.Conditions, v1alpha1.ConditionStalled) {
+		t.Errorf("not Stalled past the restart deadline: %+v", late.Conditions)
 	}
 
 	auto := spec
@@ -184,5 +191,30 @@ func TestRestartDeadline(t *testing.T) {
 	}
 	if st := Project(prev, spec, 1, s, workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepDetectAnchorRotation}, Phase: string(v1alpha1.PhaseSynced)}, start); st.RestartDeadline != nil {
 		t.Errorf("Synced with a churn deadline: %+v", st.RestartDeadline)
+	}
+}
+
+// Proxies refresh by themselves within a day: a cross-signed rotation waiting on them for hours
+// is not Stalled, a standard one is.
+func TestCrossSignedRenewalIsNotStalledByTheHour(t *testing.T) {
+	p := newCrossPKI(t)
+	start := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepRenewWorkloadCertificates}, Phase: string(v1alpha1.PhaseRenewingWorkloadCerts),
+		Decision: workflow.Waiting("WorkloadCertificatesRenewing", "Waiting for 3 pod(s)")}
+	prev := v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseRenewingWorkloadCerts, LastPhaseTransitionTime: &metav1.Time{Time: start},
+		Checkpoint: &v1alpha1.Checkpoint{Step: StepRenewWorkloadCertificates, Rotation: Fingerprint(p.newAnchor.cert), Strategy: v1alpha1.StrategyCrossSigned}}
+	s := crossState(p, issuer(p.newIssuer))
+	spec := v1alpha1.TrustAnchorRotationSpec{Strategy: v1alpha1.StrategyCrossSigned}
+	if st := Project(prev, spec, 1, s, res, start.Add(5*time.Hour)); meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled) {
+		t.Errorf("Stalled 5h into the proxies' own refresh: %+v", meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStalled))
+	}
+	if st := Project(prev, spec, 1, s, res, start.Add(25*time.Hour)); !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled) {
+		t.Error("not Stalled after a day without the proxies' refresh")
+	}
+	standard := prev.DeepCopy()
+	standard.Checkpoint.Strategy = ""
+	s.Strategy = ""
+	if st := Project(*standard, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, start.Add(5*time.Hour)); !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled) {
+		t.Error("a standard rotation is not Stalled 5h into RenewingWorkloadCerts")
 	}
 }
