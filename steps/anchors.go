@@ -23,6 +23,11 @@ func (s *State) DesiredBundle() string {
 	if !s.Rotating() {
 		return RenderBundle(s.Anchor.Cert)
 	}
+	if s.CrossSigned() {
+		// The old roots until retire-previous-anchor: the identity issuer's chain carries the
+		// bridge from the new anchor to them (see CrossSigned).
+		return RenderBundle(append(append([]*x509.Certificate(nil), s.InFlight...), s.Previous.Cert)...)
+	}
 	anchors := append([]*x509.Certificate{s.Anchor.Cert}, s.InFlight...)
 	return RenderBundle(append(anchors, s.Previous.Cert)...)
 }

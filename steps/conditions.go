@@ -92,6 +92,9 @@ func setReadiness(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.TrustAn
 		since = previously.LastTransitionTime.Time
 	}
 	limit := StalledAfter(spec, st.Phase)
+	if cp := st.Checkpoint; cp != nil && cp.Strategy == v1alpha1.StrategyCrossSigned {
+		limit = crossSignedStalledAfter(spec, st.Phase, limit)
+	}
 	if !waiting && prev.Phase == st.Phase && meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStalled) != nil {
 		// An act is progress, but not the end of the wait it interrupts: the condition stays
 		// as the previous status had it (st is a copy of it).

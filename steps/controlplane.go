@@ -15,6 +15,7 @@ func refreshControlPlaneStep(w Writer) Step {
 		Step: restartStep(w, StepRefreshControlPlane, v1alpha1.PhaseRefreshingControlPlane, destinationAndInjector,
 			"Restart linkerd-destination and linkerd-proxy-injector so the injector stamps the expanded bundle on new pods (identity is left alone: see restart-identity)."),
 		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true, WritesMany: true,
+		CrossSignedSkips: "the trust bundle was not expanded, so the injector has nothing new to stamp",
 	}
 }
 

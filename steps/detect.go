@@ -25,6 +25,9 @@ func observeDetect(s *State, _ string) workflow.Decision {
 	if d := previousProblem(s); d != nil {
 		return *d
 	}
+	if d := crossSignedProblem(s); d != nil {
+		return *d
+	}
 	if s.Rotating() {
 		return workflow.Completed("TrustAnchorRenewed", fmt.Sprintf("trust anchor %s differs from the previous anchor %s", ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint())))
 	}

@@ -21,6 +21,7 @@ func restartIdentityStep(w Writer) Step {
 			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestartIdentity, Token: restartIdentityToken,
 		},
 		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, BeforeIssuerSwitch: true,
+		CrossSignedSkips: "linkerd-identity, on the previous anchor's roots, accepts the renewed issuer through the bridge in its chain",
 	}
 }
 
@@ -56,7 +57,7 @@ func (s *State) startedAfterExpansion(p ControlPlanePod) bool {
 // urgently (UrgentCertificates) and restarts the workloads behind first (planRestarts). nil
 // when there are none, and from restart-identity on (the data plane then trusts the new anchor).
 func (s *State) IdentityRestartedEarly(step string) []string {
-	if !named(step).IdentityMustWait || !s.Rotating() || !s.IssuerOnCurrentAnchor() || s.TrustBundle.Done() || s.expandedAt().IsZero() {
+	if !named(step).IdentityMustWait || s.CrossSigned() || !s.Rotating() || !s.IssuerOnCurrentAnchor() || s.TrustBundle.Done() || s.expandedAt().IsZero() {
 		return nil
 	}
 	var out []string

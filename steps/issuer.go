@@ -105,7 +105,11 @@ func observeIssuerRenewal(s *State, token string) workflow.Decision {
 	if rev, ok := tokenRevision(token); ok && ic.Revision > rev {
 		return workflow.Waiting("IssuerRenewed", fmt.Sprintf("Certificate %s was re-issued (revision %d); waiting for Secret %s", ref, ic.Revision, s.Issuer.Ref()))
 	}
-	return workflow.ActNeeded(ReasonRenewingIdentityIssuer, fmt.Sprintf("the expanded trust bundle has converged: triggering the renewal of Certificate %s as cmctl renew does", ref))
+	why := "the expanded trust bundle has converged"
+	if s.CrossSigned() {
+		why = "the new trust anchor is signed by the previous one, which every pod trusts"
+	}
+	return workflow.ActNeeded(ReasonRenewingIdentityIssuer, fmt.Sprintf("%s: triggering the renewal of Certificate %s as cmctl renew does", why, ref))
 }
 
 func actRenewIssuer(w Writer) func(context.Context, *State, string) error {

@@ -13,7 +13,8 @@ func propagateTrustRootsStep(w Writer) Step {
 		Step: bundleRestartsStep(w, StepPropagateTrustRoots, v1alpha1.PhasePropagatingTrustRoots, propagate, "expanded",
 			"Wait until every meshed pod was injected with the expanded bundle (restart your workloads)."),
 		ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true,
-		Manual: restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true, Assumes: AssumeWorkloadsRestarted,
+		CrossSignedSkips: "no pod needs the new anchor in its roots before the issuer switch: the bridge in the issuer's chain leads its certificates to the previous anchor",
+		Manual:           restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true, Assumes: AssumeWorkloadsRestarted,
 	}
 }
 

@@ -17,8 +17,16 @@ func renewWorkloadCertificatesStep(w Writer) Step {
 			Observe: observeCertificateRestarts, Act: actRestarts(w, renew), Describe: describeRestarts(renew),
 		},
 		ReliesOnBundle: true, NeedsExpandedPods: true, UrgentProbes: true, Assumes: AssumeCertificatesRenewed,
-		Manual: func(*State) string { return "restart workloads, or let proxies refresh" },
+		Manual: func(s *State) string {
+			if s.CrossSigned() {
+				return "let proxies refresh (spec.strategy CrossSigned: nothing is restarted here)"
+			}
+			return "restart workloads, or let proxies refresh"
+		},
 		Automated: func(spec v1alpha1.TrustAnchorRotationSpec) string {
+			if StrategyOf(spec) == v1alpha1.StrategyCrossSigned {
+				return ""
+			}
 			if restartMethod(spec) == v1alpha1.Evict {
 				return restartsBehind(spec)
 			}
@@ -74,6 +82,9 @@ func (s *State) fallbackAfter() time.Duration { return 2 * RefreshInterval(s.Spe
 // older than edge-26.4.3), and is restarted (Automatic) or named (Manual). With Evict nothing
 // set the interval, so the operator restarts at once.
 func observeCertificateRestarts(s *State, token string) workflow.Decision {
+	if s.CrossSigned() {
+		return crossSignedRenewal(s, token)
+	}
 	d := observeCertificatesRenewed(s, token)
 	if d.Outcome == workflow.Done || d.Reason == ReasonIssuerNotOnCurrentAnchor {
 		return d

@@ -40,6 +40,13 @@ type State struct {
 	// step, when Synced, or when unknown (see RetiringTo). When the trust anchor is renewed again
 	// from that step on, the round still finishes on that anchor (see FinishingOn).
 	Retiring string
+	// Strategy is the strategy of the rotation in progress (status.checkpoint.strategy), ""
+	// when none is (see CrossSigned).
+	Strategy v1alpha1.RotationStrategy
+	// StandInCrossSigned: the anchor is a plan's in-memory stand-in for a renewal
+	// (--assume-anchor-renewed), made without the previous anchor's key, and is taken to be
+	// signed by it, as cert-manager signs the renewed anchor under spec.strategy CrossSigned.
+	StandInCrossSigned bool
 	// ControlPlane holds the control-plane Deployments by name.
 	ControlPlane map[string]Deployment
 	// TrustBundle counts meshed non-control-plane pods on the DESIRED bundle's hash.

@@ -43,7 +43,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	st.WorkloadCertificateRefreshInterval = nil
 	// In effect while proxies renew onto the new issuer, and while the pod templates of
 	// automatically restarted workloads carry it (from their first restart to their last).
-	if phase == v1alpha1.PhaseRenewingWorkloadCerts || s.RefreshOverrides() > 0 {
+	if phase == v1alpha1.PhaseRenewingWorkloadCerts && !s.CrossSigned() || s.RefreshOverrides() > 0 {
 		st.WorkloadCertificateRefreshInterval = &metav1.Duration{Duration: RefreshInterval(spec)}
 	}
 	// With the anchors each count is against: what a linked cluster reads (see remote.go).
@@ -70,10 +70,10 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 		// A rotation that completed and went straight on into the next one (the anchor was
 		// renewed again meanwhile) is a new rotation.
 		if prev.Checkpoint != nil && prev.Checkpoint.Rotation != "" && !res.Completed {
-			cp.Rotation, cp.StartTime = prev.Checkpoint.Rotation, prev.Checkpoint.StartTime
+			cp.Rotation, cp.StartTime, cp.Strategy = prev.Checkpoint.Rotation, prev.Checkpoint.StartTime, prev.Checkpoint.Strategy
 		} else {
 			t := metav1.NewTime(now)
-			cp.Rotation, cp.StartTime = s.Anchor.Fingerprint(), &t
+			cp.Rotation, cp.StartTime, cp.Strategy = s.Anchor.Fingerprint(), &t, StrategyOf(spec)
 		}
 	}
 	st.Checkpoint = cp
@@ -90,7 +90,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	newRotation := cp.Rotation != "" && (prev.Checkpoint == nil || prev.Checkpoint.Rotation != cp.Rotation ||
 		existing != nil && cp.StartTime != nil && existing.LastTransitionTime.Before(cp.StartTime))
 	switch {
-	case named(cp.Step).BeforeIssuerSwitch && s.Rotating() && s.IssuerOnCurrentAnchor():
+	case named(cp.Step).BeforeIssuerSwitch && s.Rotating() && s.IssuerOnCurrentAnchor() && !s.CrossSigned():
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: v1alpha1.ConditionOutOfOrderIssuerRotation, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonIssuerRotatedOutOfOrder, Message: v1alpha1.MessageIssuerRotatedOutOfOrder,
@@ -125,6 +125,10 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
 	TrackHistory(&st, prev.Checkpoint, spec, s, nil, res.Passed, now)
 	st.NextRotation = NextRotationDeadline(s, spec, st.History)
+	st.RestartDeadline = RestartDeadlineOf(s, spec, phase, st.LastPhaseTransitionTime)
+	if st.RestartDeadline != nil && st.BlockingMessage != "" {
+		st.BlockingMessage += "; " + restartDeadlineNote(st.RestartDeadline, now)
+	}
 	projectHolds(&st, &prev, spec, generation, s, res, now)
 	return st
 }
@@ -181,11 +185,11 @@ func SavedCheckpoint(prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *Sta
 		return cp
 	}
 	if next.Jump == nil && prev != nil && prev.Rotation != "" && !named(prev.Step).Idle() && declared.index[prev.Step] <= declared.index[next.Step] {
-		cp.Rotation, cp.StartTime = prev.Rotation, prev.StartTime
+		cp.Rotation, cp.StartTime, cp.Strategy = prev.Rotation, prev.StartTime, prev.Strategy
 		return cp
 	}
 	t := metav1.NewTime(now)
-	cp.Rotation, cp.StartTime = s.Anchor.Fingerprint(), &t
+	cp.Rotation, cp.StartTime, cp.Strategy = s.Anchor.Fingerprint(), &t, StrategyOf(s.Spec)
 	return cp
 }
 

@@ -56,6 +56,10 @@ type Step struct {
 	// (the fault suite kills it there too).
 	WritesMany bool
 
+	// CrossSignedSkips says why a cross-signed rotation (spec.strategy CrossSigned) has nothing
+	// to do at the step, which is then done at once; "" for the steps both strategies run.
+	CrossSignedSkips string
+
 	// ahead is the step's Observe without the trust-bundle check (see ObserveAhead).
 	ahead func(*State, string) workflow.Decision
 }
@@ -86,6 +90,10 @@ func guarded(list []Step) []Step {
 			continue // guarded already
 		}
 		observe := st.Observe
+		if st.CrossSignedSkips != "" {
+			observe = skipCrossSigned(st, observe)
+			st.Observe = observe
+		}
 		if st.ReliesOnBundle {
 			observe = guardBundle(st, observe)
 		}

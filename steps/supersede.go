@@ -133,9 +133,9 @@ func (s *State) FromStatus(st *v1alpha1.TrustAnchorRotationStatus) error {
 	if err != nil {
 		return err
 	}
-	s.InFlight, s.Retiring, s.Rotation, s.RotationStart = inFlight, RetiringTo(st.Checkpoint), "", time.Time{}
+	s.InFlight, s.Retiring, s.Rotation, s.RotationStart, s.Strategy = inFlight, RetiringTo(st.Checkpoint), "", time.Time{}, ""
 	if cp := st.Checkpoint; cp != nil {
-		s.Rotation = cp.Rotation
+		s.Rotation, s.Strategy = cp.Rotation, cp.Strategy
 		if cp.StartTime != nil {
 			s.RotationStart = cp.StartTime.Time
 		}

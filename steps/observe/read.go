@@ -58,7 +58,7 @@ func ReadFeeding(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorR
 	if status != nil {
 		s.Retiring = steps.RetiringTo(status.Checkpoint)
 		if cp := status.Checkpoint; cp != nil {
-			s.Rotation = cp.Rotation
+			s.Rotation, s.Strategy = cp.Rotation, cp.Strategy
 			if cp.StartTime != nil {
 				s.RotationStart = cp.StartTime.Time
 			}

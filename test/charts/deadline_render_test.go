@@ -25,7 +25,8 @@ func TestDeadlineAlertsAndPanels(t *testing.T) {
 		wants: []string{"TrustRotationDeadlineApproaching", "TrustRotationDeadlineImminent",
 			`max(trust_rotation_next_rotation_deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 720 * 3600`,
 			`max(trust_rotation_next_rotation_deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 168 * 3600`,
-			`"severity":"warning"`, `"severity":"critical"`},
+			`"severity":"warning"`, `"severity":"critical"`,
+			"TrustRotationRestartDeadlinePassed", `max(trust_rotation_restart_deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 0`},
 	}, {
 		name:  "configured",
 		set:   []string{"metrics.prometheusRule.deadline.warningWithinHours=1000", "metrics.prometheusRule.deadline.criticalWithinHours=48", "metrics.prometheusRule.deadline.criticalSeverity=page"},
@@ -34,7 +35,7 @@ func TestDeadlineAlertsAndPanels(t *testing.T) {
 	}, {
 		name:  "disabled",
 		set:   []string{"metrics.prometheusRule.deadline.enabled=false"},
-		lacks: []string{"trust-rotation-deadline", "TrustRotationDeadline"},
+		lacks: []string{"trust-rotation-deadline", "TrustRotationDeadline", "TrustRotationRestartDeadlinePassed"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := h.Template(ctx, OperatorChart, OperatorChart, "linkerd", append(append([]string{}, allFeatures...), tc.set...)...)

@@ -491,7 +491,7 @@ func proxyStarts(e *Env) int {
 
 // resetSpec puts the TrustAnchorRotation's spec back to its defaults: no automation.
 func (e *Env) resetSpec(ctx context.Context) error {
-	return e.patchSpec(ctx, `{"spec":{"workloadCertificateRefreshInterval":"5m","identityIssuerRenewal":"Manual",`+
+	return e.patchSpec(ctx, `{"spec":{"workloadCertificateRefreshInterval":"5m","identityIssuerRenewal":"Manual","strategy":"Standard","naturalChurnPeriod":"168h",`+
 		`"stalledAfter":{"default":"1h","identityIssuerRenewal":"24h"},`+
 		`"dataPlaneRestart":{"policy":"Manual","method":"RolloutRestart","maxConcurrent":5,"maxConcurrentPerNamespace":1,`+
 		`"namespaceSelector":null,"workloadSelector":null,"maintenanceWindows":null},"suspend":null}}`)

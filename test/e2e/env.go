@@ -63,6 +63,9 @@ type EnvOptions struct {
 	// chart's controllerReplicas; 1 when 0). A test that sets it scales the control plane back
 	// to 1 when it ends (ScaleControlPlane): the other tests expect one replica each.
 	ControlPlaneReplicas int32
+	// IssuanceLifetime is identity's workload certificate lifetime (24h when 0): a short one
+	// makes proxies refresh by themselves within a test (at 70 % of it).
+	IssuanceLifetime time.Duration
 }
 
 // proxyContainerPrefix names the namespaces of EnvOptions.ProxyContainerDeployments.
@@ -111,6 +114,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 		Registerer:         prometheus.NewRegistry(),
 		ClusterName:        opts.ClusterName,
 		Oracle:             opts.Oracle,
+		IssuanceLifetime:   opts.IssuanceLifetime,
 	})
 	if err != nil {
 		t.Fatal(err)

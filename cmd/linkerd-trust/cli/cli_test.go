@@ -59,10 +59,14 @@ func TestGolden(t *testing.T) {
 		"plan-assume-evict-text":     {setup: func(f *fixture) { automate(f, v1alpha1.Evict) }, args: []string{"plan", "--assume-anchor-renewed"}},
 		"plan-assume-automatic-json": {setup: func(f *fixture) { automate(f, v1alpha1.RolloutRestart) }, args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
 		"plan-early-issuer-text":     {setup: issuerRenewedEarly, args: []string{"plan"}},
-		"plan-superseded-text":       {setup: superseded, args: []string{"plan"}},
-		"plan-no-rotation-text":      {setup: func(f *fixture) { delete(f.rotations, "cluster") }, args: []string{"plan"}},
-		"extension-metadata":         {args: []string{"_extension-metadata"}},
-		"inspect-watch-plain":        {args: []string{"inspect", "--watch"}},
+		"plan-assume-crosssigned-text": {setup: func(f *fixture) { automate(f, v1alpha1.RolloutRestart); crossSigned(f) },
+			args: []string{"plan", "--assume-anchor-renewed"}},
+		"inspect-crosssigned-table": {setup: crossSigned, args: []string{"inspect"}},
+		"inspect-churn-table":       {setup: churning, args: []string{"inspect"}},
+		"plan-superseded-text":      {setup: superseded, args: []string{"plan"}},
+		"plan-no-rotation-text":     {setup: func(f *fixture) { delete(f.rotations, "cluster") }, args: []string{"plan"}},
+		"extension-metadata":        {args: []string{"_extension-metadata"}},
+		"inspect-watch-plain":       {args: []string{"inspect", "--watch"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -93,6 +97,23 @@ func TestWatchOnTerminal(t *testing.T) {
 		t.Fatalf("exit code %d: %s", code, errOut.String())
 	}
 	golden(t, "inspect-watch-tty", out.String())
+}
+
+// crossSigned sets spec.strategy CrossSigned.
+func crossSigned(f *fixture) { f.rotations["cluster"].Spec.Strategy = v1alpha1.StrategyCrossSigned }
+
+// churning is a cross-signed rotation in RemovingOldTrustRoots whose restart is left to churn,
+// its deadline passed.
+func churning(f *fixture) {
+	crossSigned(f)
+	tar := f.rotations["cluster"]
+	since := metav1.NewTime(testNow.Add(-8 * 24 * time.Hour))
+	tar.Status.Phase, tar.Status.LastPhaseTransitionTime = v1alpha1.PhaseRemovingOldTrustRoots, &since
+	tar.Status.Checkpoint = &v1alpha1.Checkpoint{Step: steps.StepRemoveOldTrustRoots, Rotation: steps.Fingerprint(cert(f.t, "anchor-old")),
+		Strategy: v1alpha1.StrategyCrossSigned, StartTime: &since}
+	tar.Status.RestartDeadline = &v1alpha1.RestartDeadline{Deadline: metav1.NewTime(since.Add(7 * 24 * time.Hour)), Since: since,
+		ChurnPeriod: metav1.Duration{Duration: 7 * 24 * time.Hour}}
+	tar.Status.BlockingMessage = "Waiting for 1 pod(s) to converge on the reduced trust bundle; restart: emojivoto/Deployment/voting (1 pod)"
 }
 
 // automated is midRotation with both of the user's parts automated.

@@ -101,9 +101,12 @@ durations, its restarts and who made them, the faults seen and its outcome.`,
 type inspection struct {
 	Rotation string `json:"rotation"`
 	// Found is false when the TrustAnchorRotation does not exist.
-	Found                     bool                        `json:"found"`
-	Phase                     string                      `json:"phase,omitempty"`
-	Step                      string                      `json:"step,omitempty"`
+	Found bool   `json:"found"`
+	Phase string `json:"phase,omitempty"`
+	Step  string `json:"step,omitempty"`
+	// Strategy is the strategy of the rotation in progress (status.checkpoint.strategy), or
+	// the one the next rotation takes (spec.strategy) when Synced.
+	Strategy                  v1alpha1.RotationStrategy   `json:"strategy,omitempty"`
 	LastPhaseTransitionTime   *metav1.Time                `json:"lastPhaseTransitionTime,omitempty"`
 	BlockingMessage           string                      `json:"blockingMessage,omitempty"`
 	TrustBundle               *v1alpha1.ConvergenceStatus `json:"trustBundle,omitempty"`
@@ -114,8 +117,10 @@ type inspection struct {
 	// RemoteClusters are the linked clusters as the operator last read them.
 	RemoteClusters []v1alpha1.RemoteClusterStatus `json:"remoteClusters,omitempty"`
 	NextRotation   *v1alpha1.NextRotation         `json:"nextRotation,omitempty"`
-	Live           liveView                       `json:"live"`
-	Pods           []podView                      `json:"pods"`
+	// RestartDeadline is status.restartDeadline: a cross-signed rotation's restart left to churn.
+	RestartDeadline *v1alpha1.RestartDeadline `json:"restartDeadline,omitempty"`
+	Live            liveView                  `json:"live"`
+	Pods            []podView                 `json:"pods"`
 }
 
 // liveView is what this command observed itself.
@@ -174,6 +179,10 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		if st.Checkpoint != nil {
 			in.Step = st.Checkpoint.Step
 		}
+		in.Strategy = steps.StrategyOf(tar.Spec)
+		if cp := st.Checkpoint; cp != nil && cp.Rotation != "" {
+			in.Strategy = steps.StrategyOf(v1alpha1.TrustAnchorRotationSpec{Strategy: cp.Strategy})
+		}
 		in.LastPhaseTransitionTime = st.LastPhaseTransitionTime
 		in.BlockingMessage = st.BlockingMessage
 		in.TrustBundle, in.WorkloadCertificates = st.TrustBundle, st.WorkloadCertificates
@@ -181,6 +190,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		in.Conditions = st.Conditions
 		in.RemoteClusters = st.RemoteClusters
 		in.NextRotation = st.NextRotation
+		in.RestartDeadline = st.RestartDeadline
 	case apierrors.IsNotFound(err):
 	default:
 		return nil, fmt.Errorf("reading TrustAnchorRotation %s: %w", kf.RotationName, err)
@@ -302,6 +312,9 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 		if t := in.LastPhaseTransitionTime; t != nil {
 			fmt.Fprintf(tw, "  Last transition:\t%s (%s ago)\n", t.UTC().Format(time.RFC3339), age(now.Sub(t.Time)))
 		}
+		if in.Strategy == v1alpha1.StrategyCrossSigned {
+			fmt.Fprintf(tw, "  Strategy:\t%s\n", strategyLine(in))
+		}
 		blocking := in.BlockingMessage
 		if blocking == "" {
 			blocking = "none"
@@ -312,6 +325,9 @@ func renderInspection(w io.Writer, in *inspection, now time.Time) error {
 		fmt.Fprintf(tw, "  Active issuer:\t%s\n", orNone(steps.ShortFingerprint(in.ActiveIssuerFingerprint)))
 		fmt.Fprintf(tw, "  Previous anchor:\t%s\n", orNone(steps.ShortFingerprint(in.PreviousAnchorFingerprint)))
 		fmt.Fprintf(tw, "  Next rotation:\t%s\n", nextRotationLine(in.NextRotation, now))
+		if d := in.RestartDeadline; d != nil {
+			fmt.Fprintf(tw, "  Restart deadline:\t%s\n", restartDeadlineLine(d, now))
+		}
 		if len(in.Conditions) == 0 {
 			fmt.Fprintf(tw, "  Conditions:\tnone\n")
 		}

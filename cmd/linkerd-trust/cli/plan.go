@@ -287,6 +287,9 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	if err != nil {
 		return nil, err
 	}
+	// The desired bundle, which the convergence counts against, depends on spec.strategy.
+	reading.State.Spec = tar.Spec
+	reading.Recount()
 	for _, u := range reading.Unreadable() {
 		p.Notes = append(p.Notes, u+": the steps below are observed without it")
 	}
@@ -313,6 +316,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			return nil, fmt.Errorf("making a stand-in for the renewed trust anchor: %w", err)
 		}
 		s.Anchor.Cert, anchorKey = renewed, key
+		s.StandInCrossSigned = true
 		reading.Recount()
 		p.Notes = append(p.Notes, fmt.Sprintf("assuming `cmctl renew -n %s %s` just happened: the renewed trust anchor %s is a stand-in made in memory, written nowhere",
 			cfg.CertManagerNamespace, cfg.AnchorSecret, steps.ShortFingerprint(steps.Fingerprint(renewed))))

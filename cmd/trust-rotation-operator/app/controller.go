@@ -404,7 +404,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	}
 	now := time.Now()
 	cp := steps.WorkflowCheckpoint(tar.Status.Checkpoint)
-	s, err := c.snapshot(now, cp.Step, &tar.Status)
+	s, err := c.snapshot(now, cp.Step, tar)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -525,8 +525,10 @@ func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
 }
 
 // snapshot builds the steps' State from the informer caches and the TrustAnchorRotation's
-// status, at the checkpoint's step.
-func (c *Controller) snapshot(now time.Time, step string, status *v1alpha1.TrustAnchorRotationStatus) (*steps.State, error) {
+// status, at the checkpoint's step. The spec is in it before the bundle convergence is counted:
+// the desired bundle depends on spec.strategy when no rotation is under way yet.
+func (c *Controller) snapshot(now time.Time, step string, tar *v1alpha1.TrustAnchorRotation) (*steps.State, error) {
+	status := &tar.Status
 	cfg := c.opts.Config
 	s := &steps.State{
 		Config:       cfg,
@@ -535,6 +537,7 @@ func (c *Controller) snapshot(now time.Time, step string, status *v1alpha1.Trust
 		Previous:     c.parsed.previous.source(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
 		Issuer:       c.parsed.issuer.source(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),
 		ControlPlane: map[string]steps.Deployment{},
+		Spec:         tar.Spec,
 	}
 	if err := s.FromStatus(status); err != nil {
 		return nil, err

@@ -16,8 +16,9 @@ const ReasonRotationRecorded = "RotationRecorded"
 
 // historyMetrics mirror status.nextRotation and status.history.
 type historyMetrics struct {
-	deadline     *prometheus.GaugeVec
-	lastDuration *prometheus.GaugeVec
+	deadline        *prometheus.GaugeVec
+	lastDuration    *prometheus.GaugeVec
+	restartDeadline *prometheus.GaugeVec
 }
 
 func newHistoryMetrics(r *prometheus.Registry) historyMetrics {
@@ -30,8 +31,12 @@ func newHistoryMetrics(r *prometheus.Registry) historyMetrics {
 			Name: "trust_rotation_last_rotation_duration_seconds",
 			Help: "Wall time of the latest finished rotation in status.history, by outcome (Completed, Superseded); absent until one finished.",
 		}, []string{"outcome"}),
+		restartDeadline: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trust_rotation_restart_deadline_timestamp_seconds",
+			Help: "When a cross-signed rotation's one data-plane restart, left to natural churn (spec.dataPlaneRestart.policy Manual), should be done (status.restartDeadline.deadline); absent otherwise.",
+		}, nil),
 	}
-	r.MustRegister(h.deadline, h.lastDuration)
+	r.MustRegister(h.deadline, h.lastDuration, h.restartDeadline)
 	return h
 }
 
@@ -40,6 +45,10 @@ func (m *Metrics) ObserveHistory(st *v1alpha1.TrustAnchorRotationStatus) {
 	m.history.deadline.Reset()
 	if n := st.NextRotation; n != nil {
 		m.history.deadline.WithLabelValues().Set(float64(n.Deadline.Unix()))
+	}
+	m.history.restartDeadline.Reset()
+	if d := st.RestartDeadline; d != nil {
+		m.history.restartDeadline.WithLabelValues().Set(float64(d.Deadline.Unix()))
 	}
 	m.history.lastDuration.Reset()
 	for _, r := range st.History {

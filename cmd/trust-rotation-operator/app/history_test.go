@@ -54,8 +54,20 @@ func TestObserveHistory(t *testing.T) {
 	if got := gauges(t, m, "trust_rotation_last_rotation_duration_seconds"); len(got) != 1 || got["outcome=Superseded"] != 7200 {
 		t.Errorf("last rotation gauge %v, want the superseded one's 7200s", got)
 	}
+	if got := gauges(t, m, "trust_rotation_restart_deadline_timestamp_seconds"); len(got) != 0 {
+		t.Errorf("restart deadline gauge %v without status.restartDeadline", got)
+	}
+	churn := metav1.NewTime(at.Add(-time.Hour))
+	st.RestartDeadline = &v1alpha1.RestartDeadline{Deadline: churn, Since: start}
+	m.ObserveHistory(st)
+	if got := gauges(t, m, "trust_rotation_restart_deadline_timestamp_seconds"); len(got) != 1 || got[""] != float64(churn.Unix()) {
+		t.Errorf("restart deadline gauge %v, want %d", got, churn.Unix())
+	}
 	m.ObserveHistory(&v1alpha1.TrustAnchorRotationStatus{})
 	if got := gauges(t, m, "trust_rotation_next_rotation_deadline_timestamp_seconds"); len(got) != 0 {
 		t.Errorf("deadline gauge %v without a deadline", got)
+	}
+	if got := gauges(t, m, "trust_rotation_restart_deadline_timestamp_seconds"); len(got) != 0 {
+		t.Errorf("restart deadline gauge %v once the deadline is gone", got)
 	}
 }

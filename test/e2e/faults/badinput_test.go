@@ -260,28 +260,30 @@ func TestInvalidSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	gvr := schema.GroupVersionResource{Group: "trust.linkerd.io", Version: "v1alpha1", Resource: "trustanchorrotations"}
-	for value, want := range map[string]string{
-		"5s":         "must be at least 10s",
-		"five mins":  "should match",
-		"-1m":        "should match",
-		"10 seconds": "should match",
+	for _, tc := range []struct{ field, value, want string }{
+		{"workloadCertificateRefreshInterval", "5s", "must be at least 10s"},
+		{"workloadCertificateRefreshInterval", "five mins", "should match"},
+		{"workloadCertificateRefreshInterval", "-1m", "should match"},
+		{"workloadCertificateRefreshInterval", "10 seconds", "should match"},
+		{"strategy", "Bridged", `supported values: "Standard", "CrossSigned"`},
+		{"naturalChurnPeriod", "a week", "should match"},
 	} {
 		obj := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "trust.linkerd.io/v1alpha1", "kind": "TrustAnchorRotation",
 			"metadata": map[string]any{"name": "invalid-spec"},
-			"spec":     map[string]any{"workloadCertificateRefreshInterval": value},
+			"spec":     map[string]any{tc.field: tc.value},
 		}}
 		_, err := dyn.Resource(gvr).Create(e.Ctx, obj, metav1.CreateOptions{})
 		if err == nil {
 			_ = dyn.Resource(gvr).Delete(e.Ctx, "invalid-spec", metav1.DeleteOptions{})
-			t.Errorf("workloadCertificateRefreshInterval %q was accepted", value)
+			t.Errorf("%s %q was accepted", tc.field, tc.value)
 			continue
 		}
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "workloadCertificateRefreshInterval") {
-			t.Errorf("workloadCertificateRefreshInterval %q: %v; want Invalid naming the field and %q", value, err, want)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s %q: %v; want Invalid naming the field and %q", tc.field, tc.value, err, tc.want)
 			continue
 		}
-		t.Logf("%q rejected: %v", value, err)
+		t.Logf("%s %q rejected: %v", tc.field, tc.value, err)
 	}
 }
 

@@ -149,6 +149,29 @@ type TrustAnchorRotationSpec struct {
 	// +optional
 	WorkloadCertificateRefreshInterval *metav1.Duration `json:"workloadCertificateRefreshInterval,omitempty"`
 
+	// Strategy is how a rotation moves the mesh onto a new trust anchor. Standard (the default)
+	// expands the trust bundle first and restarts the data plane twice: onto the expanded bundle,
+	// then onto the new anchor alone. CrossSigned needs the renewed anchor to be signed by the
+	// previous one (cert-manager's CA issuer over the anchor's own Secret: see
+	// manifests/cert-manager/linkerd-pki-cross-signed.yaml): the identity issuer's chain then
+	// carries the bridge to the old anchor, proxies move onto the new issuer by their own
+	// certificate refresh, and the data plane restarts once, onto the new anchor alone.
+	// +kubebuilder:default=Standard
+	// +kubebuilder:validation:Enum=Standard;CrossSigned
+	// +optional
+	Strategy RotationStrategy `json:"strategy,omitempty"`
+
+	// NaturalChurnPeriod is how long a CrossSigned rotation with spec.dataPlaneRestart.policy
+	// Manual leaves its one data-plane restart to the cluster's own churn (deploys, scaling,
+	// node drains) once the trust bundle holds the new anchor alone: status.restartDeadline is
+	// then, and alert TrustRotationRestartDeadlinePassed fires past it. A Go duration, such as
+	// 168h.
+	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	NaturalChurnPeriod *metav1.Duration `json:"naturalChurnPeriod,omitempty"`
+
 	// DataPlaneRestart configures the restarts of meshed workloads a rotation needs: by the
 	// user (Manual, the default: the blocking message names the workloads to restart) or by
 	// the operator (Automatic), within a budget and maintenance windows.
@@ -268,6 +291,17 @@ type StalledAfter struct {
 	// +optional
 	IdentityIssuerRenewal *metav1.Duration `json:"identityIssuerRenewal,omitempty"`
 }
+
+// RotationStrategy is how a rotation moves the mesh onto a new trust anchor (spec.strategy).
+type RotationStrategy string
+
+const (
+	// StrategyStandard: expand the bundle, restart, switch the issuer, reduce, restart.
+	StrategyStandard RotationStrategy = "Standard"
+	// StrategyCrossSigned: the new anchor is signed by the old one and bridges the old roots to
+	// the new issuer; one restart, onto the new anchor alone.
+	StrategyCrossSigned RotationStrategy = "CrossSigned"
+)
 
 // RenewalPolicy says whether the operator acts by itself.
 // +kubebuilder:validation:Enum=Manual;Automatic
@@ -454,6 +488,12 @@ type TrustAnchorRotationStatus struct {
 	// +optional
 	NextRotation *NextRotation `json:"nextRotation,omitempty"`
 
+	// RestartDeadline is when the data plane should have restarted onto the new anchor alone, in
+	// a CrossSigned rotation that leaves its one restart to natural churn
+	// (spec.dataPlaneRestart.policy Manual): set in phase RemovingOldTrustRoots, absent otherwise.
+	// +optional
+	RestartDeadline *RestartDeadline `json:"restartDeadline,omitempty"`
+
 	// History holds the latest rotations, the latest first (at most spec.historyLimit): the one
 	// in progress, if any, then the finished ones. An entry is opened and closed in the same
 	// status write that moves the checkpoint, so an operator that stops anywhere neither loses
@@ -565,6 +605,12 @@ type Checkpoint struct {
 	// +optional
 	Rotation string `json:"rotation,omitempty"`
 
+	// Strategy is the strategy of the rotation in progress (spec.strategy when it started): a
+	// rotation finishes the way it started, whatever spec.strategy says since. Empty when
+	// Synced, and in a checkpoint written before strategies existed: Standard.
+	// +optional
+	Strategy RotationStrategy `json:"strategy,omitempty"`
+
 	// StartTime is when the rotation in progress started.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
@@ -597,6 +643,18 @@ type NextRotation struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Basis string `json:"basis,omitempty"`
+}
+
+// RestartDeadline is the deadline of a data-plane restart left to natural churn.
+type RestartDeadline struct {
+	// Deadline is when every meshed pod should run with the trust bundle of the new anchor.
+	Deadline metav1.Time `json:"deadline"`
+	// Since is when the trust bundle was reduced to the new anchor and the churn started to
+	// count (status.lastPhaseTransitionTime of phase RemovingOldTrustRoots).
+	Since metav1.Time `json:"since"`
+	// ChurnPeriod is spec.naturalChurnPeriod, defaulted.
+	// +kubebuilder:validation:Type=string
+	ChurnPeriod metav1.Duration `json:"churnPeriod"`
 }
 
 // RotationOutcome is how a recorded rotation ended.

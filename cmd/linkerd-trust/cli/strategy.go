@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// crossSignedManifest is where the cert-manager setup of spec.strategy CrossSigned ships.
+const crossSignedManifest = "manifests/cert-manager/linkerd-pki-cross-signed.yaml"
+
+// strategyPrerequisites checks what spec.strategy CrossSigned needs of cert-manager: the trust
+// anchor's Certificate issued by a CA issuer over the anchor's own Secret, so that each renewal
+// is signed by the anchor it replaces, with a new key. The standard strategy needs nothing more
+// than the other checks ask.
+func (c *checks) strategyPrerequisites(ctx context.Context) error {
+	tar, err := c.rotation.get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+	}
+	if steps.StrategyOf(tar.Spec) != v1alpha1.StrategyCrossSigned {
+		return nil
+	}
+	crt, err := c.certificate(ctx, c.cfg.CertManagerNamespace, c.o.anchorCertificate)
+	if err != nil {
+		return err
+	}
+	ref := crt.Namespace + "/" + crt.Name
+	if crt.Spec.PrivateKey != nil && crt.Spec.PrivateKey.RotationPolicy == cmapi.RotationPolicyNever {
+		return fmt.Errorf("TrustAnchorRotation %s has spec.strategy CrossSigned but Certificate %s has spec.privateKey.rotationPolicy: Never: its renewals keep the key and rotate nothing; set rotationPolicy: Always (%s)",
+			tar.Name, ref, crossSignedManifest)
+	}
+	kind, name := orDefault(crt.Spec.IssuerRef.Kind, cmapi.IssuerKind), crt.Spec.IssuerRef.Name
+	var ca *cmapi.CAIssuer
+	switch kind {
+	case cmapi.ClusterIssuerKind:
+		iss, err := c.cl.CertManager.CertmanagerV1().ClusterIssuers().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return notFound("ClusterIssuer", name, err)
+		}
+		ca = iss.Spec.CA
+	case cmapi.IssuerKind:
+		iss, err := c.cl.CertManager.CertmanagerV1().Issuers(crt.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return notFound("Issuer", crt.Namespace+"/"+name, err)
+		}
+		ca = iss.Spec.CA
+	default:
+		return fmt.Errorf("TrustAnchorRotation %s has spec.strategy CrossSigned but Certificate %s is issued by %s %s, which is not a cert-manager CA issuer (%s)",
+			tar.Name, ref, kind, name, crossSignedManifest)
+	}
+	if ca == nil || ca.SecretName != crt.Spec.SecretName {
+		what := "is not a CA issuer"
+		if ca != nil {
+			what = fmt.Sprintf("signs with Secret %s", ca.SecretName)
+		}
+		return fmt.Errorf("TrustAnchorRotation %s has spec.strategy CrossSigned but Certificate %s is issued by %s %s, which %s, not with the anchor's own Secret %s: "+
+			"its renewals would not be signed by the anchor they replace, and the operator would start no rotation; point spec.issuerRef at the CA issuer over %s (%s)",
+			tar.Name, ref, kind, name, what, crt.Spec.SecretName, crt.Spec.SecretName, crossSignedManifest)
+	}
+	return nil
+}
+
+// strategyLine explains the cross-signed strategy where the rotation stands: the standard one is
+// the default and needs no line.
+func strategyLine(in *inspection) string {
+	const how = "the new anchor, signed by the previous one, is in the identity issuer's chain and leads pods that trust only the previous anchor to the new issuer; " +
+		"the trust bundle keeps the previous anchor until every proxy refreshed onto the new issuer by itself, then holds the new anchor alone, and the data plane restarts once, onto it"
+	if in.Phase == string(v1alpha1.PhaseSynced) {
+		return "CrossSigned (spec.strategy, for the next rotation): " + how
+	}
+	return "CrossSigned (this rotation's, status.checkpoint.strategy): " + how
+}
+
+// restartDeadlineLine is inspect's line on status.restartDeadline.
+func restartDeadlineLine(d *v1alpha1.RestartDeadline, now time.Time) string {
+	when := d.Deadline.UTC().Format(time.RFC3339)
+	if now.After(d.Deadline.Time) {
+		return fmt.Sprintf("%s, passed %s ago: restart the workloads whose pods are listed below (the restart was left to natural churn for spec.naturalChurnPeriod %s)",
+			when, age(now.Sub(d.Deadline.Time)), steps.CompactDuration(d.ChurnPeriod.Duration))
+	}
+	return fmt.Sprintf("%s (in %s): until then the one restart onto the new anchor is left to natural churn (spec.naturalChurnPeriod %s)",
+		when, age(d.Deadline.Sub(now)), steps.CompactDuration(d.ChurnPeriod.Duration))
+}

@@ -1,0 +1,88 @@
+package steps
+
+import (
+	"fmt"
+
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// The cross-signed strategy (spec.strategy CrossSigned, docs/design/fewer-restarts.md) runs the
+// same steps as the standard one, minus the four that expand the data plane's roots before the
+// issuer switch. Its precondition is that the renewed trust anchor B is signed by the previous
+// anchor A's key: cert-manager issues it so when the anchor's Certificate names the CA issuer
+// over the anchor's own Secret (manifests/cert-manager/linkerd-pki-cross-signed.yaml). The CA
+// issuer then puts B into every chain it issues under it, so the identity issuer renewed onto B
+// is the chain [issuer, B], and every leaf identity signs comes with B as an intermediate:
+//
+//   - a pod that loaded only A at start verifies leaf -> issuer -> B -> A: webpki tries A for the
+//     issuer, fails the signature, then tries the presented B, which A signed;
+//   - linkerd-identity, started on A, accepts the issuer through B alike (Go's x509.Verify);
+//   - a pod that loads B verifies leaf -> issuer -> B directly.
+//
+// So the bundle stays [A] while proxies move onto the new issuer by their own certificate
+// refresh, becomes [B] once every live chain is a B chain, and the data plane restarts once,
+// onto [B] (remove-old-trust-roots), by the operator's restart budget or by the user.
+
+// StrategyOf is the spec's strategy, Standard when unset.
+func StrategyOf(spec v1alpha1.TrustAnchorRotationSpec) v1alpha1.RotationStrategy {
+	if spec.Strategy == "" {
+		return v1alpha1.StrategyStandard
+	}
+	return spec.Strategy
+}
+
+// CrossSigned reports whether the rotation runs the cross-signed strategy: the strategy its
+// checkpoint recorded when it started (a rotation finishes the way it started: switching a
+// half-done standard rotation, whose anchor need not be cross-signed, to the bridge would hand
+// pods that trust only the old anchor chains they cannot verify), or spec.strategy when no
+// rotation is in progress.
+func (s *State) CrossSigned() bool {
+	if s.Rotation != "" {
+		return s.Strategy == v1alpha1.StrategyCrossSigned
+	}
+	return StrategyOf(s.Spec) == v1alpha1.StrategyCrossSigned
+}
+
+// crossSignedProblem is detect-anchor-rotation's Wait when spec.strategy is CrossSigned and the
+// renewed anchor is not signed by the previous one: identity would hand out chains that pods
+// trusting only the previous anchor reject, so no rotation starts. nil otherwise.
+func crossSignedProblem(s *State) *workflow.Decision {
+	if !s.CrossSigned() || !s.Rotating() || s.StandInCrossSigned || SignedBy(s.Anchor.Cert, s.Previous.Cert) {
+		return nil
+	}
+	d := workflow.Waiting(ReasonTrustAnchorNotCrossSigned, fmt.Sprintf(
+		"spec.strategy is CrossSigned but the renewed trust anchor %s in Secret %s is not signed by the previous anchor %s (Secret %s): "+
+			"its cert-manager Certificate must be issued by the CA issuer over its own Secret (manifests/cert-manager/linkerd-pki-cross-signed.yaml); "+
+			"no rotation starts until the anchor is re-issued so, or spec.strategy is Standard",
+		ShortFingerprint(s.Anchor.Fingerprint()), s.Anchor.Ref(), ShortFingerprint(s.Previous.Fingerprint()), s.Previous.Ref()))
+	return &d
+}
+
+// ReasonTrustAnchorNotCrossSigned: see crossSignedProblem.
+const ReasonTrustAnchorNotCrossSigned = "TrustAnchorNotCrossSigned"
+
+// ReasonNotNeededCrossSigned is the reason of a step the cross-signed strategy passes over.
+const ReasonNotNeededCrossSigned = "NotNeededWhenCrossSigned"
+
+// skipCrossSigned wraps the Observe of a step the cross-signed strategy does not need
+// (Step.CrossSignedSkips): done at once, with why, in a cross-signed rotation.
+func skipCrossSigned(st Step, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
+	return func(s *State, token string) workflow.Decision {
+		if s.CrossSigned() {
+			return workflow.Completed(ReasonNotNeededCrossSigned, "spec.strategy CrossSigned: "+st.CrossSignedSkips)
+		}
+		return observe(s, token)
+	}
+}
+
+// crossSignedRenewal is renew-workload-certificates in a cross-signed rotation: proxies move
+// onto the new issuer by their own refresh (at 70 % of their certificate's lifetime, identity's
+// issuanceLifetime, 24h by default); nothing is restarted, since every pod accepts both chains.
+func crossSignedRenewal(s *State, token string) workflow.Decision {
+	d := observeCertificatesRenewed(s, token)
+	if d.Outcome == workflow.Wait && d.Reason != ReasonIssuerNotOnCurrentAnchor {
+		d.Message += "; spec.strategy CrossSigned: proxies refresh onto the new issuer by themselves, nothing is restarted"
+	}
+	return d
+}
