@@ -22,18 +22,9 @@ func bundleCommand(env *Env) *command {
 		name:  "bundle",
 		short: "Print the linkerd-identity-trust-roots ConfigMap rendered from cert-manager's trust anchor",
 		long: `Print the linkerd-identity-trust-roots ConfigMap that Linkerd reads its trust roots from,
-rendered from cert-manager's trust anchor and, when there is one, the operator-managed previous
-anchor. The ca-bundle.crt value has exactly the bytes the operator writes, so applying it before
-the operator runs (or while it is away) changes nothing the operator would change back, and
-Linkerd's proxy-injector stamps the same linkerd.io/trust-root-sha256 either way.
-
-No private key is read: the anchor is the certificate of its Certificate's current
-CertificateRequest, the previous anchor the one of the trust bundle the TrustAnchorRotation names.
-Only when neither has it is the Secret read; a previous-anchor Secret you may not read is then a
-warning on standard error.
-
-It fails, writing nothing to standard output, when the anchor is missing, is not PEM, is not a CA
-certificate or is outside its validity period.`,
+rendered from cert-manager's trust anchor (and the operator-managed previous anchor, if any) with
+exactly the bytes the operator writes. No private key is read. It fails, printing nothing, when
+the anchor is missing or is not a valid CA certificate.`,
 		example: `  # Seed the trust bundle before installing Linkerd
   linkerd trust bundle | kubectl apply -f -
 
