@@ -146,6 +146,7 @@ func TestEndToEnd(t *testing.T) {
 	}{
 		{"BundleAppliedWithKubectl", testBundle},
 		{"CheckPreGreen", testCheckPreGreen},
+		{"AdoptFromHelm", testAdoptFromHelm},
 		{"CheckPreFailsOnMissingPKIObject", testCheckPreMissing},
 		{"RotationWithOperatorAndMesh", testRotation},
 		{"CheckPreFailsWithoutCertManagerCRDs", testCheckNoCRDs},

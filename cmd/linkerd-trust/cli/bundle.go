@@ -17,6 +17,7 @@ import (
 func bundleCommand(env *Env) *command {
 	fs := newFlagSet("bundle")
 	out := addOutputFlag(fs, "yaml", "json")
+	adopt := fs.Bool("adopt", false, "take the existing ConfigMap over from Helm, kubectl or trust-manager: the operator's field manager alone owns ca-bundle.crt, its content unchanged (docs/adopting.md)")
 	kf := addKubeFlags(fs)
 	c := &command{
 		name:  "bundle",
@@ -24,9 +25,13 @@ func bundleCommand(env *Env) *command {
 		long: `Print the linkerd-identity-trust-roots ConfigMap that Linkerd reads its trust roots from,
 rendered from cert-manager's trust anchor (and the operator-managed previous anchor, if any) with
 exactly the bytes the operator writes. No private key is read. It fails, printing nothing, when
-the anchor is missing or is not a valid CA certificate.`,
+the anchor is missing or is not a valid CA certificate. --adopt takes an existing ConfigMap over
+instead, on a running mesh, without changing its content.`,
 		example: `  # Seed the trust bundle before installing Linkerd
   linkerd trust bundle | kubectl apply -f -
+
+  # On a running mesh, take the ConfigMap over from the Helm release that rendered it
+  linkerd trust bundle --adopt
 
   # As JSON, with non-default object names
   linkerd trust bundle -o json --cert-manager-namespace pki --trust-anchor-secret root-ca`,
@@ -48,6 +53,9 @@ the anchor is missing or is not a valid CA certificate.`,
 		})
 		if err != nil {
 			return err
+		}
+		if *adopt {
+			return adoptBundle(ctx, cl, kf.Config, bundle, env.Out)
 		}
 		doc, err := bundleManifest(kf.Config, bundle, out.value)
 		if err != nil {

@@ -691,7 +691,7 @@ func (c *checks) bundleOwnedByOperator(ctx context.Context) error {
 	for i, o := range others {
 		names[i] = o.String()
 	}
-	return fmt.Errorf("ConfigMap %s/%s: key %s is also owned by field manager(s) %s: a later write of theirs (a Helm upgrade, an Argo CD sync or self-heal, trust-manager) reverts the trust bundle, mid-rotation too; stop them writing it and leave it to %q",
+	return fmt.Errorf("ConfigMap %s/%s: key %s is also owned by field manager(s) %s: a later write of theirs (a Helm upgrade, an Argo CD sync or self-heal, trust-manager) reverts the trust bundle, mid-rotation too; stop them writing it, then hand it to %q with 'linkerd trust bundle --adopt'",
 		c.cfg.LinkerdNamespace, c.cfg.TrustRootsConfigMap, steps.TrustRootsKey, strings.Join(names, ", "), steps.FieldManager)
 }
 
