@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
@@ -44,12 +45,7 @@ data:
 // unchanged; check is then clean, and a release that renders it again fails instead of
 // overwriting it. The step leaves the ConfigMap as it found it (applied by kubectl).
 func testAdoptFromHelm(e *e2e) {
-	// The owner check comes after the fatal CRD check: serve the CRD, as the rotation step does.
-	e.kubectl("", "apply", "--server-side", "-f", filepath.Join("..", "..", "manifests", "crds"))
-	e.until("the TrustAnchorRotation CRD to be served", time.Minute, func(context.Context) (bool, error) {
-		_, err := e.kube.Discovery().ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
-		return err == nil, nil
-	})
+	e.serveRotationCRD()
 	dir := e.t.TempDir()
 	for name, body := range linkerdLikeChart {
 		path := filepath.Join(dir, "chart", name)
@@ -145,6 +141,17 @@ func testAdoptFromHelm(e *e2e) {
 	e.applyBundle()
 }
 
+// serveRotationCRD applies the TrustAnchorRotation CRD, as the rotation step does: the
+// bundle-owner check comes after the operator category's fatal CRD check.
+func (e *e2e) serveRotationCRD() {
+	e.t.Helper()
+	e.kubectl("", "apply", "--server-side", "-f", filepath.Join("..", "..", "manifests", "crds"))
+	e.until("the TrustAnchorRotation CRD to be served", time.Minute, func(context.Context) (bool, error) {
+		_, err := e.kube.Discovery().ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+		return err == nil, nil
+	})
+}
+
 // ownerCheck runs check and returns the result and error of the bundle-owner check.
 func (e *e2e) ownerCheck() (result, errText string) {
 	e.t.Helper()
@@ -159,4 +166,110 @@ func (e *e2e) ownerCheck() (result, errText string) {
 	}
 	e.t.Fatalf("check ran no bundle-owner check:\n%s", out)
 	return "", ""
+}
+
+// bundleCRD serves trust-manager's API group and kind on the test bed (trust-manager itself is
+// not part of it), so that the garbage collector follows an ownerReference to a Bundle.
+const bundleCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: bundles.trust.cert-manager.io
+spec:
+  group: trust.cert-manager.io
+  scope: Cluster
+  names: {kind: Bundle, listKind: BundleList, plural: bundles, singular: bundle}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`
+
+// trustManagerTarget is the target ConfigMap as trust-manager server-side applies it (field
+// manager trust-manager, pkg/bundle/internal/target): its label, its controller ownerReference
+// and, unless it is cleaning the target up, the data.
+func trustManagerTarget(uid, data string) string {
+	doc := `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: linkerd-identity-trust-roots
+  namespace: linkerd
+  labels: {trust.cert-manager.io/bundle: linkerd-identity-trust-roots}
+  ownerReferences:
+  - {apiVersion: trust.cert-manager.io/v1alpha1, kind: Bundle, name: linkerd-identity-trust-roots, uid: ` + uid + `, controller: true, blockOwnerDeletion: true}
+`
+	if data != "" {
+		doc += "data:\n  ca-bundle.crt: |\n    " + strings.ReplaceAll(strings.TrimSpace(data), "\n", "\n    ") + "\n"
+	}
+	return doc
+}
+
+// testAdoptFromTrustManager follows docs/adopting.md's trust-manager order on the real
+// apiserver and garbage collector, with trust-manager's two writes made as it makes them
+// (server-side applies as field manager trust-manager): adopt co-owns the key and stops; the
+// target's cleanup then leaves the key in place; adopt again removes the Bundle's claim, so
+// deleting the Bundle (foreground: the apiserver waits for the collector) keeps the ConfigMap.
+func testAdoptFromTrustManager(e *e2e) {
+	e.serveRotationCRD()
+	e.kubectl(bundleCRD, "apply", "--server-side", "-f", "-")
+	e.until("the Bundle CRD to be served", time.Minute, func(context.Context) (bool, error) {
+		_, err := e.kube.Discovery().ServerResourcesForGroupVersion("trust.cert-manager.io/v1alpha1")
+		return err == nil, nil
+	})
+	e.kubectl("apiVersion: trust.cert-manager.io/v1alpha1\nkind: Bundle\nmetadata: {name: linkerd-identity-trust-roots}\n", "apply", "--server-side", "-f", "-")
+	uid := strings.TrimSpace(e.kubectl("", "get", "bundle", "linkerd-identity-trust-roots", "-o", "jsonpath={.metadata.uid}"))
+	cms := e.kube.CoreV1().ConfigMaps("linkerd")
+	if err := cms.Delete(e.ctx, steps.DefaultTrustRootsConfigMap, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatal(err)
+	}
+	out, _, code := e.run("bundle")
+	if code != 0 {
+		e.t.Fatalf("bundle: exit %d", code)
+	}
+	var manifest struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &manifest); err != nil {
+		e.t.Fatal(err)
+	}
+	trustManagerApply := []string{"apply", "--server-side", "--field-manager=trust-manager", "--force-conflicts", "-f", "-"}
+	e.kubectl(trustManagerTarget(uid, manifest.Data[steps.TrustRootsKey]), trustManagerApply...)
+	before := e.configMapBundle()
+	if res, errText := e.ownerCheck(); res != "warning" || !strings.Contains(errText, "trust-manager") {
+		e.t.Fatalf("before adopting, the bundle-owner check is %s (%q), want a warning naming trust-manager", res, errText)
+	}
+
+	out, errOut, code := e.run("bundle", "--adopt")
+	if code != 0 || !strings.Contains(out, "co-owned") || !strings.Contains(out, "Bundle linkerd-identity-trust-roots") {
+		e.t.Fatalf("adopt while trust-manager writes: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	// The Bundle's target is removed: trust-manager's cleanup apply.
+	e.kubectl(trustManagerTarget(uid, ""), trustManagerApply...)
+	if got := e.configMapBundle(); got != before {
+		e.t.Fatalf("trust-manager's cleanup changed the co-owned bundle: %q", got)
+	}
+	out, errOut, code = e.run("bundle", "--adopt")
+	if code != 0 || !strings.Contains(out, "adopted") {
+		e.t.Fatalf("adopt after the cleanup: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	cm, err := cms.Get(e.ctx, steps.DefaultTrustRootsConfigMap, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(cm.OwnerReferences) != 0 || cm.Labels["trust.cert-manager.io/bundle"] != "" {
+		e.t.Fatalf("adopted ConfigMap still claimed by the Bundle: %v %v", cm.OwnerReferences, cm.Labels)
+	}
+	if res, errText := e.ownerCheck(); res != "success" {
+		e.t.Fatalf("after adopting, the bundle-owner check is %s: %s", res, errText)
+	}
+	e.kubectl("", "delete", "bundle", "linkerd-identity-trust-roots", "--cascade=foreground", "--timeout=1m")
+	if got := e.configMapBundle(); got != before {
+		e.t.Fatalf("deleting the Bundle changed the adopted bundle: %q", got)
+	}
+	e.kubectl("", "delete", "crd", "bundles.trust.cert-manager.io")
+	if err := cms.Delete(e.ctx, steps.DefaultTrustRootsConfigMap, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.applyBundle()
 }

@@ -147,6 +147,7 @@ func TestEndToEnd(t *testing.T) {
 		{"BundleAppliedWithKubectl", testBundle},
 		{"CheckPreGreen", testCheckPreGreen},
 		{"AdoptFromHelm", testAdoptFromHelm},
+		{"AdoptFromTrustManager", testAdoptFromTrustManager},
 		{"CheckPreFailsOnMissingPKIObject", testCheckPreMissing},
 		{"RotationWithOperatorAndMesh", testRotation},
 		{"CheckPreFailsWithoutCertManagerCRDs", testCheckNoCRDs},

@@ -26,18 +26,22 @@ const (
 	helmReleaseNamespaceAnnotation = "meta.helm.sh/release-namespace"
 	helmResourcePolicyAnnotation   = "helm.sh/resource-policy"
 	// trustManagerGroup is the API group of trust-manager's Bundle and ClusterBundle, which
-	// own their target ConfigMaps by a controller ownerReference.
-	trustManagerGroup = "trust.cert-manager.io"
+	// own their target ConfigMaps by a controller ownerReference and label them with
+	// trustManagerBundleLabel; trustManagerFieldManager is the field manager of its applies
+	// (trust-manager pkg/bundle/internal/ssa_client).
+	trustManagerGroup        = "trust.cert-manager.io"
+	trustManagerBundleLabel  = "trust.cert-manager.io/bundle"
+	trustManagerFieldManager = "trust-manager"
 )
 
 // adoptBundle hands the existing trust-roots ConfigMap over to the operator without changing
 // its ca-bundle.crt: a server-side apply of the very bytes it holds makes the operator's field
 // manager a co-owner (equal values never conflict), then an update of managedFields, guarded by
 // the resourceVersion, drops the key from every other manager's set, and Helm's ownership
-// annotations go. It refuses when the bundle's certificates are not the ones the operator
+// annotations and trust-manager's ownerReference go. It refuses when the bundle's certificates are not the ones the operator
 // would write (adopting would then change the trust roots at the operator's first write), when
 // Helm would delete the ConfigMap as soon as its release stops rendering it, and it stops after
-// the first write while trust-manager still controls the ConfigMap (see docs/adopting.md).
+// the first write while trust-manager still writes the key (see docs/adopting.md).
 func adoptBundle(ctx context.Context, cl *Clients, cfg steps.Config, want string, out io.Writer) error {
 	ns, name := cfg.LinkerdNamespace, cfg.TrustRootsConfigMap
 	ref := fmt.Sprintf("ConfigMap %s/%s", ns, name)
@@ -76,17 +80,23 @@ func adoptBundle(ctx context.Context, cl *Clients, cfg steps.Config, want string
 	if cm, err = cms.Patch(ctx, name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: steps.FieldManager, Force: new(true)}); err != nil {
 		return fmt.Errorf("applying %s as field manager %q: %w", ref, steps.FieldManager, err)
 	}
-	if owner := trustManagerOwner(cm); owner != "" {
+	if owner := trustManagerOwner(cm); owner != "" && ownedBy(cm, trustManagerFieldManager) {
 		fmt.Fprintf(out, "%s: key %s is now co-owned by field manager %q, its content unchanged (sha256 %s).\n", ref, steps.TrustRootsKey, steps.FieldManager, steps.BundleHash(have))
 		fmt.Fprintf(out, "trust-manager's %s still controls it: remove the Bundle's ConfigMap target for namespace %s (spec.target), then run this again.\n", owner, ns)
 		fmt.Fprintln(out, "Do not delete the Bundle before: the garbage collector would delete this ConfigMap with it.")
 		return nil
 	}
 
-	// 2. Drop the key from every other manager, and Helm's claim on the object.
+	// 2. Drop the key from every other manager, Helm's claim on the object and trust-manager's
+	// (whose cleanup of a removed target keeps its ownerReference: deleting the Bundle would
+	// then delete the ConfigMap).
 	for _, k := range []string{helmReleaseNameAnnotation, helmReleaseNamespaceAnnotation} {
 		delete(cm.Annotations, k)
 	}
+	delete(cm.Labels, trustManagerBundleLabel)
+	cm.OwnerReferences = slices.DeleteFunc(cm.OwnerReferences, func(o metav1.OwnerReference) bool {
+		return strings.HasPrefix(o.APIVersion, trustManagerGroup+"/")
+	})
 	kept := cm.ManagedFields[:0:0]
 	for _, mf := range cm.ManagedFields {
 		if mf.Manager != steps.FieldManager && mf.Subresource == "" && mf.FieldsV1 != nil {
@@ -165,6 +175,11 @@ func trustManagerOwner(cm *corev1.ConfigMap) string {
 		}
 	}
 	return ""
+}
+
+// ownedBy reports whether field manager owns cm's trust bundle key.
+func ownedBy(cm *corev1.ConfigMap, manager string) bool {
+	return slices.ContainsFunc(observe.BundleOwners(cm), func(o steps.FieldOwner) bool { return o.Manager == manager })
 }
 
 // withoutDataKey removes f:data.f:<key> from a managedFields entry's fieldsV1; empty is true
