@@ -38,10 +38,11 @@ const (
 // its ca-bundle.crt: a server-side apply of the very bytes it holds makes the operator's field
 // manager a co-owner (equal values never conflict), then an update of managedFields, guarded by
 // the resourceVersion, drops the key from every other manager's set, and Helm's ownership
-// annotations and trust-manager's ownerReference go. It refuses when the bundle's certificates are not the ones the operator
-// would write (adopting would then change the trust roots at the operator's first write), when
-// Helm would delete the ConfigMap as soon as its release stops rendering it, and it stops after
-// the first write while trust-manager still writes the key (see docs/adopting.md).
+// annotations and trust-manager's ownerReference go. It refuses when the bundle's certificates
+// are not the ones the operator would write (adopting would then change the trust roots at the
+// operator's first write), and when Helm would delete the ConfigMap as soon as its release
+// stops rendering it; it stops after the first write while trust-manager still writes the key
+// (see docs/adopting.md).
 func adoptBundle(ctx context.Context, cl *Clients, cfg steps.Config, want string, out io.Writer) error {
 	ns, name := cfg.LinkerdNamespace, cfg.TrustRootsConfigMap
 	ref := fmt.Sprintf("ConfigMap %s/%s", ns, name)
