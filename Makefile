@@ -141,6 +141,30 @@ image: ## Build the operator image into .local/image/oci without Docker (PLATFOR
 	  --source $(IMAGE_SOURCE) --revision "$$(git rev-parse HEAD 2>/dev/null)"
 	$(if $(IMAGE),$(OCI) push --layout $(IMAGE_DIR)/oci --image $(IMAGE) | tee $(IMAGE_DIR)/ref)
 
+# The binaries a release attaches: linkerd-trust for each CLI_PLATFORMS, the operator for each
+# OPERATOR_PLATFORMS, static (CGO_ENABLED=0) and stamped with VERSION as make image stamps them,
+# named as Linkerd names its CLI's (<binary>-<version>-<os>-<arch>), with sha256sums.txt in the
+# format `sha256sum -c` reads. The one the host can run is run, and must say its version.
+RELEASE_DIR ?= $(LOCAL)/release
+CLI_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+OPERATOR_PLATFORMS ?= linux/amd64 linux/arm64
+
+.PHONY: release-binaries
+release-binaries: ## Build static, version-stamped linkerd-trust (linux, darwin × amd64, arm64) and operator (linux) binaries with sha256sums.txt into .local/release (VERSION).
+	@test -n "$(VERSION)" || { echo "release-binaries: no VERSION (the chart's appVersion)"; exit 1; }
+	@rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	@for b in linkerd-trust:"$(CLI_PLATFORMS)" trust-rotation-operator:"$(OPERATOR_PLATFORMS)"; do \
+	  bin=$${b%%:*}; for p in $${b#*:}; do \
+	    os=$${p%%/*}; arch=$${p#*/}; out=$(RELEASE_DIR)/$$bin-$(VERSION)-$$os-$$arch; echo "release-binaries: $$out"; \
+	    CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X $(VERSION_VAR)=$(VERSION)" -o $$out ./cmd/$$bin || exit 1; \
+	  done; done
+	@host=$(RELEASE_DIR)/linkerd-trust-$(VERSION)-$(subst _,-,$(HOST_PLATFORM)); if [ -x $$host ]; then \
+	  out=$$($$host version); [ "$$out" = "linkerd-trust version: $(VERSION)" ] || { echo "release-binaries: $$host says '$$out', want version $(VERSION)"; exit 1; }; \
+	  echo "release-binaries: $$out"; fi
+	@cd $(RELEASE_DIR) && sums=$$(if command -v sha256sum >/dev/null; then sha256sum -- *; else shasum -a 256 -- *; fi) && \
+	  printf '%s\n' "$$sums" > sha256sums.txt
+	@echo "release-binaries: wrote $(RELEASE_DIR)/sha256sums.txt"
+
 # The charts as OCI artifacts, as a release publishes them: `helm package` into CHART_DIR, and
 # with CHART_REPO=oci://<registry>/<path>, `helm push` there (HELM_PUSH_FLAGS=--plain-http for a
 # registry without TLS, such as the test bed's on the loopback).

@@ -146,6 +146,8 @@ func TestEndToEnd(t *testing.T) {
 	}{
 		{"BundleAppliedWithKubectl", testBundle},
 		{"CheckPreGreen", testCheckPreGreen},
+		{"AdoptFromHelm", testAdoptFromHelm},
+		{"AdoptFromTrustManager", testAdoptFromTrustManager},
 		{"CheckPreFailsOnMissingPKIObject", testCheckPreMissing},
 		{"RotationWithOperatorAndMesh", testRotation},
 		{"CheckPreFailsWithoutCertManagerCRDs", testCheckNoCRDs},

@@ -57,3 +57,57 @@ func TestMakeImageStampsTheVersion(t *testing.T) {
 		}
 	}
 }
+
+// make release-binaries, for the host's platform only: each binary is named
+// <binary>-<version>-<os>-<arch>, says its version, and sha256sums.txt lists exactly them in
+// the format `sha256sum -c` checks.
+func TestMakeReleaseBinaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both binaries")
+	}
+	goenv, err := exec.Command("go", "env", "GOOS", "GOARCH").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	osArch := strings.Fields(string(goenv))
+	platform := osArch[0] + "/" + osArch[1]
+	const version = "v9.8.7-release"
+	dir := t.TempDir()
+	root := filepath.Join("..", "..", "..")
+	mk := exec.Command("make", "--no-print-directory", "release-binaries", "VERSION="+version, "RELEASE_DIR="+dir,
+		"CLI_PLATFORMS="+platform, "OPERATOR_PLATFORMS="+platform)
+	mk.Dir = root
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("make release-binaries: %v\n%s", err, out)
+	}
+	suffix := "-" + version + "-" + osArch[0] + "-" + osArch[1]
+	for _, c := range []struct{ bin, arg, want string }{
+		{"linkerd-trust", "version", "linkerd-trust version: " + version + "\n"},
+		{"trust-rotation-operator", "--version", "trust-rotation-operator version: " + version + "\n"},
+	} {
+		got, err := exec.Command(filepath.Join(dir, c.bin+suffix), c.arg).CombinedOutput()
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s %s: %q, %v; want %q", c.bin+suffix, c.arg, got, err, c.want)
+		}
+	}
+	sums, err := os.ReadFile(filepath.Join(dir, "sha256sums.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			listed = append(listed, f[1])
+		}
+	}
+	if want := []string{"linkerd-trust" + suffix, "trust-rotation-operator" + suffix}; strings.Join(listed, " ") != strings.Join(want, " ") {
+		t.Errorf("sha256sums.txt lists %q, want %q:\n%s", listed, want, sums)
+	}
+	if sha, err := exec.LookPath("sha256sum"); err == nil {
+		check := exec.Command(sha, "-c", "sha256sums.txt")
+		check.Dir = dir
+		if out, err := check.CombinedOutput(); err != nil {
+			t.Errorf("sha256sum -c: %v\n%s", err, out)
+		}
+	}
+}

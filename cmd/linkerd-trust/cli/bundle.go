@@ -17,25 +17,21 @@ import (
 func bundleCommand(env *Env) *command {
 	fs := newFlagSet("bundle")
 	out := addOutputFlag(fs, "yaml", "json")
+	adopt := fs.Bool("adopt", false, "take the existing ConfigMap over from Helm, kubectl or trust-manager: the operator's field manager alone owns ca-bundle.crt, its content unchanged (docs/adopting.md)")
 	kf := addKubeFlags(fs)
 	c := &command{
 		name:  "bundle",
 		short: "Print the linkerd-identity-trust-roots ConfigMap rendered from cert-manager's trust anchor",
 		long: `Print the linkerd-identity-trust-roots ConfigMap that Linkerd reads its trust roots from,
-rendered from cert-manager's trust anchor and, when there is one, the operator-managed previous
-anchor. The ca-bundle.crt value has exactly the bytes the operator writes, so applying it before
-the operator runs (or while it is away) changes nothing the operator would change back, and
-Linkerd's proxy-injector stamps the same linkerd.io/trust-root-sha256 either way.
-
-No private key is read: the anchor is the certificate of its Certificate's current
-CertificateRequest, the previous anchor the one of the trust bundle the TrustAnchorRotation names.
-Only when neither has it is the Secret read; a previous-anchor Secret you may not read is then a
-warning on standard error.
-
-It fails, writing nothing to standard output, when the anchor is missing, is not PEM, is not a CA
-certificate or is outside its validity period.`,
+rendered from cert-manager's trust anchor (and the operator-managed previous anchor, if any) with
+exactly the bytes the operator writes. No private key is read. It fails, printing nothing, when
+the anchor is missing or is not a valid CA certificate. --adopt takes an existing ConfigMap over
+instead, on a running mesh, without changing its content.`,
 		example: `  # Seed the trust bundle before installing Linkerd
   linkerd trust bundle | kubectl apply -f -
+
+  # On a running mesh, take the ConfigMap over from the Helm release that rendered it
+  linkerd trust bundle --adopt
 
   # As JSON, with non-default object names
   linkerd trust bundle -o json --cert-manager-namespace pki --trust-anchor-secret root-ca`,
@@ -57,6 +53,9 @@ certificate or is outside its validity period.`,
 		})
 		if err != nil {
 			return err
+		}
+		if *adopt {
+			return adoptBundle(ctx, cl, kf.Config, bundle, env.Out)
 		}
 		doc, err := bundleManifest(kf.Config, bundle, out.value)
 		if err != nil {

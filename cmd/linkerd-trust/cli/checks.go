@@ -84,27 +84,9 @@ func checkCommand(env *Env) *command {
 		name:  "check",
 		short: "Check cert-manager, the Linkerd PKI and the trust-rotation operator",
 		long: `Check that cert-manager, the cert-manager-managed Linkerd PKI and the trust-rotation operator are
-installed and healthy. The output mirrors linkerd check: one category at a time, each check
-passed (√), warned about (‼) or failed (×) with a hint, and a closing line
-"Status check results are √" (or ×). The command exits 1 when a check that is not a warning failed.
-
---pre checks only the operator's prerequisites: cert-manager's CRDs and controller, the Issuer,
-Certificates and ClusterIssuer of the Linkerd PKI, the trust anchor, the identity issuer and the
-trust bundle. The object names are the defaults of the user guide; flags override each of them.
-
-No private key is read: the trust anchor and the identity issuer are the certificates of their
-Certificates' current CertificateRequests, the previous anchor the one of the trust bundle the
-TrustAnchorRotation names. A Secret is read only where none of these holds the certificate (a
-Secret cert-manager adopted without issuing); when you may not read it, the checks that need it
-warn instead of failing.
-
-linkerd-trust is a Linkerd extension that always runs its checks: "linkerd check" runs
-"linkerd-trust check --output=json" and shows the results with its own.
-
---proxy means what it means to Linkerd's own extensions (viz, multicluster): ALSO check the data
-plane, here that every meshed pod was injected with the current trust bundle. "linkerd check
---proxy" runs only Linkerd's core data-plane checks, but it passes --proxy to every extension, so
-the extensions' sections then include their data-plane checks as well.`,
+installed and healthy, as "linkerd check" does (which runs these checks too): each check passes
+(√), warns (‼) or fails (×) with a hint, and the command exits 1 when one fails. --pre checks only
+the operator's prerequisites; --proxy also the data plane. No private key is read.`,
 		example: `  # Everything
   linkerd trust check
 
@@ -710,7 +692,7 @@ func (c *checks) bundleOwnedByOperator(ctx context.Context) error {
 	for i, o := range others {
 		names[i] = o.String()
 	}
-	return fmt.Errorf("ConfigMap %s/%s: key %s is also owned by field manager(s) %s: a later write of theirs (a Helm upgrade, an Argo CD sync or self-heal, trust-manager) reverts the trust bundle, mid-rotation too; stop them writing it and leave it to %q",
+	return fmt.Errorf("ConfigMap %s/%s: key %s is also owned by field manager(s) %s: a later write of theirs (a Helm upgrade, an Argo CD sync or self-heal, trust-manager) reverts the trust bundle, mid-rotation too; stop them writing it, then hand it to %q with 'linkerd trust bundle --adopt'",
 		c.cfg.LinkerdNamespace, c.cfg.TrustRootsConfigMap, steps.TrustRootsKey, strings.Join(names, ", "), steps.FieldManager)
 }
 

@@ -163,45 +163,6 @@ func commands(env *Env) []*command {
 	}
 }
 
-func printRootHelp(w io.Writer, cmds []*command) {
-	fmt.Fprintf(w, `%s rotates Linkerd's trust anchor with the trust-rotation operator on top of cert-manager.
-It is a Linkerd CLI extension: "linkerd trust <command>" runs "%s <command>".
-
-Usage:
-  %s <command> [flags]
-
-Commands:
-`, binary, binary, binary)
-	visible := make([]*command, 0, len(cmds))
-	for _, c := range cmds {
-		if !c.hidden {
-			visible = append(visible, c)
-		}
-	}
-	for _, c := range visible {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.short)
-	}
-	fmt.Fprintf(w, "  %-10s %s\n", "help", "Help about any command")
-	fmt.Fprintf(w, `
-Examples:
-  # Seed Linkerd's trust bundle from cert-manager's trust anchor
-  linkerd trust bundle | kubectl apply -f -
-
-  # Check cert-manager, the Linkerd PKI and the operator
-  linkerd trust check
-
-Run '%s <command> --help' for the flags of a command.
-`, binary)
-}
-
-func printHelp(w io.Writer, c *command) {
-	fmt.Fprintf(w, "%s\n\nUsage:\n  %s %s [flags]\n", strings.TrimSpace(c.long), binary, c.name)
-	if c.example != "" {
-		fmt.Fprintf(w, "\nExamples:\n%s\n", strings.TrimRight(c.example, "\n"))
-	}
-	fmt.Fprintf(w, "\nFlags:\n%s", c.flags.FlagUsages())
-}
-
 // newFlagSet returns a FlagSet for a command that reports errors instead of exiting, with -h.
 func newFlagSet(name string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)

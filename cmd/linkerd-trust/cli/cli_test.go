@@ -16,6 +16,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,6 +68,15 @@ func TestGolden(t *testing.T) {
 		"plan-no-rotation-text":     {setup: func(f *fixture) { delete(f.rotations, "cluster") }, args: []string{"plan"}},
 		"extension-metadata":        {args: []string{"_extension-metadata"}},
 		"inspect-watch-plain":       {args: []string{"inspect", "--watch"}},
+		// The help: the global flags printed once, by the root; each command its own.
+		"help-root":    {args: []string{"--help"}},
+		"help-bundle":  {args: []string{"bundle", "--help"}},
+		"help-check":   {args: []string{"check", "--help"}},
+		"help-inspect": {args: []string{"inspect", "--help"}},
+		"help-plan":    {args: []string{"plan", "--help"}},
+		"help-rotate":  {args: []string{"rotate", "-h"}},
+		"help-version": {args: []string{"help", "version"}},
+		"help-wait":    {args: []string{"wait", "--help"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -380,6 +390,58 @@ func TestHintsExist(t *testing.T) {
 	}
 	if n < 15 {
 		t.Errorf("only %d checks listed", n)
+	}
+}
+
+// TestHelpGroupsGlobalFlags: a command's help lists its own flags and names the global ones
+// instead of repeating them, the root help prints every global flag once, and every command's
+// details link points at a section of docs/cli.md.
+func TestHelpGroupsGlobalFlags(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t)
+	root, _, _ := f.run("--help")
+	global := pflag.NewFlagSet("global", pflag.ContinueOnError)
+	addKubeFlags(global)
+	n := 0
+	global.VisitAll(func(fl *pflag.Flag) {
+		n++
+		if !strings.Contains(root, "--"+fl.Name+" ") {
+			t.Errorf("root help does not list global flag --%s", fl.Name)
+		}
+		if !strings.Contains(string(doc), "`--"+fl.Name+"`") && !strings.Contains(string(doc), "/--"+fl.Name+"`") {
+			t.Errorf("docs/cli.md does not list global flag --%s", fl.Name)
+		}
+	})
+	if n < 19 {
+		t.Errorf("only %d global flags", n)
+	}
+	for _, c := range commands(f.env(&bytes.Buffer{}, &bytes.Buffer{})) {
+		if c.hidden {
+			continue
+		}
+		out, _, code := f.run(c.name, "--help")
+		if code != ExitOK {
+			t.Fatalf("%s --help: exit code %d", c.name, code)
+		}
+		for _, name := range []string{"--kubeconfig ", "--trust-roots-configmap ", "--multicluster-namespace "} {
+			if strings.Contains(out, name) {
+				t.Errorf("%s --help repeats global flag %s:\n%s", c.name, name, out)
+			}
+		}
+		if c.name != "version" {
+			if !strings.Contains(out, "Global flags") || !strings.Contains(out, DocsURL+"#"+c.name) {
+				t.Errorf("%s --help names neither the global flags nor its details:\n%s", c.name, out)
+			}
+		}
+		if !strings.Contains(string(doc), `<a id="`+c.name+`"></a>`) {
+			t.Errorf("docs/cli.md has no section %q", c.name)
+		}
+		if lines := strings.Count(strings.SplitN(out, "\nUsage:", 2)[0], "\n"); lines > 6 {
+			t.Errorf("%s --help: long help of %d lines, want a few", c.name, lines)
+		}
 	}
 }
 

@@ -28,25 +28,11 @@ func inspectCommand(env *Env) *command {
 	c := &command{
 		name:  "inspect",
 		short: "Show where the rotation stands and which meshed pods have not converged",
-		long: `Show the rotation's phase, last transition, convergence summary, blocking message and conditions
-from the TrustAnchorRotation status, then what this command observes itself: every meshed
-non-control-plane pod that has not converged, and why. A pod has not converged when its
-linkerd.io/trust-root-sha256 annotation differs from the hash of the trust bundle the rotation
-wants, or when the live certificate its proxy presents is not signed by the active identity
-issuer. Live certificates are read over TLS from each pod's linkerd-admin port with the pod's
-identity as SNI, as "linkerd identity" does: directly at the pod's IP, or through the
-apiserver's port-forward with --port-forward when you run outside the cluster network. A
-certificate that names another identity than the pod's, or whose key the server does not prove
-it holds, is not the pod's: it is listed as a rejected certificate, never converged. The
-anchor and the issuer are read without their private keys, as check reads them (see its help).
-
---watch redraws the view, with progress bars for the trust bundle and the workload certificates
-on a terminal, or one line per change otherwise, until the rotation is Synced and every pod has
-converged, or until interrupted.
-
---history prints what the operator recorded instead, without reading pods: the next rotation's
-deadline (status.nextRotation) and the latest rotations (status.history), each with its phases'
-durations, its restarts and who made them, the faults seen and its outcome.`,
+		long: `Show the rotation's phase, convergence and blocking message from the TrustAnchorRotation status,
+then every meshed pod that has not converged, and why: its linkerd.io/trust-root-sha256 differs
+from the wanted bundle's, or its live certificate (read from its linkerd-admin port) is not signed
+by the active issuer. --watch follows the rotation until it is Synced; --history shows the
+rotations the operator recorded.`,
 		example: `  linkerd trust inspect
   linkerd trust inspect --output json
   linkerd trust inspect --history

@@ -38,16 +38,24 @@ type KubeFlags struct {
 	MulticlusterNamespace string
 }
 
+// addKubeFlags registers the global flags on fs, each marked with its group so that a
+// command's help can name the groups instead of repeating them (see printHelp).
 func addKubeFlags(fs *pflag.FlagSet) *KubeFlags {
 	k := &KubeFlags{Config: steps.DefaultConfig(), RotationName: steps.DefaultRotationName}
-	fs.StringVar(&k.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file to use for CLI requests")
-	fs.StringVar(&k.Context, "context", "", "name of the kubeconfig context to use")
-	fs.StringVar(&k.As, "as", "", "username to impersonate for Kubernetes operations")
-	fs.Var((*groupsFlag)(&k.AsGroups), "as-group", "group to impersonate for Kubernetes operations (repeatable, or a list in brackets: [a,b])")
-	fs.StringVar(&k.APIAddr, "api-addr", "", "override the kubeconfig and talk to the Kubernetes API at this address (for testing)")
-	k.Config.AddFlags(fs)
-	fs.StringVar(&k.RotationName, "rotation-name", k.RotationName, "name of the TrustAnchorRotation the operator drives")
-	fs.StringVar(&k.MulticlusterNamespace, "multicluster-namespace", observe.DefaultMulticlusterNamespace, "namespace of Linkerd multicluster's Links and their credentials Secrets, as the operator's flag (empty: no linked clusters)")
+	cluster := pflag.NewFlagSet("cluster", pflag.ContinueOnError)
+	cluster.SortFlags = false
+	cluster.StringVar(&k.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file to use for CLI requests")
+	cluster.StringVar(&k.Context, "context", "", "name of the kubeconfig context to use")
+	cluster.StringVar(&k.As, "as", "", "username to impersonate for Kubernetes operations")
+	cluster.Var((*groupsFlag)(&k.AsGroups), "as-group", "group to impersonate for Kubernetes operations (repeatable, or a list in brackets: [a,b])")
+	cluster.StringVar(&k.APIAddr, "api-addr", "", "override the kubeconfig and talk to the Kubernetes API at this address (for testing)")
+	names := pflag.NewFlagSet("names", pflag.ContinueOnError)
+	names.SortFlags = false
+	k.Config.AddFlags(names)
+	names.StringVar(&k.RotationName, "rotation-name", k.RotationName, "name of the TrustAnchorRotation the operator drives")
+	names.StringVar(&k.MulticlusterNamespace, "multicluster-namespace", observe.DefaultMulticlusterNamespace, "namespace of Linkerd multicluster's Links and their credentials Secrets, as the operator's flag (empty: no linked clusters)")
+	addGroup(fs, cluster, groupCluster)
+	addGroup(fs, names, groupNames)
 	return k
 }
 

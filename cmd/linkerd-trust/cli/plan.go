@@ -97,32 +97,10 @@ func planCommand(env *Env) *command {
 	c := &command{
 		name:  "plan",
 		short: "Show what the operator would do next, step by step, without changing anything",
-		long: `Show, without changing anything, where the trust-anchor rotation stands and what remains: the
-operator's steps in order, from the checkpoint in the TrustAnchorRotation status, each with what
-it observes, what it would change (the trust bundle before -> after with fingerprints, the
-Deployments it would restart) and the exact writes it would make, the workloads that need a
-restart, and the manual actions that are yours. Where the TrustAnchorRotation's spec automates
-your part (spec.dataPlaneRestart, spec.identityIssuerRenewal), the step says what the operator
-does instead, and under spec.dataPlaneRestart.policy Automatic the plan reads the workloads,
-namespaces and PodDisruptionBudgets as the operator does and shows its own restarts (a list you
-may not make is a note, and those restarts are then not planned).
-
-The plan is computed by the very steps the operator runs, with a recorder in place of every write.
-The next step observes the cluster as it is now ("now"). The plan then looks ahead: each later
-step observes the state the steps before it would leave ("then") — their recorded writes made,
-and the waits they need assumed satisfied, each said on a line of its own ("assuming your
-workloads were restarted", "assuming the control plane restarted", "assuming the issuer was
-renewed" ...; "simulated" and "assumptions" in json and yaml). So every step shows the writes it
-would really make: reduce-trust-bundle writes the bundle with the new anchor alone. Where a wait
-cannot be assumed (a linked cluster; the identity issuer renewed onto an anchor whose key plan
-does not hold, as mid-rotation), a note says so and the steps after it observe today's cluster.
-
---assume-anchor-renewed shows the whole rotation before you run "cmctl renew" on the trust
-anchor: a throwaway CA certificate stands in for the renewed anchor, and one signed by it for the
-renewed identity issuer, in memory only.
-
-Live certificates are read from each meshed pod's linkerd-admin port, as inspect does; the anchor
-and the issuer without their private keys, as check reads them (see its help).`,
+		long: `Show, without changing anything, the operator's remaining steps from the TrustAnchorRotation's
+checkpoint: what each observes, the writes and restarts it would make, and the manual actions
+that are yours. Each later step assumes the ones before it done, and says what it assumes.
+--assume-anchor-renewed plans the whole rotation before "cmctl renew", with a throwaway anchor.`,
 		example: `  # What remains of the rotation under way
   linkerd trust plan
 

@@ -28,24 +28,10 @@ func rotateCommand(env *Env) *command {
 	c := &command{
 		name:  "rotate",
 		short: "Start a trust-anchor rotation by renewing the anchor, once the checks say it is safe",
-		long: `Start a trust-anchor rotation: renew the trust anchor's cert-manager Certificate exactly as
-"cmctl renew" does (condition Issuing=True, reason ManuallyTriggered), for the trust-rotation
-operator to carry the rotation through.
-
-It does so only when the TrustAnchorRotation is Synced (no rotation in progress, nothing blocked)
-and the prerequisite checks of cert-manager and the Linkerd PKI pass (those of "check --pre" that
-read cert-manager's objects: rotate never reads a Secret, so it needs no access to a private
-key). Otherwise it changes nothing and exits 1 with the reason; a rotation in progress is
-reported and left alone.
-
-The operator chart runs it on a schedule (value rotationSchedule): with
-spec.dataPlaneRestart.policy and spec.identityIssuerRenewal Automatic, a scheduled rotation then
-needs nobody.
-
---suspend sets the TrustAnchorRotation's spec.suspend, for an incident or a change freeze: the
-operator keeps observing and reporting (condition Suspended, and "plan" shows what it would do
-next) and acts on nothing, wherever the rotation stands; --resume clears it. Neither renews the
-anchor. A suspended rotation is not rotated: resume it first.`,
+		long: `Start a trust-anchor rotation: renew the anchor's cert-manager Certificate as "cmctl renew" does,
+only when the TrustAnchorRotation is Synced and the prerequisite checks pass; otherwise change
+nothing and exit 1 with the reason. --suspend holds every act of the operator (an incident, a
+change freeze) and --resume lets it go on; neither renews the anchor.`,
 		example: `  # Rotate now, if it is safe to
   linkerd trust rotate
 

@@ -24,13 +24,10 @@ func waitCommand(env *Env) *command {
 	c := &command{
 		name:  "wait",
 		short: "Wait until the operator leads and the TrustAnchorRotation is Ready",
-		long: `Wait, at most --timeout, until a trust-rotation operator replica holds the leader Lease (a
-holder that renewed it within its lease duration) and the TrustAnchorRotation is Ready for its
-current generation. A rotation in progress that is not Stalled, or a suspended one, counts as
-done: an upgrade of the operator in the middle of a rotation does not wait for its end.
-
-It reads the Lease and the TrustAnchorRotation, nothing else. The operator chart runs it as its
-post-install and post-upgrade Helm hook (value hooks.waitReady.enabled).`,
+		long: `Wait, at most --timeout, until an operator replica holds the leader Lease and the
+TrustAnchorRotation is Ready for its generation; a rotation in progress that is not Stalled, or a
+suspended one, counts as done. The operator chart runs it as its post-install and post-upgrade
+Helm hook (value hooks.waitReady.enabled).`,
 		example: `  # After installing the operator chart
   linkerd trust wait --timeout 2m`,
 		flags: fs,
