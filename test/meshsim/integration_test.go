@@ -252,7 +252,9 @@ func testInjection(e *env) {
 		t.Fatalf("listing the control-plane pods: %d, %v", len(cp.Items), err)
 	}
 	for i := range cp.Items {
-		checkLayout(t, &cp.Items[i], true)
+		// The chart never gives linkerd-identity a native sidecar (TestControlPlaneMatchesLinkerd).
+		identity := cp.Items[i].Labels[meshsim.LabelControlPlaneComponent] == meshsim.ComponentIdentity
+		checkLayout(t, &cp.Items[i], !identity)
 	}
 	pod := e.appPod(e.apps[0])
 	checkLayout(t, pod, true)
