@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"math/big"
 	"testing"
 	"time"
@@ -94,6 +95,42 @@ func TestSignLeafClampsToIssuerExpiry(t *testing.T) {
 	long := issuer.leaf(t, "x.y.serviceaccount.identity.linkerd.cluster.local", now.Add(-50*time.Minute), 10*time.Second)
 	if d := long[0].NotAfter.Sub(long[0].NotBefore); d != 50*time.Second {
 		t.Errorf("leaf validity = %v, want 20s skew + 10s lifetime + 20s skew", d)
+	}
+}
+
+// TestSignLeafServesTheWholeIssuerChain pins what the real identity controller of linkerd2
+// edge-26.8.3 returned to a Certify (linkerd2-proxy-api) with tls.crt holding the issuer and its
+// root: the leaf (SAN DNS and CN the identity, digitalSignature and keyEncipherment, server and
+// client auth, valid from 20s before the request to 24h20s after it, clamped to the first expiry
+// in tls.crt), every certificate of tls.crt as intermediates in their order, root included, and
+// validUntil the leaf's NotAfter.
+func TestSignLeafServesTheWholeIssuerChain(t *testing.T) {
+	now := time.Now()
+	root := newTestRoot(t, "root-a", now.Add(-time.Hour), now.Add(72*time.Hour))
+	issuer := root.issue(t, now.Add(-time.Hour), now.Add(48*time.Hour))
+	creds := &issuerCreds{chain: []*x509.Certificate{issuer.cert, root.cert}, key: issuer.key, firstExpiry: issuer.cert.NotAfter}
+	key, err := newLeafKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "web.default.serviceaccount.identity.linkerd.cluster.local"
+	chain, err := signLeaf(creds, id, &key.PublicKey, now, 24*time.Hour, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := chain[0]
+	if len(chain) != 3 || chain[1] != issuer.cert || chain[2] != root.cert {
+		t.Errorf("intermediates: %d certificates, want tls.crt's two, issuer then root", len(chain)-1)
+	}
+	if fmt.Sprint(leaf.DNSNames) != "["+id+"]" || leaf.Subject.CommonName != id {
+		t.Errorf("leaf names: SAN %v, CN %q", leaf.DNSNames, leaf.Subject.CommonName)
+	}
+	if d := leaf.NotAfter.Sub(leaf.NotBefore); d != 24*time.Hour+40*time.Second {
+		t.Errorf("leaf validity %v, want 24h40s", d)
+	}
+	if leaf.KeyUsage != x509.KeyUsageDigitalSignature|x509.KeyUsageKeyEncipherment ||
+		fmt.Sprint(leaf.ExtKeyUsage) != fmt.Sprint([]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}) {
+		t.Errorf("leaf usages: key %b, extended %v", leaf.KeyUsage, leaf.ExtKeyUsage)
 	}
 }
 
