@@ -26,6 +26,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
 func TestMain(m *testing.M) { os.Exit(cluster.ForTest(m, cluster.Options{})) }
@@ -597,7 +598,7 @@ func testWrongOrderDropOldAnchor(e *env) {
 // Linkerd release, then record its output into testdata the same way.
 func testRealLinkerdInject(e *env) {
 	t := e.t
-	bin := os.Getenv("LINKERD_BIN")
+	bin := reallinkerd.FromEnv().CLI
 	if bin == "" {
 		t.Skip("LINKERD_BIN is not set: the simulator is compared with the recorded output of the real CLI only (TestInjectorMatchesLinkerd)")
 	}
