@@ -3,8 +3,10 @@ package meshsim
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,7 @@ func TestIdentityMatchesLinkerd(t *testing.T) {
 			Issuer, At, Message string
 			Accepted            bool
 		}
+		Certify certifyRecord
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -79,4 +82,79 @@ func TestIdentityMatchesLinkerd(t *testing.T) {
 	if !strings.HasPrefix(rec.Comment, "Recorded by") {
 		t.Errorf("the recording has no header saying how it was made")
 	}
+	got, err := certifyLikeTheRecording(roots, byName[rec.Certify.Issuer], rec.Certify.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range diffFields(got, &rec.Certify) {
+		t.Errorf("Certify with issuer %q: %s (linkerd %s)", rec.Certify.Issuer, d, rec.Linkerd)
+	}
+}
+
+// certifyRecord is what the real identity returned to Certify, in terms of the issuer's tls.crt
+// (test/reallinkerd recordCertify). The leaf's CN is the CSR's subject, which the recording's
+// client sets to the identity.
+type certifyRecord struct {
+	Issuer                   string   `json:"issuer"`
+	Identity                 string   `json:"identity"`
+	LeafDNSNames             []string `json:"leafDNSNames"`
+	LeafCommonName           string   `json:"leafCommonName"`
+	Validity                 string   `json:"validity"`
+	ValidUntilIsLeafNotAfter bool     `json:"validUntilIsLeafNotAfter"`
+	KeyUsage                 int      `json:"keyUsage"`
+	ExtKeyUsage              string   `json:"extKeyUsage"`
+	Intermediates            []string `json:"intermediates"`
+}
+
+// certifyLikeTheRecording signs a certificate with the simulator's identity (certify's
+// signLeaf, with the lifetime and skew the recorded install renders: 24h and 20s) and
+// describes it as the recording does. The simulator's validUntil is its leaf's NotAfter.
+func certifyLikeTheRecording(roots *rootSet, ic reallinkerd.IssuerCase, identity string) (*certifyRecord, error) {
+	creds, err := loadIssuer(ic.Crt, ic.Key, roots.pool, issuerExpectedName(DefaultLinkerdNamespace, DefaultTrustDomain), time.Now())
+	if err != nil {
+		return nil, err
+	}
+	key, err := newLeafKey()
+	if err != nil {
+		return nil, err
+	}
+	chain, err := signLeaf(creds, identity, &key.PublicKey, time.Now(), 24*time.Hour, 20*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	leaf := chain[0]
+	r := &certifyRecord{Issuer: ic.Name, Identity: identity, LeafDNSNames: leaf.DNSNames, LeafCommonName: leaf.Subject.CommonName,
+		Validity: leaf.NotAfter.Sub(leaf.NotBefore).String(), ValidUntilIsLeafNotAfter: true,
+		KeyUsage: int(leaf.KeyUsage), ExtKeyUsage: fmt.Sprint(leaf.ExtKeyUsage)}
+	tlsCrt, err := ParseCertificates(ic.Crt)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range chain[1:] {
+		where := "not in tls.crt"
+		for i, t := range tlsCrt {
+			if t.Equal(c) {
+				where = fmt.Sprintf("tls.crt[%d]", i)
+			}
+		}
+		r.Intermediates = append(r.Intermediates, where)
+	}
+	return r, nil
+}
+
+// diffFields lists the JSON fields where got and want differ.
+func diffFields(got, want *certifyRecord) []string {
+	g, _ := json.Marshal(got)
+	w, _ := json.Marshal(want)
+	var gm, wm map[string]any
+	_ = json.Unmarshal(g, &gm)
+	_ = json.Unmarshal(w, &wm)
+	var diffs []string
+	for k, wv := range wm {
+		if fmt.Sprint(gm[k]) != fmt.Sprint(wv) {
+			diffs = append(diffs, fmt.Sprintf("%s: simulator %v, linkerd %v", k, gm[k], wv))
+		}
+	}
+	sort.Strings(diffs)
+	return diffs
 }

@@ -3,6 +3,10 @@ package reallinkerd_test
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +16,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
@@ -64,13 +73,109 @@ func TestLinkerdIdentityJudgesIssuers(t *testing.T) {
 		rec.Cases = append(rec.Cases, identityVerdict{Issuer: ic.Name, At: "reload", Accepted: outcome == "updated", Message: id.lastMessage()})
 		id.stop()
 	}
+	rec.Certify = recordCertify(t, c, bins.Controller, args, rootsPEM, cases[1])
 	writeJSON(t, identityRecording, rec)
+}
+
+// recordCertify starts identity with ic and asks it for a workload certificate as a proxy does
+// (test/tools/identityclient: Certify with a ServiceAccount token for identity.l5d.io and a CSR),
+// and records the chain it returned in terms of ic's tls.crt.
+func recordCertify(t *testing.T, c *cluster.Cluster, bin string, args []string, rootsPEM []byte, ic reallinkerd.IssuerCase) *certifyRecord {
+	t.Helper()
+	ctx := t.Context()
+	id := startIdentity(t, bin, args, c.Kubeconfig(), rootsPEM, ic)
+	defer id.stop()
+	if id.await(t, "started", "exited") != "started" {
+		t.Fatalf("identity did not start with the issuer %q: %s", ic.Name, id.log())
+	}
+	kube := c.Kube()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}}
+	if _, err := kube.CoreV1().ServiceAccounts("default").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tok, err := kube.CoreV1().ServiceAccounts("default").CreateToken(ctx, "web", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"identity.l5d.io"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const name = "web.default.serviceaccount.identity.linkerd.cluster.local"
+	cmd := exec.CommandContext(ctx, "go", "run", ".", "-addr", id.addr, "-token-file", tokenFile, "-identity", name)
+	cmd.Dir = filepath.Join("..", "tools", "identityclient")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("identityclient: %v\n%s\nidentity log:\n%s", err, stderr.String(), id.log())
+	}
+	var rsp struct {
+		Leaf          string    `json:"leaf"`
+		Intermediates []string  `json:"intermediates"`
+		ValidUntil    time.Time `json:"validUntil"`
+	}
+	if err := json.Unmarshal(out, &rsp); err != nil {
+		t.Fatalf("identityclient printed %s: %v", out, err)
+	}
+	leaf := parsePEM(t, []byte(rsp.Leaf))[0]
+	tlsCrt := parsePEM(t, ic.Crt)
+	r := &certifyRecord{Issuer: ic.Name, Identity: name, LeafDNSNames: leaf.DNSNames, LeafCommonName: leaf.Subject.CommonName,
+		Validity: leaf.NotAfter.Sub(leaf.NotBefore).String(), ValidUntilIsLeafNotAfter: rsp.ValidUntil.Equal(leaf.NotAfter),
+		KeyUsage: int(leaf.KeyUsage), ExtKeyUsage: fmt.Sprint(leaf.ExtKeyUsage)}
+	for _, p := range rsp.Intermediates {
+		cert := parsePEM(t, []byte(p))[0]
+		where := "not in tls.crt"
+		for i, c := range tlsCrt {
+			if c.Equal(cert) {
+				where = fmt.Sprintf("tls.crt[%d]", i)
+			}
+		}
+		r.Intermediates = append(r.Intermediates, where)
+	}
+	return r
+}
+
+// certifyRecord is the chain identity returned to Certify, in terms of the issuer's tls.crt.
+type certifyRecord struct {
+	Issuer                   string   `json:"issuer"`
+	Identity                 string   `json:"identity"`
+	LeafDNSNames             []string `json:"leafDNSNames"`
+	LeafCommonName           string   `json:"leafCommonName"`
+	Validity                 string   `json:"validity"` // NotAfter - NotBefore
+	ValidUntilIsLeafNotAfter bool     `json:"validUntilIsLeafNotAfter"`
+	KeyUsage                 int      `json:"keyUsage"`
+	ExtKeyUsage              string   `json:"extKeyUsage"`
+	Intermediates            []string `json:"intermediates"`
+}
+
+func parsePEM(t *testing.T, b []byte) []*x509.Certificate {
+	t.Helper()
+	var out []*x509.Certificate
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		t.Fatal("no certificate")
+	}
+	return out
 }
 
 type identityRecordingFile struct {
 	Comment string            `json:"comment"`
 	Linkerd string            `json:"linkerd"`
 	Cases   []identityVerdict `json:"cases"`
+	Certify *certifyRecord    `json:"certify"`
 }
 
 type identityVerdict struct {
@@ -101,6 +206,7 @@ func renderedIdentityArgs(t *testing.T) []string {
 // identityProc is one run of the real identity controller.
 type identityProc struct {
 	cmd  *exec.Cmd
+	addr string // its gRPC address
 	mu   sync.Mutex
 	out  bytes.Buffer
 	done chan struct{}
@@ -148,7 +254,7 @@ func startIdentity(t *testing.T, bin string, args []string, kubeconfig string, r
 	all := append(append([]string{}, args...), "-kubeconfig="+kubeconfig, "-addr="+addr, "-admin-addr="+admin)
 	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", identitySetup, "sh", bin}, all...)...)
 	cmd.Env = append(os.Environ(), "SRC="+src)
-	p := &identityProc{cmd: cmd, done: make(chan struct{})}
+	p := &identityProc{cmd: cmd, addr: addr, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p, p
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
