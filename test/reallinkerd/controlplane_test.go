@@ -32,8 +32,11 @@ var controlPlaneDeployments = []string{"linkerd-identity", "linkerd-destination"
 // Linkerd with cert-manager (identity.externalCA=true, identity.issuer.scheme=kubernetes.io/tls),
 // verbatim. It needs a cluster: with an external CA, `linkerd install` reads the issuer Secret,
 // and refuses to run before the Gateway API CRDs (from the gateway-api module this module
-// requires) and Linkerd's own CRDs (`linkerd install --crds`) are installed. It runs after
-// TestLinkerdCheckRunsTheExtension, whose recording expects a cluster without them.
+// requires) and Linkerd's own CRDs (`linkerd install --crds`) are installed. Go runs the tests
+// of a package file by file in name order: this one after TestLinkerdCheckRunsTheExtension
+// (check_test.go), whose recording expects a cluster without those CRDs, and before
+// TestLinkerdIdentityJudgesIssuers (identity_test.go), which runs identity with the arguments
+// recorded here.
 func TestLinkerdInstallRendersTheControlPlane(t *testing.T) {
 	if !*update {
 		t.Skip("replayed without Linkerd's binaries by TestControlPlaneMatchesLinkerd (test/meshsim); record with -update and " + reallinkerd.EnvCLI)
