@@ -42,8 +42,9 @@ type EnvOptions struct {
 	Replicas                int32
 	// ProxyContainerDeployments are added in a namespace of their own that opts out of native
 	// sidecars (config.linkerd.io/proxy-enable-native-sidecar: "false"), so their proxies are
-	// in spec.containers as before edge-26.5.2; every other meshed pod, control plane included,
-	// runs its proxy as a native sidecar, current Linkerd's default.
+	// in spec.containers as before edge-26.5.2; every other meshed pod runs its proxy as a
+	// native sidecar, current Linkerd's default (but linkerd-identity, whose proxy the chart
+	// keeps in spec.containers).
 	ProxyContainerDeployments int
 	// StatefulSets are added beside the Deployments, in the same namespaces: a StatefulSet
 	// replaces its pods under the same names when restarted.

@@ -22,16 +22,17 @@ type ControlPlaneOptions struct {
 	// ProxyMinRefresh / ProxyMaxRefresh add the refresh bounds to the control-plane proxies.
 	ProxyMinRefresh time.Duration
 	ProxyMaxRefresh time.Duration
-	// ProxyAsContainer puts each control-plane proxy in spec.containers (Helm
-	// proxy.nativeSidecar: false) instead of a native sidecar, the chart default since
-	// edge-26.5.2.
+	// ProxyAsContainer puts the destination's and the proxy injector's proxies in
+	// spec.containers (Helm proxy.nativeSidecar: false) instead of native sidecars, the chart
+	// default since edge-26.5.2. The identity's proxy is in spec.containers either way.
 	ProxyAsContainer bool
 }
 
 // InstallControlPlane creates (or updates) the linkerd namespace, the control-plane
 // ServiceAccounts and the Deployments linkerd-identity, linkerd-destination and
 // linkerd-proxy-injector with Linkerd's labels and a linkerd-proxy container (a native sidecar
-// unless opts.ProxyAsContainer, as the chart renders it) whose trust anchors come from the
+// unless opts.ProxyAsContainer, except identity's, always in spec.containers, as the chart
+// renders them: TestControlPlaneMatchesLinkerd) whose trust anchors come from the
 // linkerd-identity-trust-roots ConfigMap through configMapKeyRef (resolved at
 // container start). kwok runs the pods; a running Mesh simulates their processes.
 //
@@ -98,7 +99,11 @@ func controlPlaneDeployment(opts ControlPlaneOptions, component, trustRootHash s
 		ProxyMinRefresh: opts.ProxyMinRefresh, ProxyMaxRefresh: opts.ProxyMaxRefresh}}
 	anchors := corev1.EnvVar{Name: EnvTrustAnchors, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: TrustRootsConfigMap}, Key: TrustRootsKey}}}
-	proxy := m.proxyContainer(anchors, nil, !opts.ProxyAsContainer)
+	// The chart renders linkerd-identity's proxy in spec.containers whatever proxy.nativeSidecar
+	// says (linkerd2 charts/linkerd-control-plane/templates/identity.yaml sets it to false for
+	// that pod): only destination and the proxy injector carry a native sidecar.
+	native := !opts.ProxyAsContainer && component != ComponentIdentity
+	proxy := m.proxyContainer(anchors, nil, native)
 	main := corev1.Container{Name: component, Image: "cr.l5d.io/linkerd/controller:" + opts.ProxyVersion, Args: []string{component}}
 	if component == ComponentIdentity {
 		main.Args = append(main.Args, "-controller-namespace="+opts.Namespace, "-identity-trust-domain="+opts.TrustDomain,
@@ -106,7 +111,7 @@ func controlPlaneDeployment(opts ControlPlaneOptions, component, trustRootHash s
 		main.Ports = []corev1.ContainerPort{{Name: "grpc", ContainerPort: 8080}, {Name: "admin-http", ContainerPort: 9990}}
 	}
 	spec := corev1.PodSpec{ServiceAccountName: name, Containers: []corev1.Container{main, proxy}}
-	if !opts.ProxyAsContainer {
+	if native {
 		spec.InitContainers, spec.Containers = []corev1.Container{proxy}, []corev1.Container{main}
 	}
 	replicas := opts.Replicas

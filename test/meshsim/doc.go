@@ -30,9 +30,13 @@
 // The proxy's layout follows the Linkerd release it stands for:
 //
 //   - Native sidecar, the default: linkerd-proxy is an init container with restartPolicy: Always,
-//     placed first among the init containers, in application and control-plane pods alike. This
-//     is Linkerd edge-26.5.2 and later (linkerd2 #15267, Helm proxy.nativeSidecar: true;
-//     charts/partials _proxy.tpl, charts/patch patch.json).
+//     placed first among the init containers, in application pods and in linkerd-destination
+//     and linkerd-proxy-injector. This is Linkerd edge-26.5.2 and later (linkerd2 #15267, Helm
+//     proxy.nativeSidecar: true; charts/partials _proxy.tpl, charts/patch patch.json). The
+//     chart keeps linkerd-identity's proxy in spec.containers whatever that value says
+//     (charts/linkerd-control-plane/templates/identity.yaml), and so does the simulator;
+//     testdata/linkerd-install holds the control plane the real `linkerd install` rendered, and
+//     TestControlPlaneMatchesLinkerd compares InstallControlPlane's with it.
 //   - Proxy container: linkerd-proxy appended to spec.containers, as every Linkerd before
 //     edge-26.5.2 injects it, and a current one with proxy.nativeSidecar: false
 //     (Config.ProxyAsContainer, ControlPlaneOptions.ProxyAsContainer).

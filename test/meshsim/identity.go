@@ -128,14 +128,22 @@ func (id *identityProc) issuerVolumeChanged() {
 	id.lastData = data
 	issuer, err := loadIssuer(crt, key, id.roots.pool, id.expectedName(), id.mesh.clock.Now())
 	if err != nil {
-		msg := fmt.Sprintf("Skipping issuer update as certs could not be read from disk: %s", err)
 		klog.InfoS("Identity issuer update skipped", "pod", id.pod, "err", err)
-		id.mesh.recordEvent(id.deploy, corev1.EventTypeWarning, EventIssuerUpdateSkipped, msg)
+		id.mesh.recordEvent(id.deploy, corev1.EventTypeWarning, EventIssuerUpdateSkipped, issuerReloadMessage(err))
 		return
 	}
 	id.issuer = issuer
 	klog.InfoS("Identity issuer updated", "pod", id.pod, "issuer", Fingerprint(issuer.chain[0]))
-	id.mesh.recordEvent(id.deploy, corev1.EventTypeNormal, EventIssuerUpdated, "Updated identity issuer")
+	id.mesh.recordEvent(id.deploy, corev1.EventTypeNormal, EventIssuerUpdated, issuerReloadMessage(nil))
+}
+
+// issuerReloadMessage is the message of the Event (and log line) of an issuer reload
+// (pkg/identity Service.Run): IssuerUpdated, or IssuerUpdateSkipped with why.
+func issuerReloadMessage(err error) string {
+	if err == nil {
+		return "Updated identity issuer"
+	}
+	return fmt.Sprintf("Skipping issuer update as certs could not be read from disk: %s", err)
 }
 
 // certify signs a workload certificate (pkg/identity Service.Certify).

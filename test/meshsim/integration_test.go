@@ -26,6 +26,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
 func TestMain(m *testing.M) { os.Exit(cluster.ForTest(m, cluster.Options{})) }
@@ -252,7 +253,9 @@ func testInjection(e *env) {
 		t.Fatalf("listing the control-plane pods: %d, %v", len(cp.Items), err)
 	}
 	for i := range cp.Items {
-		checkLayout(t, &cp.Items[i], true)
+		// The chart never gives linkerd-identity a native sidecar (TestControlPlaneMatchesLinkerd).
+		identity := cp.Items[i].Labels[meshsim.LabelControlPlaneComponent] == meshsim.ComponentIdentity
+		checkLayout(t, &cp.Items[i], !identity)
 	}
 	pod := e.appPod(e.apps[0])
 	checkLayout(t, pod, true)
@@ -595,7 +598,7 @@ func testWrongOrderDropOldAnchor(e *env) {
 // Linkerd release, then record its output into testdata the same way.
 func testRealLinkerdInject(e *env) {
 	t := e.t
-	bin := os.Getenv("LINKERD_BIN")
+	bin := reallinkerd.FromEnv().CLI
 	if bin == "" {
 		t.Skip("LINKERD_BIN is not set: the simulator is compared with the recorded output of the real CLI only (TestInjectorMatchesLinkerd)")
 	}

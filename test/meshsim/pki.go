@@ -216,30 +216,39 @@ type issuerCreds struct {
 }
 
 // loadIssuer parses an issuer Secret's tls.crt / tls.key and verifies it against the identity
-// controller's trust roots, for the expected name, like linkerd2 pkg/identity loadCredentials.
+// controller's trust roots, like linkerd2 pkg/identity loadCredentials: the files must decode
+// and the key match (pkg/tls ReadPEMCreds), the certificate must chain to a root with the rest of
+// tls.crt as intermediates — at no name: "Don't verify with dns name as this is not a leaf
+// certificate", so an issuer certificate without identity.<ns>.<trust-domain> is accepted —
+// and it must be a CA. expectedName only appears in the message, as upstream's. The messages
+// are the ones the real identity controller (edge-26.8.3) logged for each case.
 func loadIssuer(crtPEM, keyPEM []byte, roots *x509.CertPool, expectedName string, now time.Time) (*issuerCreds, error) {
-	certs, err := ParseCertificates(crtPEM)
-	if err != nil {
-		return nil, fmt.Errorf("failed to read CA: %w", err)
-	}
-	if len(certs) == 0 {
-		return nil, errors.New("failed to read CA: no certificates found")
-	}
+	const readErr = "failed to read CA from disk: "
 	key, err := parsePrivateKey(keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("failed to read CA: %w", err)
+		return nil, fmt.Errorf(readErr+"%w", err)
+	}
+	certs, err := ParseCertificates(crtPEM)
+	if err != nil {
+		return nil, fmt.Errorf(readErr+"%w", err)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New(readErr + "No certificates found")
 	}
 	if !keyMatches(key, certs[0]) {
-		return nil, errors.New("failed to read CA: public and private key do not match")
+		return nil, errors.New(readErr + "tls: Public and private key do not match")
 	}
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{
-		Roots: roots, Intermediates: inter, DNSName: expectedName, CurrentTime: now,
+		Roots: roots, Intermediates: inter, CurrentTime: now,
 	}); err != nil {
 		return nil, fmt.Errorf("failed to verify issuer credentials for '%s' with trust anchors: %w", expectedName, err)
+	}
+	if !certs[0].IsCA {
+		return nil, errors.New("failed to verify issuer certificate: it must be an intermediate-CA, but it is not")
 	}
 	first := certs[0].NotAfter
 	for _, c := range certs[1:] {

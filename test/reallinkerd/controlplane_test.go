@@ -1,0 +1,114 @@
+package reallinkerd_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
+)
+
+// controlPlaneRecording is where the control plane `linkerd install` renders with cert-manager
+// is recorded; TestControlPlaneMatchesLinkerd (test/meshsim) replays it against the
+// simulator's control plane.
+var controlPlaneRecording = filepath.Join("..", "meshsim", "testdata", "linkerd-install", "control-plane.yaml")
+
+// controlPlaneDeployments are the Deployments of the recording: the ones the operator restarts.
+var controlPlaneDeployments = []string{"linkerd-identity", "linkerd-destination", "linkerd-proxy-injector"}
+
+// TestLinkerdInstallRendersTheControlPlane records, with -update and LINKERD_BIN, the
+// control-plane Deployments the real `linkerd install` renders the way the user guide installs
+// Linkerd with cert-manager (identity.externalCA=true, identity.issuer.scheme=kubernetes.io/tls),
+// verbatim. It needs a cluster: with an external CA, `linkerd install` reads the issuer Secret,
+// and refuses to run before the Gateway API CRDs (from the gateway-api module this module
+// requires) and Linkerd's own CRDs (`linkerd install --crds`) are installed. Go runs the tests
+// of a package file by file in name order: this one after TestLinkerdCheckRunsTheExtension
+// (check_test.go), whose recording expects a cluster without those CRDs, and before
+// TestLinkerdIdentityJudgesIssuers (identity_test.go), which runs identity with the arguments
+// recorded here.
+func TestLinkerdInstallRendersTheControlPlane(t *testing.T) {
+	if !*update {
+		t.Skip("replayed without Linkerd's binaries by TestControlPlaneMatchesLinkerd (test/meshsim); record with -update and " + reallinkerd.EnvCLI)
+	}
+	bins := reallinkerd.FromEnv()
+	if bins.CLI == "" {
+		t.Fatalf("-update records from the real linkerd CLI: set %s", reallinkerd.EnvCLI)
+	}
+	c := cluster.Shared(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	if _, err := pki.Install(ctx, c.Kube(), c.CertManager(), pki.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	version, err := bins.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, stdin []byte, args ...string) []byte {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig())
+		cmd.Stdin = bytes.NewReader(stdin)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
+		}
+		return out
+	}
+	gatewayAPI := strings.TrimSpace(string(run("go", nil, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api")))
+	run("kubectl", nil, "apply", "--server-side", "-f", filepath.Join(gatewayAPI, "config", "crd", "standard"))
+	run("kubectl", run(bins.CLI, nil, "install", "--crds"), "apply", "--server-side", "-f", "-")
+	args := []string{"install", "--set", "identity.externalCA=true", "--set", "identity.issuer.scheme=kubernetes.io/tls"}
+	rendered := run(bins.CLI, nil, args...)
+
+	var out strings.Builder
+	fmt.Fprintf(&out, `# Recorded output of the real Linkerd CLI: the control-plane Deployments, verbatim.
+# TestControlPlaneMatchesLinkerd compares the simulator's control plane with them. Do not edit:
+# record again (go test ./test/reallinkerd -run TestLinkerdInstallRendersTheControlPlane -update
+# with LINKERD_BIN set) when Linkerd changes what it renders.
+#   linkerd: %s (linkerd version --client --short)
+#   command: linkerd %s
+#   cluster: the test bed with the Linkerd PKI issued by cert-manager (test/pki), the Gateway API
+#            CRDs and 'linkerd install --crds'
+`, version, strings.Join(args, " "))
+	found := map[string]bool{}
+	for _, doc := range strings.Split(string(rendered), "\n---\n") {
+		var d appsv1.Deployment
+		if yaml.Unmarshal([]byte(doc), &d) != nil || d.Kind != "Deployment" {
+			continue
+		}
+		for _, name := range controlPlaneDeployments {
+			if d.Name == name {
+				found[name] = true
+				fmt.Fprintf(&out, "---\n%s\n", strings.Trim(doc, "-\n"))
+			}
+		}
+	}
+	for _, name := range controlPlaneDeployments {
+		if !found[name] {
+			t.Errorf("linkerd %s rendered no Deployment %s", strings.Join(args, " "), name)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(controlPlaneRecording), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(controlPlaneRecording, []byte(out.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
