@@ -37,13 +37,16 @@ import (
 // order, with the files the repository ships: the numbered comments below are README's numbered
 // steps, so a change of README's steps must change this test.
 //
-// The real kubectl applies the shipped PKI and seeds the bundle server-side; the CLI is built
-// from the module as `go install` builds it; Linkerd is the mesh simulator, whose identity runs
-// as the shipped external-CA values configure Linkerd's; both charts come from the test bed's
-// OCI registry with their Helm hooks on (the preflight check and the wait), and the operator's
-// pods and the hooks' pods run from the pushed image. Then `linkerd trust check` is all √, and
-// `linkerd trust rotate` completes a rotation, doing what each blocking message asks, with no
-// violation of the mesh's mTLS oracle.
+// Each step runs what README runs, or makes its requests: the shipped PKI and the bundle are
+// server-side applied object by object with kubectl's field managers (kubectl is none of the test
+// bed's tools); the CLI is built from the module as `go install` builds it; Linkerd is the mesh
+// simulator, whose identity runs as the shipped external-CA values configure Linkerd's; both
+// charts come from the test bed's OCI registry with real helm (`helm upgrade --install --wait`,
+// as a first install), their Helm hooks on (the preflight check and the wait), and the
+// operator's pods and the hooks' pods run from the pushed image. Then `linkerd trust check` is
+// all √, and `linkerd trust rotate` completes a rotation, doing what each blocking message asks,
+// with no violation of the mesh's mTLS oracle. For the rotation the operator runs on the
+// machine's network, from the image's binary (see below).
 func TestReadmeInstallAndFirstRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	if os.Geteuid() != 0 {
@@ -201,7 +204,7 @@ func TestReadmeInstallAndFirstRotation(t *testing.T) {
 }
 
 // readmeFreshCluster makes the shared cluster what README starts from, whatever ran before:
-// cert-manager without Linkerd, its trust roots nor the operator.
+// cert-manager without Linkerd, its PKI, its trust roots nor the operator.
 func readmeFreshCluster(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm, tars *client.Client) {
 	t.Helper()
 	kube := c.Kube()
@@ -215,11 +218,37 @@ func readmeFreshCluster(t *testing.T, ctx context.Context, c *cluster.Cluster, h
 	if err := kube.CoreV1().ConfigMaps("linkerd").Delete(ctx, "linkerd-identity-trust-roots", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
+	// Nor Linkerd's PKI, which earlier tests write with other field managers and values.
+	cm := c.CertManager().CertmanagerV1()
+	for _, del := range []func() error{
+		func() error {
+			return cm.Certificates("linkerd").Delete(ctx, "linkerd-identity-issuer", metav1.DeleteOptions{})
+		},
+		func() error {
+			return cm.ClusterIssuers().Delete(ctx, "linkerd-identity-issuer", metav1.DeleteOptions{})
+		},
+		func() error {
+			return cm.Certificates("cert-manager").Delete(ctx, "linkerd-trust-anchor", metav1.DeleteOptions{})
+		},
+		func() error {
+			return cm.Issuers("cert-manager").Delete(ctx, "linkerd-trust-root-issuer", metav1.DeleteOptions{})
+		},
+		func() error {
+			return kube.CoreV1().Secrets("linkerd").Delete(ctx, "linkerd-identity-issuer", metav1.DeleteOptions{})
+		},
+		func() error {
+			return kube.CoreV1().Secrets("cert-manager").Delete(ctx, "linkerd-trust-anchor", metav1.DeleteOptions{})
+		},
+	} {
+		if err := del(); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
 	err := poll.Until(ctx, 2*time.Minute, "no TrustAnchorRotation nor operator pods", func(ctx context.Context) (bool, error) {
 		if _, err := tars.Get(ctx, steps.DefaultRotationName); !apierrors.IsNotFound(err) {
 			return false, poll.Pending("TrustAnchorRotation: %v", err)
 		}
-		list, err := kube.CoreV1().Pods("linkerd").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + OperatorChart})
+		list, err := kube.CoreV1().Pods("linkerd").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator,app.kubernetes.io/name=" + OperatorChart})
 		if err != nil {
 			return false, err
 		}
