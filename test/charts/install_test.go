@@ -501,12 +501,19 @@ func startOperator(t *testing.T, ctx context.Context, rel *Release) *operator {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the operator: %v\n%s", err, out)
 	}
+	return startOperatorBinary(t, filepath.Join(dir, "trust-rotation-operator"), rel)
+}
+
+// startOperatorBinary runs the operator binary bin as startOperator does.
+func startOperatorBinary(t *testing.T, bin string, rel *Release) *operator {
+	t.Helper()
+	dir := t.TempDir()
 	admin, err := proc.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"--kubeconfig=" + rel.Kubeconfig, "--admin-addr=" + admin}, rel.OperatorArgs...)
-	p, err := proc.Start(filepath.Join(dir, "trust-rotation-operator"), args, []string{"POD_NAMESPACE=" + rel.Namespace}, filepath.Join(dir, "operator.log"))
+	p, err := proc.Start(bin, args, []string{"POD_NAMESPACE=" + rel.Namespace}, filepath.Join(dir, "operator.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
