@@ -74,7 +74,7 @@ func TestChartPreflightGatesTheInstall(t *testing.T) {
 		}
 	})
 
-	clusterIP := kubernetesService(t, ctx, c)
+	clusterIP, _ := kubernetesService(t, ctx, c)
 	runner := newHookRunner(t, ctx, kube, pullImage(t, ctx, pub.Image), clusterIP, "linkerd")
 	_, err = Install(ctx, c, InstallOptions{
 		Helm: h, Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true, Hooks: true, Timeout: 2 * time.Minute,
@@ -145,8 +145,8 @@ type hookRun struct {
 
 // kubernetesService stands in for kube-proxy: the `kubernetes` Service's ClusterIP and port lead
 // to the apiserver, which in this test bed listens on loopback only, until the test ends. It
-// returns the ClusterIP.
-func kubernetesService(t *testing.T, ctx context.Context, c *cluster.Cluster) net.IP {
+// returns the ClusterIP, and the proxy, which counts who connected.
+func kubernetesService(t *testing.T, ctx context.Context, c *cluster.Cluster) (net.IP, *podrun.ServiceProxy) {
 	t.Helper()
 	svc, err := c.Kube().CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil {
@@ -161,7 +161,7 @@ func kubernetesService(t *testing.T, ctx context.Context, c *cluster.Cluster) ne
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
-	return net.ParseIP(svc.Spec.ClusterIP)
+	return net.ParseIP(svc.Spec.ClusterIP), proxy
 }
 
 // newHookRunner runs every hook pod of namespace from img until the test ends, each with a pod

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -110,24 +109,10 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	img := pullImage(t, ctx, pub.Image)
 	version := pub.AppVersion
 	t.Logf("pulled and unpacked %s in %s: entrypoint %q, user %d:%d", pub.Image, time.Since(pulled).Round(time.Millisecond), img.Entrypoint, img.UID, img.GID)
-	// kube-proxy's part: the `kubernetes` Service's ClusterIP and port lead to the apiserver,
-	// which in this test bed listens on loopback only.
-	svc, err := kube.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := url.Parse(c.Server())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := podrun.NewServiceProxy(ctx, svc.Spec.ClusterIP, int(svc.Spec.Ports[0].Port), server.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	clusterIP, proxy := kubernetesService(t, ctx, c)
 	// The chart's post-install hook runs too, as a pod, from the same image (the pre-install
 	// check would refuse this fresh install: the trust roots are left for the leader to create).
-	hooks := newHookRunner(t, ctx, kube, img, net.ParseIP(svc.Spec.ClusterIP), "linkerd")
+	hooks := newHookRunner(t, ctx, kube, img, clusterIP, "linkerd")
 	type installed struct {
 		rel *Release
 		err error
@@ -198,7 +183,7 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := &podRunner{t: t, ctx: ctx, kubelet: &podrun.Kubelet{Kube: kube}, img: img, clusterIP: net.ParseIP(svc.Spec.ClusterIP)}
+	r := &podRunner{t: t, ctx: ctx, kubelet: &podrun.Kubelet{Kube: kube}, img: img, clusterIP: clusterIP}
 	a, b := r.run(pods[0]), r.run(pods[1])
 
 	// The image's operator says the version make image stamps: the chart's appVersion.

@@ -330,7 +330,7 @@ func readmeInstallOperator(t *testing.T, ctx context.Context, c *cluster.Cluster
 	t.Helper()
 	kube := c.Kube()
 	img := pullImage(t, ctx, pub.Image)
-	clusterIP := kubernetesService(t, ctx, c)
+	clusterIP, _ := kubernetesService(t, ctx, c)
 	hooks := newHookRunner(t, ctx, kube, img, clusterIP, "linkerd")
 	type installed struct {
 		rel *Release
