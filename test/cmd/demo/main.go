@@ -207,6 +207,16 @@ func run(ctx context.Context, namespaces, deployments int, replicas int32, workD
 	}
 	took := time.Since(start)
 	watch.stop()
+	// Synced comes once the reduced bundle is in every pod; the certificates of the pods the
+	// final restart started are read after it. Wait for the status to count them, so that the
+	// closing inspect shows one set of numbers.
+	say("        the operator reads the certificates of the pods the final restart started")
+	if err := waitFor(ctx, tars, "every meshed pod's certificate read and converged", func(t *v1alpha1.TrustAnchorRotation) bool {
+		wc := t.Status.WorkloadCertificates
+		return wc != nil && wc.Status == v1alpha1.Converged && wc.NotProbedPods == 0 && wc.ConvergedPods == wc.TargetPods
+	}); err != nil {
+		return err
+	}
 
 	adminKubeconfig := c.Kubeconfig()
 	for _, args := range [][]string{{"check"}, {"inspect"}} {
