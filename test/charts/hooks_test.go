@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -393,4 +394,50 @@ func (r *hookRunner) serveLogs(t *testing.T, ctx context.Context, kube kubernete
 	srv.Listener = l
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
+}
+
+// startInstall runs the install in the background, since helm returns only once the hook and
+// operator pods the test runs have done their part, and returns the operator Deployment as soon
+// as helm created it, and a function that waits for helm to return and fails the test on error.
+func startInstall(t *testing.T, ctx context.Context, c *cluster.Cluster, opts InstallOptions) (*appsv1.Deployment, func() *Release) {
+	t.Helper()
+	type installed struct {
+		rel *Release
+		err error
+	}
+	done := make(chan installed, 1)
+	go func() {
+		rel, err := Install(ctx, c, opts)
+		done <- installed{rel, err}
+	}()
+	var dep *appsv1.Deployment
+	err := poll.Until(ctx, 3*time.Minute, "helm to create the operator Deployment", func(ctx context.Context) (bool, error) {
+		select {
+		case in := <-done:
+			return false, fmt.Errorf("helm install returned before the operator ran: %v", in.err)
+		default:
+		}
+		d, err := c.Kube().AppsV1().Deployments("linkerd").Get(ctx, OperatorChart, metav1.GetOptions{})
+		if err != nil {
+			return false, poll.Pending("%v", err)
+		}
+		dep = d
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dep, func() *Release {
+		t.Helper()
+		select {
+		case in := <-done:
+			if in.err != nil {
+				t.Fatalf("helm install: %v", in.err)
+			}
+			return in.rel
+		case <-ctx.Done():
+			t.Fatal("helm install did not return")
+			return nil
+		}
+	}
 }

@@ -113,35 +113,10 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	// The chart's post-install hook runs too, as a pod, from the same image (the pre-install
 	// check would refuse this fresh install: the trust roots are left for the leader to create).
 	hooks := newHookRunner(t, ctx, kube, img, clusterIP, "linkerd")
-	type installed struct {
-		rel *Release
-		err error
-	}
-	done := make(chan installed, 1)
-	go func() {
-		rel, err := Install(ctx, c, InstallOptions{
-			Helm: helms[0], Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true, Hooks: true,
-			Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest, hookPodLabel, "hooks.preflight.enabled=false"},
-		})
-		done <- installed{rel, err}
-	}()
-	var dep *appsv1.Deployment
-	err = poll.Until(ctx, 3*time.Minute, "helm to create the operator Deployment", func(ctx context.Context) (bool, error) {
-		select {
-		case in := <-done:
-			return false, fmt.Errorf("helm install returned before the operator ran: %v", in.err)
-		default:
-		}
-		d, err := kube.AppsV1().Deployments("linkerd").Get(ctx, OperatorChart, metav1.GetOptions{})
-		if err != nil {
-			return false, poll.Pending("%v", err)
-		}
-		dep = d
-		return true, nil
+	dep, installed := startInstall(t, ctx, c, InstallOptions{
+		Helm: helms[0], Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true, Hooks: true,
+		Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest, hookPodLabel, "hooks.preflight.enabled=false"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	pods := deploymentPods(t, ctx, kube, dep)
 	ctr, err := podrun.Container(pods[0], "operator")
 	if err != nil {
@@ -206,11 +181,7 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	}
 	follower.waitFollowing()
 	t.Logf("%s leads, %s follows", leader.identity(), follower.identity())
-	in := <-done
-	if in.err != nil {
-		t.Fatalf("helm install: %v", in.err)
-	}
-	rel := in.rel
+	rel := installed()
 	if rel.Deployment.Name != dep.Name {
 		t.Errorf("the release's Deployment is %s, want %s", rel.Deployment.Name, dep.Name)
 	}

@@ -332,35 +332,10 @@ func readmeInstallOperator(t *testing.T, ctx context.Context, c *cluster.Cluster
 	img := pullImage(t, ctx, pub.Image)
 	clusterIP, _ := kubernetesService(t, ctx, c)
 	hooks := newHookRunner(t, ctx, kube, img, clusterIP, "linkerd")
-	type installed struct {
-		rel *Release
-		err error
-	}
-	done := make(chan installed, 1)
-	go func() {
-		rel, err := Install(ctx, c, InstallOptions{
-			Helm: h, Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true, Hooks: true,
-			Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest, hookPodLabel},
-		})
-		done <- installed{rel, err}
-	}()
-	var dep *appsv1.Deployment
-	err := poll.Until(ctx, 3*time.Minute, "helm to create the operator Deployment", func(ctx context.Context) (bool, error) {
-		select {
-		case in := <-done:
-			return false, fmt.Errorf("helm install returned before the operator ran: %v", in.err)
-		default:
-		}
-		d, err := kube.AppsV1().Deployments("linkerd").Get(ctx, OperatorChart, metav1.GetOptions{})
-		if err != nil {
-			return false, poll.Pending("%v", err)
-		}
-		dep = d
-		return true, nil
+	dep, installed := startInstall(t, ctx, c, InstallOptions{
+		Helm: h, Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true, Hooks: true,
+		Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest, hookPodLabel},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The preflight hook passed: helm went on to the Deployment.
 	if pre := hooks.only(t, OperatorChart+"-preflight-"); pre.exit != 0 {
 		t.Fatalf("the preflight hook exited %d:\n%s", pre.exit, pre.log)
@@ -375,19 +350,11 @@ func readmeInstallOperator(t *testing.T, ctx context.Context, c *cluster.Cluster
 	}
 	ctr := running[0].ctr
 	r.waitLeader(leaseOf(t, ctr.Args), "", running...)
-	var in installed
-	select {
-	case in = <-done:
-		if in.err != nil {
-			t.Fatalf("helm install: %v", in.err)
-		}
-	case <-ctx.Done():
-		t.Fatal("helm install did not return")
-	}
+	rel := installed()
 	if wait := hooks.only(t, OperatorChart+"-wait-ready-"); wait.exit != 0 {
 		t.Fatalf("the post-install hook exited %d:\n%s", wait.exit, wait.log)
 	}
-	return in.rel, img, running
+	return rel, img, running
 }
 
 // readmeFollowRotation does, phase by phase, what README's Rotate table says while the rotation
