@@ -1,11 +1,3 @@
-// Package cli implements the linkerd-trust commands: a Linkerd CLI extension (`linkerd trust …`
-// runs `linkerd-trust …`) that renders the trust bundle, checks the installation, inspects and
-// plans a trust-anchor rotation. Every command reads the cluster through the same converters
-// and rotation steps as the operator (packages steps, steps/observe, workflow), so the CLI never
-// holds a second copy of the rotation's logic.
-//
-// Commands are plain values with their own pflag FlagSet; Main dispatches on the first argument.
-// Human output goes to the command's streams; nothing is logged.
 package cli
 
 import (

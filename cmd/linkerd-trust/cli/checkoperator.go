@@ -1,0 +1,112 @@
+// The checks of category linkerd-trust-operator, the rotation itself: the TrustAnchorRotation
+// CRD and object, the operator's Deployment and leader Lease, a rotation waiting too long, and
+// who owns the trust bundle. The deadline and strategy checks are in deadline.go and strategy.go.
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+func (c *checks) rotationCRD(context.Context) error {
+	missing, err := c.missingResources(v1alpha1.SchemeGroupVersion.String(), v1alpha1.Resource)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the API does not serve %s %s: install the trust-rotation-operator-crds chart (CustomResourceDefinition %s.%s)",
+			v1alpha1.SchemeGroupVersion, v1alpha1.Resource, v1alpha1.Resource, v1alpha1.GroupName)
+	}
+	return nil
+}
+
+func (c *checks) rotationExists(ctx context.Context) error {
+	_, err := c.rotation.get(ctx)
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("TrustAnchorRotation %s not found: the operator chart creates it, and the operator creates it at start-up", c.o.kube.RotationName)
+	}
+	if err != nil {
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+	}
+	return nil
+}
+
+func (c *checks) operatorAvailable(ctx context.Context) error {
+	ns, name := c.o.operatorNamespace, c.o.operatorDeployment
+	d, err := c.cl.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return notFound("Deployment", ns+"/"+name, err)
+	}
+	if ok, why := deploymentAvailable(d); !ok {
+		return fmt.Errorf("Deployment %s/%s is not available: %s", ns, name, why)
+	}
+	return nil
+}
+
+func (c *checks) operatorLeaseFresh(ctx context.Context) error {
+	ns, name := c.o.operatorNamespace, c.o.operatorLease
+	l, err := c.cl.Kube.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return notFound("Lease", ns+"/"+name, err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return fmt.Errorf("Lease %s/%s has no holder: no operator replica leads", ns, name)
+	}
+	if l.Spec.RenewTime == nil {
+		return fmt.Errorf("Lease %s/%s held by %s was never renewed", ns, name, *l.Spec.HolderIdentity)
+	}
+	if since := c.now.Sub(l.Spec.RenewTime.Time); since > c.o.leaseStaleAfter {
+		return fmt.Errorf("Lease %s/%s held by %s was last renewed %s ago (more than --lease-stale-after %s): the leader is stuck or gone",
+			ns, name, *l.Spec.HolderIdentity, age(since), c.o.leaseStaleAfter)
+	}
+	return nil
+}
+
+func (c *checks) rotationNotBlocked(ctx context.Context) error {
+	tar, err := c.rotation.get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+	}
+	st := tar.Status
+	if st.BlockingMessage == "" || st.LastPhaseTransitionTime == nil {
+		return nil
+	}
+	since := c.now.Sub(st.LastPhaseTransitionTime.Time)
+	if since <= time.Duration(c.o.blockedWarning) {
+		return nil
+	}
+	return fmt.Errorf("TrustAnchorRotation %s has been in phase %s for %s (more than --blocked-warning %s): %s",
+		tar.Name, orDefault(string(st.Phase), string(v1alpha1.PhaseSynced)), age(since), &c.o.blockedWarning, st.BlockingMessage)
+}
+
+// bundleOwnedByOperator warns when a field manager other than the operator owns the bundle's
+// ca-bundle.crt (managedFields): a Helm release, an Argo CD application or trust-manager that
+// writes it again — an upgrade, a self-heal — reverts the bundle under a rotation.
+func (c *checks) bundleOwnedByOperator(ctx context.Context) error {
+	b, err := c.bundle.get(ctx)
+	if err != nil {
+		return err
+	}
+	if !b.Found {
+		return nil // bundleHasAnchor says so
+	}
+	others := b.OtherOwners()
+	if len(others) == 0 {
+		return nil
+	}
+	names := make([]string, len(others))
+	for i, o := range others {
+		names[i] = o.String()
+	}
+	return fmt.Errorf("ConfigMap %s/%s: key %s is also owned by field manager(s) %s: a later write of theirs (a Helm upgrade, an Argo CD sync or self-heal, trust-manager) reverts the trust bundle, mid-rotation too; stop them writing it, then hand it to %q with 'linkerd trust bundle --adopt'",
+		c.cfg.LinkerdNamespace, c.cfg.TrustRootsConfigMap, steps.TrustRootsKey, strings.Join(names, ", "), steps.FieldManager)
+}
