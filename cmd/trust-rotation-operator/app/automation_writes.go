@@ -11,6 +11,10 @@ import (
 	"github.com/linkerd/trust-rotation/steps/observe"
 )
 
+// The automation's memory of the operator's own writes to workloads (restart tokens, eviction
+// marks, the status an eviction left), kept until its caches show them: rememberingWriter
+// records them as the acts write, the snapshot's Overlay and StatusSeen read them.
+
 // writtenMark is a write the cache may not show yet.
 type writtenMark struct{ restartedAt, evictedFor string }
 
