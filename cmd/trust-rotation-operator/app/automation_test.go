@@ -59,20 +59,20 @@ func TestEvictionSettlesOnceTheStatusMoves(t *testing.T) {
 	if _, err := (rememberingWriter{Writer: nopWriter{}, auto: a}).EvictPods(context.Background(), ref, []string{"x-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if !a.statusSeen(dep(2)) {
+	if !a.StatusSeen(dep(2)) {
 		t.Fatal("an eviction the apiserver refused left the workload settling")
 	}
 	w := rememberingWriter{Writer: evictWriter{}, auto: a}
 	if _, err := w.EvictPods(context.Background(), ref, []string{"x-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if a.statusSeen(dep(2)) {
+	if a.StatusSeen(dep(2)) {
 		t.Fatal("the status from before the eviction counts as showing it")
 	}
-	if !a.statusSeen(dep(1)) {
+	if !a.StatusSeen(dep(1)) {
 		t.Fatal("a status showing the disruption does not count")
 	}
-	if !a.statusSeen(dep(2)) {
+	if !a.StatusSeen(dep(2)) {
 		t.Fatal("the mark outlived the status change")
 	}
 }
@@ -103,7 +103,7 @@ func TestEvictedWorkloadWithoutPodsStaysInTheState(t *testing.T) {
 		}
 	}
 	s := &steps.State{Spec: spec}
-	a.fillWorkloads(s, true, observe.NewPodIndex(nil), "T")
+	observe.FillWorkloads(s, a, true, observe.NewPodIndex(nil), "T")
 	if s.WorkloadsProblem != "" {
 		t.Fatal(s.WorkloadsProblem)
 	}
@@ -160,7 +160,7 @@ func TestRestartNamespacesWatchOnlyThere(t *testing.T) {
 		index.Upsert(&observe.Pod{Namespace: ns, Name: "web-1", UID: ns, Workload: ns + "/Deployment/web", Meshed: true, Alive: true, Running: true, TrustRootHash: "old"})
 	}
 	s := &steps.State{Spec: spec}
-	a.fillWorkloads(s, true, index, "T")
+	observe.FillWorkloads(s, a, true, index, "T")
 	if s.WorkloadsProblem != "" {
 		t.Fatal(s.WorkloadsProblem)
 	}
@@ -186,7 +186,7 @@ func TestForbiddenClusterWideListIsExplained(t *testing.T) {
 	var last string
 	err := utilwait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
 		s := &steps.State{Spec: spec}
-		a.fillWorkloads(s, true, observe.NewPodIndex(nil), "T")
+		observe.FillWorkloads(s, a, true, observe.NewPodIndex(nil), "T")
 		last = s.WorkloadsProblem
 		for _, w := range want {
 			if !strings.Contains(last, w) {

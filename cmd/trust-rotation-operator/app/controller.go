@@ -1,7 +1,3 @@
-// Package app is the trust-rotation operator: it watches cert-manager's trust anchor and
-// identity issuer, Linkerd's trust bundle, control plane and meshed pods, and advances the
-// rotation workflow (package steps) one observed step at a time, keeping the workflow's
-// checkpoint in the TrustAnchorRotation status.
 package app
 
 import (
@@ -16,10 +12,6 @@ import (
 	"github.com/sethvargo/go-retry"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -34,35 +26,6 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
-
-// Event reasons on the TrustAnchorRotation.
-const (
-	ReasonPhaseChanged     = "PhaseChanged"
-	ReasonStepActed        = "StepActed"
-	ReasonActFailed        = "ActFailed"
-	ReasonRotationComplete = "RotationComplete"
-	ReasonRotationStarted  = "RotationStarted"
-	// The automations' acts.
-	ReasonWorkloadsRestarted     = "WorkloadsRestarted"
-	ReasonIssuerRenewalTriggered = "IdentityIssuerRenewalTriggered"
-	// A remote gate passed with linked clusters (not when there is none).
-	ReasonRemoteClustersConverged = "RemoteClustersConverged"
-	// ReasonIdentityRestartedEarly (Warning): identity pods started between the bundle's
-	// expansion and the data plane's convergence, with the issuer on the new anchor
-	// (condition IdentityRestartedEarly); one Event each time the pods it names change.
-	ReasonIdentityRestartedEarly = v1alpha1.ConditionIdentityRestartedEarly
-)
-
-// actReason is the Event reason of an act: the automations' own, StepActed for the others.
-func actReason(decision string) string {
-	switch decision {
-	case steps.ReasonRestartingWorkloads:
-		return ReasonWorkloadsRestarted
-	case steps.ReasonRenewingIdentityIssuer:
-		return ReasonIssuerRenewalTriggered
-	}
-	return ReasonStepActed
-}
 
 // Options configure the controller.
 type Options struct {
@@ -135,8 +98,9 @@ type Controller struct {
 	// the reconcile did not know, so it is not a change to observe (rotationUpdated).
 	echo atomic.Pointer[string]
 
-	// parsed keeps what snapshot parsed of the Secrets and the bundle until they change.
-	parsed parsedSources
+	// snapshots reads the State out of the informers' caches (readState), keeping what it
+	// parsed of the Secrets and the bundle until they change.
+	snapshots *observe.Snapshotter
 
 	// churn tells the pod changes and probe results that may complete a convergence from those
 	// that only move its counts (churned).
@@ -216,6 +180,7 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	c.pods = observe.NewPodInformer(pods, cfg, c.index)
 	c.certs = observe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *observe.Pod) { c.churned(p.ControlPlane) })
 	c.certs.OnProbe = metrics.countProbe
+	c.snapshots = &observe.Snapshotter{Config: cfg, Caches: caches{c}, Index: c.index, Certs: c.certs}
 
 	poke := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.poke() },
@@ -318,33 +283,41 @@ func (c *Controller) Run(ctx context.Context) error {
 			continue
 		}
 		failures = newFailureBackoff()
-		// Nothing but a change or the time a decision named can change a decision: an act's
-		// own writes, and every change of what the steps read, come back through the
-		// informers (and the probes' results through the tracker) as pokes.
-		var timeout <-chan time.Time
-		delay, onTimeout := c.opts.MaxPollInterval, CausePoll
-		if !recheck.IsZero() && (delay <= 0 || time.Until(recheck) < delay) {
-			delay, onTimeout = max(time.Until(recheck), 0), CauseRecheck
-		}
-		var timer *time.Timer
-		if delay > 0 || !recheck.IsZero() {
-			timer = time.NewTimer(delay)
-			timeout = timer.C
-		}
-		select {
-		case <-ctx.Done():
-		case <-c.trigger:
-			cause = CauseChange
-		case <-timeout:
-			cause = onTimeout
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctx.Err() != nil {
+		var alive bool
+		if cause, alive = c.nextEvent(ctx, recheck); !alive {
 			return nil
 		}
 	}
+}
+
+// nextEvent is the first stage of the reconcile path: it waits for what wakes the next
+// reconcile and returns its cause, and false once ctx ended. Nothing but a change or the time a
+// decision named can change a decision: an act's own writes, and every change of what the
+// steps read, come back through the informers (and the probes' results through the tracker) as
+// pokes (CauseChange); recheck is the moment a decision named (CauseRecheck), MaxPollInterval
+// the safety net (CausePoll).
+func (c *Controller) nextEvent(ctx context.Context, recheck time.Time) (cause string, alive bool) {
+	var timeout <-chan time.Time
+	delay, onTimeout := c.opts.MaxPollInterval, CausePoll
+	if !recheck.IsZero() && (delay <= 0 || time.Until(recheck) < delay) {
+		delay, onTimeout = max(time.Until(recheck), 0), CauseRecheck
+	}
+	var timer *time.Timer
+	if delay > 0 || !recheck.IsZero() {
+		timer = time.NewTimer(delay)
+		timeout = timer.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-c.trigger:
+		cause = CauseChange
+	case <-timeout:
+		cause = onTimeout
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	return cause, ctx.Err() == nil
 }
 
 func newFailureBackoff() retry.Backoff {
@@ -361,273 +334,6 @@ func wait(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// current returns the TrustAnchorRotation to work from: the cached one, or the one we last
-// wrote while the cache still shows the version that write replaced.
-func (c *Controller) current() (*v1alpha1.TrustAnchorRotation, bool) {
-	obj, ok, _ := c.rotation.GetStore().GetByKey(c.opts.RotationName)
-	if !ok {
-		return nil, false
-	}
-	cached := obj.(*v1alpha1.TrustAnchorRotation)
-	if c.latest != nil && cached.ResourceVersion == c.replaced {
-		return c.latest.DeepCopy(), true
-	}
-	c.latest = nil
-	return cached.DeepCopy(), true
-}
-
-func (c *Controller) write(ctx context.Context, tar *v1alpha1.TrustAnchorRotation) (*v1alpha1.TrustAnchorRotation, error) {
-	out, err := c.tars.UpdateStatus(ctx, tar, apply.FieldManager)
-	if err != nil {
-		return nil, fmt.Errorf("writing status of TrustAnchorRotation %s: %w", tar.Name, err)
-	}
-	c.latest, c.replaced = out.DeepCopy(), tar.ResourceVersion
-	return out, nil
-}
-
-// reconcile observes, advances the workflow by at most one act, and publishes the status. It
-// returns when to observe again if nothing changes before (zero: only when something changes).
-// conflictRecheck is how soon the operator observes again after its status write met a
-// conflict (see reconcile).
-const conflictRecheck = time.Second
-
-func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err error) {
-	log := klog.FromContext(ctx)
-	if err := c.markIgnored(ctx); err != nil {
-		return time.Time{}, err
-	}
-	tar, ok := c.current()
-	if !ok {
-		return time.Time{}, c.createRotation(ctx)
-	}
-	now := time.Now()
-	cp := steps.WorkflowCheckpoint(tar.Status.Checkpoint)
-	s, err := c.snapshot(now, cp.Step, tar)
-	if err != nil {
-		return time.Time{}, err
-	}
-	c.remotes.sync(tar.Spec.RemoteClusters)
-	s.Remotes, s.RemoteStaleAfter = c.remotes.snapshot(), c.opts.RemoteStaleAfter
-	c.auto.fill(ctx, s, tar, cp.Step, c.index)
-	// Suspended, the repairs hold too: they write outside the status.
-	drifted := false
-	if !tar.Spec.Suspend {
-		if done, err := c.repair(ctx, tar, s); done || err != nil {
-			return time.Time{}, err // a repair's write comes back as a change
-		}
-		if drifted, err = c.repairBundle(ctx, tar, s, cp); err != nil {
-			return time.Time{}, err
-		}
-	}
-
-	base := tar
-	save := func(ctx context.Context, next workflow.Checkpoint) error {
-		obj := base.DeepCopy()
-		obj.Status.Checkpoint = tar.Status.Checkpoint.DeepCopy()
-		steps.SaveCheckpoint(&obj.Status, next, s, now)
-		out, err := c.write(ctx, obj)
-		if err != nil {
-			return err
-		}
-		base = out
-		if j := next.Jump; j != nil {
-			c.crash.point("jump", j.From, 0)
-		} else {
-			c.crash.point("save", next.Step, next.Acts)
-		}
-		return nil
-	}
-	res, advErr := c.wf.Advance(ctx, cp, s, save, func() string { return steps.NewActStamp(now) }, workflow.Suspended(tar.Spec.Suspend))
-
-	for _, name := range res.Passed {
-		log.V(2).Info("Step done", "step", name)
-		if _, gate := steps.RemoteGateAt(name); gate && len(s.Remotes) > 0 {
-			st, _ := c.wf.Step(name)
-			d := st.Observe(s, "")
-			c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonRemoteClustersConverged, "step %s: %s", name, d.Message)
-			log.Info("Remote gate passed", "step", name, "message", d.Message)
-		}
-	}
-	if j := res.Jumped; j != nil {
-		// A jump is a move of the checkpoint the steps did not plan for: a Warning, with the
-		// jump's own reason (RotationSuperseded), as every checkpoint the engine saved.
-		c.recorder.Eventf(tar, corev1.EventTypeWarning, j.Reason, "%s", j.Message)
-		log.Info("Workflow jumped", "from", j.From, "to", j.To, "reason", j.Reason, "message", j.Message)
-	}
-	if res.Acted {
-		c.crash.point("acted", res.Checkpoint.Step, res.Checkpoint.Acts)
-		c.metrics.acts.WithLabelValues(res.Checkpoint.Step).Inc()
-		c.recorder.Eventf(tar, corev1.EventTypeNormal, actReason(res.Decision.Reason), "step %s: %s", res.Checkpoint.Step, res.Decision.Message)
-		log.Info("Acted", "step", res.Checkpoint.Step, "reason", res.Decision.Reason, "message", res.Decision.Message, "token", res.Checkpoint.Token)
-	}
-	if advErr != nil {
-		if res.Decision.Outcome == workflow.Act {
-			c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonActFailed, "%v", advErr)
-		}
-		if res.ActErr != nil {
-			c.publishActFailure(ctx, tar, base, s, res, now)
-		}
-		return time.Time{}, advErr
-	}
-
-	status := steps.Project(base.Status, tar.Spec, tar.Generation, s, res, now)
-	// A drifted bundle's message is written at once: the next snapshot may hold it rewritten.
-	if !equality.Semantic.DeepEqual(status, base.Status) && (drifted || !c.holdProgress(&base.Status, &status)) {
-		obj := base.DeepCopy()
-		obj.Status = status
-		out, err := c.write(ctx, obj)
-		if err != nil {
-			if apierrors.IsConflict(err) {
-				// Usually the cache catches up and the newer object's event pokes us; but a 409
-				// that no newer object follows (a proxy's, a webhook's) would leave the rotation
-				// waiting for an event that never comes: observe again shortly either way.
-				s.RecheckAt(now.Add(conflictRecheck))
-				return s.Recheck(), nil
-			}
-			return time.Time{}, err
-		}
-		c.echo.Store(&out.ResourceVersion)
-		c.lastWriteBegan = c.reconcileBegan
-	}
-	c.metrics.Observe(&status)
-	c.metrics.ObserveHistory(&status)
-	c.recordFinished(tar, tar.Status.History, status.History)
-	c.metrics.ObserveCertificates(s)
-	c.metrics.ObserveRemotes(status.RemoteClusters)
-	c.metrics.identityRestartedEarly.Set(float64(len(s.IdentityRestartedEarly(res.Checkpoint.Step))))
-	early := ""
-	if cond := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionIdentityRestartedEarly); cond != nil && cond.Status == metav1.ConditionTrue {
-		early = cond.Message
-	}
-	if early != "" && early != c.lastIdentityEarly {
-		c.recorder.Event(tar, corev1.EventTypeWarning, ReasonIdentityRestartedEarly, early)
-		log.Info("Identity restarted early", "message", early)
-	}
-	c.lastIdentityEarly = early
-	c.suspendEvents(tar, &base.Status, &status)
-	if status.Phase != base.Status.Phase {
-		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "%s -> %s", orSynced(base.Status.Phase), status.Phase)
-		log.Info("Phase changed", "from", orSynced(base.Status.Phase), "to", status.Phase, "message", status.BlockingMessage)
-	}
-	if res.Completed && base.Status.Checkpoint != nil && base.Status.Checkpoint.Rotation != "" {
-		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonRotationComplete, "rotation to trust anchor %s complete", base.Status.Checkpoint.Rotation)
-	}
-	return s.Recheck(), nil
-}
-
-func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
-	if p == "" {
-		return v1alpha1.PhaseSynced
-	}
-	return p
-}
-
-// snapshot builds the steps' State from the informer caches and the TrustAnchorRotation's
-// status, at the checkpoint's step. The spec is in it before the bundle convergence is counted:
-// the desired bundle depends on spec.strategy when no rotation is under way yet.
-func (c *Controller) snapshot(now time.Time, step string, tar *v1alpha1.TrustAnchorRotation) (*steps.State, error) {
-	status := &tar.Status
-	cfg := c.opts.Config
-	s := &steps.State{
-		Config:       cfg,
-		Now:          now,
-		Anchor:       c.parsed.anchor.source(cfg.CertManagerNamespace, cfg.AnchorSecret, getSecret(c.anchor, cfg.CertManagerNamespace, cfg.AnchorSecret)),
-		Previous:     c.parsed.previous.source(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, getSecret(c.previous, cfg.LinkerdNamespace, cfg.PreviousAnchorSecret)),
-		Issuer:       c.parsed.issuer.source(cfg.LinkerdNamespace, cfg.IssuerSecret, getSecret(c.issuer, cfg.LinkerdNamespace, cfg.IssuerSecret)),
-		ControlPlane: map[string]steps.Deployment{},
-		Spec:         tar.Spec,
-	}
-	if err := s.FromStatus(status); err != nil {
-		return nil, err
-	}
-	var cm *corev1.ConfigMap
-	if obj, ok, _ := c.bundle.GetStore().GetByKey(cfg.LinkerdNamespace + "/" + cfg.TrustRootsConfigMap); ok {
-		cm = obj.(*corev1.ConfigMap)
-	}
-	s.Bundle = c.parsed.bundle.get(cm, func() steps.Bundle { return observe.BundleFromConfigMap(cm) })
-	for _, name := range cfg.ControlPlane() {
-		var d *appsv1.Deployment
-		if obj, ok, _ := c.deployments.GetStore().GetByKey(cfg.LinkerdNamespace + "/" + name); ok {
-			d = obj.(*appsv1.Deployment)
-		}
-		s.ControlPlane[name] = observe.DeploymentFrom(cfg.LinkerdNamespace, name, d)
-	}
-	c.index.FillControlPlane(s)
-	s.TrustBundle = c.index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
-	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(s, step))
-	s.Certificates = c.certs.Certificates()
-	s.LoadLiveChainsOnDemand(c.certs.LiveChains)
-	observe.FillDeadline(s, c.index, c.certs)
-	return s, nil
-}
-
-func getSecret(inf cache.SharedIndexInformer, ns, name string) *corev1.Secret {
-	obj, ok, _ := inf.GetStore().GetByKey(ns + "/" + name)
-	if !ok {
-		return nil
-	}
-	return obj.(*corev1.Secret)
-}
-
-// markIgnored gives every TrustAnchorRotation but the driven one the condition Ignored=True,
-// once, with a Warning event: a mesh has one trust anchor, so a second object would otherwise
-// look like configuration that is in effect.
-func (c *Controller) markIgnored(ctx context.Context) error {
-	for _, obj := range c.rotation.GetStore().List() {
-		tar := obj.(*v1alpha1.TrustAnchorRotation)
-		if tar.Name == c.opts.RotationName || meta.IsStatusConditionTrue(tar.Status.Conditions, v1alpha1.ConditionIgnored) {
-			continue
-		}
-		msg := fmt.Sprintf(v1alpha1.MessageNotDrivenFmt, c.opts.RotationName)
-		out := tar.DeepCopy()
-		meta.SetStatusCondition(&out.Status.Conditions, metav1.Condition{
-			Type: v1alpha1.ConditionIgnored, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNotDriven,
-			Message: msg, ObservedGeneration: tar.Generation,
-		})
-		if _, err := c.tars.UpdateStatus(ctx, out, apply.FieldManager); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				continue // the informer brings the new version, and a poke
-			}
-			return fmt.Errorf("marking TrustAnchorRotation %s ignored: %w", tar.Name, err)
-		}
-		c.recorder.Event(tar, corev1.EventTypeWarning, v1alpha1.ReasonNotDriven, msg)
-		klog.FromContext(ctx).Info("Ignoring TrustAnchorRotation", "name", tar.Name, "driven", c.opts.RotationName)
-	}
-	return nil
-}
-
-// createRotation creates the TrustAnchorRotation when it does not exist (the chart creates it;
-// this covers installs without it).
-func (c *Controller) createRotation(ctx context.Context) error {
-	tar := &v1alpha1.TrustAnchorRotation{ObjectMeta: metav1.ObjectMeta{Name: c.opts.RotationName}}
-	_, err := c.tars.Create(ctx, tar, apply.FieldManager)
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating TrustAnchorRotation %s: %w", c.opts.RotationName, err)
-	}
-	klog.FromContext(ctx).Info("Created TrustAnchorRotation", "name", c.opts.RotationName)
-	return nil
-}
-
-// certificateOnly drops every Secret key but tls.crt before the object is cached.
-func certificateOnly(obj any) (any, error) {
-	sec, ok := obj.(*corev1.Secret)
-	if !ok {
-		return obj, nil
-	}
-	slim := &corev1.Secret{ObjectMeta: sec.ObjectMeta, Type: sec.Type}
-	slim.ManagedFields = nil
-	if crt, ok := sec.Data[steps.CertificateKey]; ok {
-		slim.Data = map[string][]byte{steps.CertificateKey: crt}
-	}
-	return slim, nil
-}
-
-// namedInformer watches one named object, so the operator reads (and may be granted) nothing else.
-func namedInformer(rc cache.Getter, resource, ns, name string, obj runtime.Object) cache.SharedIndexInformer {
-	lw := cache.NewListWatchFromClient(rc, resource, ns, fields.OneTermEqualSelector("metadata.name", name))
-	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
 }
 
 // newRecorder returns the recorder of the operator's Events, writing until ctx ends.

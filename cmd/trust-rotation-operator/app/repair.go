@@ -20,6 +20,22 @@ const (
 	ReasonTrustBundleDrifted      = "TrustBundleDrifted"
 )
 
+// repairInputs is where the repairs happen, after the State is read and before the engine
+// advances: the previous anchor recreated (repair), the trust bundle rewritten after another
+// writer changed it (repairBundle). Suspended, the repairs hold too: they write outside the
+// status. It reports whether the bundle drifted (its message is published at once), and whether
+// a repair wrote and the reconcile ends there (the write comes back as a change).
+func (c *Controller) repairInputs(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State, cp workflow.Checkpoint) (drifted, repaired bool, err error) {
+	if tar.Spec.Suspend {
+		return false, false, nil
+	}
+	if done, err := c.repair(ctx, tar, s); done || err != nil {
+		return false, true, err
+	}
+	drifted, err = c.repairBundle(ctx, tar, s, cp)
+	return drifted, err != nil, err
+}
+
 // repair recreates linkerd-previous-anchor when it was deleted mid-rotation, from the trust
 // bundle, before the workflow advances, so that no step renders a bundle without the previous
 // anchor; it reports whether it wrote (the caller then re-observes).

@@ -1,10 +1,9 @@
-package app
+package observe
 
 import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
-	"github.com/linkerd/trust-rotation/steps/observe"
 )
 
 // parsedSources are the certificates the snapshot last parsed out of the anchor, previous-anchor
@@ -34,7 +33,7 @@ func (m *memo[O, T]) get(obj O, convert func() T) T {
 
 // source is the Source of the Secret ns/name, secret (nil when it does not exist).
 func (m *sourceMemo) source(ns, name string, secret *corev1.Secret) steps.Source {
-	return m.get(secret, func() steps.Source { return observe.SourceFromSecret(ns, name, secret) })
+	return m.get(secret, func() steps.Source { return SourceFromSecret(ns, name, secret) })
 }
 
 type sourceMemo struct {

@@ -1,0 +1,48 @@
+// Package app is the trust-rotation operator: it watches cert-manager's trust anchor and
+// identity issuer, Linkerd's trust bundle, control plane and meshed pods, and advances the
+// rotation workflow (package steps) one observed step at a time, keeping the workflow's
+// checkpoint in the TrustAnchorRotation status.
+//
+// # The reconcile path
+//
+// Every reconcile goes through four stages: an event, the State read, the engine, a
+// checkpointed act; the repairs come between the read and the engine, the status projection
+// after the engine. Controller.reconcile (reconcile.go) reads so, one function each:
+//
+//  1. The event (controller.go). New wires the informers (informers.go: the anchor, previous
+//     anchor and issuer Secrets, the trust bundle, the control plane; the meshed pods, held in
+//     observe's PodIndex; the TrustAnchorRotations), the live-certificate probes
+//     (observe.CertTracker), the automations' informers (automation.go) and the linked
+//     clusters' watches (remote.go) to poke the controller. churn.go paces the pokes of pods
+//     that only move counts; rotationUpdated drops the echo of the operator's own status write.
+//     Run's loop waits in nextEvent and counts each reconcile by its cause (metrics.go); a
+//     failed reconcile is retried after a back-off instead.
+//  2. The State read (reconcile.go readState). driven (rotation.go) takes the driven
+//     TrustAnchorRotation, as cached or as last written, marking any other one Ignored.
+//     observe.Snapshotter (steps/observe/snapshot.go) reads the caches through the getters of
+//     informers.go with the converters `linkerd trust` uses for its reads (observe.Read), so
+//     both see the cluster alike; the linked clusters' reports come from remote.go; what the
+//     automations need is read by observe.FillAutomations (steps/observe/snapshot_automation.go)
+//     through the getters of automation_caches.go, over the operator's own workload writes the
+//     caches may not show yet (automation_writes.go).
+//  3. The repairs (repair.go repairInputs), before the engine and outside any checkpoint: the
+//     previous-anchor Secret recreated from the trust bundle, and a trust bundle another writer
+//     changed rewritten (with a back-off). A repair that wrote ends the reconcile; its write
+//     comes back as an event.
+//  4. The engine (reconcile.go advanceEngine): workflow.Advance walks steps.Rotation from the
+//     checkpoint, passing the steps that are done, up to one act or jump; announce records what
+//     it did (Events, logs, the acts metric).
+//  5. The checkpointed act (reconcile.go checkpoint.save): the engine saves the checkpoint, its
+//     act's token included, in the status (rotation.go write) before it runs the act, so a
+//     killed operator resumes there without repeating a destructive act. The act writes through
+//     the steps.Writer New builds: apply.KubeWriter, wrapped by automation_writes.go's
+//     rememberingWriter and crash.go's fault hook (tests only).
+//  6. The status projection (reconcile.go projectStatus): steps.Project makes the status from
+//     the State and the engine's result; it is written unless only progress moved and that is
+//     held back (progress.go holdProgress); report then sets the metrics (metrics.go,
+//     history.go) and emits the Events that follow the status (hold.go suspendEvents among
+//     them). An act that failed is projected at once instead (hold.go publishActFailure).
+//
+// Around the path: lease.go elects the one leader that runs it, events.go writes its Events,
+// apicount.go counts its API requests.
+package app
