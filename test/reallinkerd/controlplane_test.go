@@ -119,20 +119,27 @@ func renderInstall(t *testing.T, ctx context.Context, c *cluster.Cluster, bins r
 	}
 	run := func(name string, stdin []byte, args ...string) []byte {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig())
-		cmd.Stdin = bytes.NewReader(stdin)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
-		}
-		return out
+		return runWithCluster(t, ctx, c, name, stdin, args...)
 	}
 	gatewayAPI := strings.TrimSpace(string(run("go", nil, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api")))
 	run("kubectl", nil, "apply", "--server-side", "-f", filepath.Join(gatewayAPI, "config", "crd", "standard"))
 	run("kubectl", run(bins.CLI, nil, "install", "--crds"), "apply", "--server-side", "-f", "-")
 	rendered.out = run(bins.CLI, nil, installArgs...)
 	return rendered.out
+}
+
+// runWithCluster runs a command with the shared cluster's admin kubeconfig and returns its
+// standard output; it fails the test if the command fails.
+func runWithCluster(t *testing.T, ctx context.Context, c *cluster.Cluster, name string, stdin []byte, args ...string) []byte {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig())
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, stderr.String(), out)
+	}
+	return out
 }
