@@ -153,3 +153,29 @@ func canonical(v any) string {
 	}
 	return string(b)
 }
+
+func TestDiffLinkNamesTheField(t *testing.T) {
+	rec := readLinkRecording(t)
+	target, gateway := flagValue(rec.Command, "--cluster-name"), flagValue(rec.Command, "--gateway-addresses")
+	for field, mutate := range map[string]func([]*corev1.Secret, *unstructured.Unstructured){
+		"Secret linkerd-multicluster/cluster-credentials-" + target + " labels": func(s []*corev1.Secret, _ *unstructured.Unstructured) {
+			s[0].Labels = map[string]string{"a": "b"}
+		},
+		"Secret linkerd/cluster-credentials-" + target + " annotations": func(s []*corev1.Secret, _ *unstructured.Unstructured) { s[1].Annotations = nil },
+		"Link spec.probeSpec": func(_ []*corev1.Secret, l *unstructured.Unstructured) {
+			unstructured.RemoveNestedField(l.Object, "spec", "probeSpec")
+		},
+		"Link spec.clusterCredentialsSecret": func(_ []*corev1.Secret, l *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(l.Object, "other", "spec", "clusterCredentialsSecret")
+		},
+	} {
+		secrets, link := LinkObjects(LinkOptions{Target: target, GatewayAddress: gateway, Kubeconfig: []byte("kubeconfig")})
+		if d := diffLink(rec, secrets, link); len(d) != 0 {
+			t.Fatalf("the simulator differs before any change: %q", d)
+		}
+		mutate(secrets, link)
+		if d := diffLink(rec, secrets, link); len(d) != 1 || !strings.HasPrefix(d[0], field+":") {
+			t.Errorf("differences %q, want one naming %q", d, field)
+		}
+	}
+}
