@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,31 +49,11 @@ func TestLinkerdInstallRendersTheControlPlane(t *testing.T) {
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	if _, err := pki.Install(ctx, c.Kube(), c.CertManager(), pki.Options{}); err != nil {
-		t.Fatal(err)
-	}
 	version, err := bins.Version(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(name string, stdin []byte, args ...string) []byte {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig())
-		cmd.Stdin = bytes.NewReader(stdin)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
-		}
-		return out
-	}
-	gatewayAPI := strings.TrimSpace(string(run("go", nil, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api")))
-	run("kubectl", nil, "apply", "--server-side", "-f", filepath.Join(gatewayAPI, "config", "crd", "standard"))
-	run("kubectl", run(bins.CLI, nil, "install", "--crds"), "apply", "--server-side", "-f", "-")
-	args := []string{"install", "--set", "identity.externalCA=true", "--set", "identity.issuer.scheme=kubernetes.io/tls"}
-	rendered := run(bins.CLI, nil, args...)
+	rendered := renderInstall(t, ctx, c, bins)
 
 	var out strings.Builder
 	fmt.Fprintf(&out, `# Recorded output of the real Linkerd CLI: the control-plane Deployments, verbatim.
@@ -83,7 +64,7 @@ func TestLinkerdInstallRendersTheControlPlane(t *testing.T) {
 #   command: linkerd %s
 #   cluster: the test bed with the Linkerd PKI issued by cert-manager (test/pki), the Gateway API
 #            CRDs and 'linkerd install --crds'
-`, version, strings.Join(args, " "))
+`, version, strings.Join(installArgs, " "))
 	found := map[string]bool{}
 	for _, doc := range strings.Split(string(rendered), "\n---\n") {
 		var d appsv1.Deployment
@@ -99,7 +80,7 @@ func TestLinkerdInstallRendersTheControlPlane(t *testing.T) {
 	}
 	for _, name := range controlPlaneDeployments {
 		if !found[name] {
-			t.Errorf("linkerd %s rendered no Deployment %s", strings.Join(args, " "), name)
+			t.Errorf("linkerd %s rendered no Deployment %s", strings.Join(installArgs, " "), name)
 		}
 	}
 	if t.Failed() {
@@ -111,4 +92,54 @@ func TestLinkerdInstallRendersTheControlPlane(t *testing.T) {
 	if err := os.WriteFile(controlPlaneRecording, []byte(out.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// installArgs render the control plane the way the user guide installs Linkerd with cert-manager.
+var installArgs = []string{"install", "--set", "identity.externalCA=true", "--set", "identity.issuer.scheme=kubernetes.io/tls"}
+
+// rendered caches what `linkerd install` rendered, for the recordings that run Linkerd's
+// components with the configuration it rendered (linkerd-config, container args).
+var rendered struct {
+	sync.Mutex
+	out []byte
+}
+
+// renderInstall prepares the shared cluster as `linkerd install` requires with an external CA
+// (the Linkerd PKI issued by cert-manager, the Gateway API CRDs, `linkerd install --crds`) and
+// returns what `linkerd install` renders, once per test binary.
+func renderInstall(t *testing.T, ctx context.Context, c *cluster.Cluster, bins reallinkerd.Binaries) []byte {
+	t.Helper()
+	rendered.Lock()
+	defer rendered.Unlock()
+	if rendered.out != nil {
+		return rendered.out
+	}
+	if _, err := pki.Install(ctx, c.Kube(), c.CertManager(), pki.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, stdin []byte, args ...string) []byte {
+		t.Helper()
+		return runWithCluster(t, ctx, c, name, stdin, args...)
+	}
+	gatewayAPI := strings.TrimSpace(string(run("go", nil, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api")))
+	run("kubectl", nil, "apply", "--server-side", "-f", filepath.Join(gatewayAPI, "config", "crd", "standard"))
+	run("kubectl", run(bins.CLI, nil, "install", "--crds"), "apply", "--server-side", "-f", "-")
+	rendered.out = run(bins.CLI, nil, installArgs...)
+	return rendered.out
+}
+
+// runWithCluster runs a command with the shared cluster's admin kubeconfig and returns its
+// standard output; it fails the test if the command fails.
+func runWithCluster(t *testing.T, ctx context.Context, c *cluster.Cluster, name string, stdin []byte, args ...string) []byte {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig())
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, stderr.String(), out)
+	}
+	return out
 }

@@ -188,15 +188,22 @@ type identityVerdict struct {
 // renderedIdentityArgs are the identity container's args in the recorded `linkerd install`.
 func renderedIdentityArgs(t *testing.T) []string {
 	t.Helper()
+	return renderedArgs(t, "identity")
+}
+
+// renderedArgs are the args of the control-plane container that runs the controller's
+// subcommand in the recorded `linkerd install`.
+func renderedArgs(t *testing.T, subcommand string) []string {
+	t.Helper()
 	b, err := os.ReadFile(controlPlaneRecording)
 	if err != nil {
 		t.Fatalf("%v (record it first: TestLinkerdInstallRendersTheControlPlane)", err)
 	}
-	m := regexp.MustCompile(`(?s)\n      - args:\n        - identity\n((?:        - [^\n]*\n)+)`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?s)\n      - args:\n        - ` + regexp.QuoteMeta(subcommand) + `\n((?:        - [^\n]*\n)+)`).FindSubmatch(b)
 	if m == nil {
-		t.Fatalf("%s: no identity container args", controlPlaneRecording)
+		t.Fatalf("%s: no %s container args", controlPlaneRecording, subcommand)
 	}
-	args := []string{"identity"}
+	args := []string{subcommand}
 	for _, l := range strings.Split(strings.TrimSpace(string(m[1])), "\n") {
 		args = append(args, strings.TrimPrefix(strings.TrimSpace(l), "- "))
 	}
