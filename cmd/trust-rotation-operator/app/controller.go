@@ -114,7 +114,7 @@ type Controller struct {
 	writer   steps.Writer
 	crash    *crashHook
 	metrics  *Metrics
-	recorder eventRecorder
+	recorder kube.EventRecorder
 	trigger  chan struct{}
 
 	anchor, previous, issuer, bundle, deployments, rotation cache.SharedIndexInformer
@@ -631,9 +631,9 @@ func namedInformer(rc cache.Getter, resource, ns, name string, obj runtime.Objec
 }
 
 // newRecorder returns the recorder of the operator's Events, writing until ctx ends.
-func newRecorder(ctx context.Context, clients kube.Interface) eventRecorder {
+func newRecorder(ctx context.Context, clients kube.Interface) kube.EventRecorder {
 	s := runtime.NewScheme()
 	must(kube.AddToScheme(s))
 	must(v1alpha1.AddToScheme(s))
-	return newEventWriter(ctx, clients, s, "trust-rotation-operator")
+	return kube.NewEventWriter(ctx, clients, s, "trust-rotation-operator")
 }
