@@ -144,8 +144,13 @@ var (
 
 // NewForConfig returns the clients of the cluster of cfg. They share one HTTP client; the
 // Kubernetes groups share one rate limiter (cfg.QPS, cfg.Burst) and cert-manager's has its own,
-// as they did as two generated Clientsets.
+// as they did as two generated Clientsets. Without cfg.UserAgent they send client-go's default
+// one, as a Clientset does: the HTTP client sets it, so it is set before that is built.
 func NewForConfig(cfg *rest.Config) (*Clients, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -157,7 +162,7 @@ func NewForConfig(cfg *rest.Config) (*Clients, error) {
 		return flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	}
 	kubeLimiter := limiter()
-	c := &Clients{cfg: rest.CopyConfig(cfg), httpClient: httpClient, kubeLimiter: kubeLimiter}
+	c := &Clients{cfg: cfg, httpClient: httpClient, kubeLimiter: kubeLimiter}
 	for _, g := range []struct {
 		into    *rest.Interface
 		gv      schema.GroupVersion
