@@ -1,15 +1,3 @@
-// Package kube holds the few typed Kubernetes clients the rotation uses: the core, apps,
-// policy and coordination kinds it reads and writes, and cert-manager's Certificates, Issuers
-// and CertificateRequests.
-//
-// They make the requests of client-go's generated typed clients (see typed) over a scheme of
-// just those kinds. client-go's Clientset cannot
-// be narrowed: importing any of its typed clients registers every API group Kubernetes serves
-// (k8s.io/client-go/kubernetes/scheme), and its apply configurations parse the whole OpenAPI
-// schema at start; together with cert-manager's clientset that was 12 MiB of the operator's
-// resident memory before it read a single object (docs/performance-log.md). The method sets below
-// are the typed clients' own, signature for signature, so a client-go Clientset (the CLI's, a
-// test's fake) serves through FromClientset in package kube/clientset as well.
 package kube
 
 import (
