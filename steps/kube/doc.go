@@ -20,7 +20,7 @@
 //     imports the typed clients of every API group. TestElectionHandsOverWithClientGo hands the
 //     Lease of a real apiserver over to client-go's LeaderElector and back, released and
 //     expired, as replicas of two releases do during an upgrade.
-//   - EventWriter (events.go): core/v1 Events as client-go's event recorder (tools/record)
+//   - NewEventRecorder (events.go): core/v1 Events as client-go's event recorder (tools/record)
 //     writes them, whose strategic merge patches of repeated Events link the OpenAPI machinery.
 //     TestEventWriterWritesWhatClientGoRecords compares the Events both write for the same
 //     calls. One departure, on purpose: client-go's spam filter lets 25 Events of an object

@@ -26,7 +26,7 @@ type EventRecorder interface {
 	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
 }
 
-// EventWriter records core/v1 Events as client-go's recorder does: in the object's namespace
+// eventWriter records core/v1 Events as client-go's recorder does: in the object's namespace
 // ("default" for a cluster-scoped one), named <object>.<hex nanoseconds>, from the operator's
 // component, written in the background so that a reconcile never waits on them. An Event
 // identical to one written before (same object, type, reason and message) raises that Event's
@@ -38,7 +38,7 @@ type EventRecorder interface {
 // It replaces client-go's tools/record, whose broadcaster patches Events with strategic merge
 // patches and links the OpenAPI machinery that needs into the operator, for the few Events of
 // one object an operator emits.
-type EventWriter struct {
+type eventWriter struct {
 	events func(namespace string) Resource[*corev1.Event, *corev1.EventList]
 	scheme *runtime.Scheme
 	source corev1.EventSource
@@ -67,9 +67,15 @@ const (
 	eventTries      = 12
 )
 
-// NewEventWriter starts writing Events until ctx ends.
-func NewEventWriter(ctx context.Context, clients Interface, scheme *runtime.Scheme, component string) *EventWriter {
-	w := &EventWriter{
+// NewEventRecorder returns a recorder that writes the Events of component until ctx ends, as
+// client-go's recorder does, in the background, a repeat counted, a burst of 200 per object.
+func NewEventRecorder(ctx context.Context, clients Interface, scheme *runtime.Scheme, component string) EventRecorder {
+	return newEventWriter(ctx, clients, scheme, component)
+}
+
+// newEventWriter starts writing Events until ctx ends.
+func newEventWriter(ctx context.Context, clients Interface, scheme *runtime.Scheme, component string) *eventWriter {
+	w := &eventWriter{
 		events: clients.CoreV1().Events,
 		scheme: scheme,
 		source: corev1.EventSource{Component: component},
@@ -83,17 +89,17 @@ func NewEventWriter(ctx context.Context, clients Interface, scheme *runtime.Sche
 	return w
 }
 
-func (w *EventWriter) Event(obj runtime.Object, eventtype, reason, message string) {
+func (w *eventWriter) Event(obj runtime.Object, eventtype, reason, message string) {
 	w.record(obj, eventtype, reason, message)
 }
 
-func (w *EventWriter) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+func (w *eventWriter) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
 	w.record(obj, eventtype, reason, fmt.Sprintf(messageFmt, args...))
 }
 
 // record queues an Event of obj, dropping it (and saying so in the log) when the queue is full
 // or obj has emitted too many.
-func (w *EventWriter) record(obj runtime.Object, eventtype, reason, message string) {
+func (w *eventWriter) record(obj runtime.Object, eventtype, reason, message string) {
 	ref, err := reference.GetReference(w.scheme, obj)
 	if err != nil {
 		klog.Background().Error(err, "Not recording an Event: no reference to its object", "reason", reason, "message", message)
@@ -129,7 +135,7 @@ func (w *EventWriter) record(obj runtime.Object, eventtype, reason, message stri
 }
 
 // allow is the spam filter: a token bucket per object.
-func (w *EventWriter) allow(uid types.UID) bool {
+func (w *eventWriter) allow(uid types.UID) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l := w.spam[uid]
@@ -143,7 +149,7 @@ func (w *EventWriter) allow(uid types.UID) bool {
 	return l.TryAccept()
 }
 
-func (w *EventWriter) run(ctx context.Context) {
+func (w *eventWriter) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -156,7 +162,7 @@ func (w *EventWriter) run(ctx context.Context) {
 
 // write creates e, or raises the count of the same Event written before; it retries a failed
 // write with a backoff, eventTries times, as client-go's recorder does.
-func (w *EventWriter) write(ctx context.Context, e *corev1.Event) {
+func (w *eventWriter) write(ctx context.Context, e *corev1.Event) {
 	key := eventKey{object: e.InvolvedObject.UID, eventtype: e.Type, reason: e.Reason, text: e.Message}
 	backoff := retry.WithMaxRetries(eventTries-1, retry.WithJitterPercent(10, retry.NewConstant(10*time.Second)))
 	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
@@ -199,7 +205,7 @@ func (w *EventWriter) write(ctx context.Context, e *corev1.Event) {
 }
 
 // repeat raises prev's count and moves its last timestamp to at, with a merge patch.
-func (w *EventWriter) repeat(ctx context.Context, prev *corev1.Event, at metav1.Time) (*corev1.Event, error) {
+func (w *eventWriter) repeat(ctx context.Context, prev *corev1.Event, at metav1.Time) (*corev1.Event, error) {
 	patch, err := json.Marshal(map[string]any{"count": prev.Count + 1, "lastTimestamp": at})
 	if err != nil {
 		return nil, err

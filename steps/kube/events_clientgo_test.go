@@ -42,7 +42,7 @@ func eventClients(t *testing.T) (kube.Interface, kubernetes.Interface) {
 	return ours, c.Kube()
 }
 
-// The Events the operator's EventWriter writes are those client-go's recorder (tools/record)
+// The Events the operator's recorder (NewEventRecorder) writes are those client-go's recorder (tools/record)
 // writes for the same calls: every field but the name's suffix, the timestamps' instants and the
 // apiserver's metadata, for a cluster-scoped object (its Events go to "default") and a
 // namespaced one, an Event repeated (counted, not written twice) and another.
@@ -72,7 +72,7 @@ func TestEventWriterWritesWhatClientGoRecords(t *testing.T) {
 
 	// Each recorder records on objects of its own (their UIDs differ), the same calls.
 	recorders := map[string]kube.EventRecorder{
-		"ours":      kube.NewEventWriter(ctx, ours, s, component),
+		"ours":      kube.NewEventRecorder(ctx, ours, s, component),
 		"client-go": b.NewRecorder(s, corev1.EventSource{Component: component}),
 	}
 	for who, r := range recorders {

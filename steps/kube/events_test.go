@@ -34,7 +34,7 @@ func TestEventWriterCountsRepeatsAndFiltersSpam(t *testing.T) {
 	if err := v1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	w := kube.NewEventWriter(ctx, clientset.Kube(k), s, "trust-rotation-operator")
+	w := kube.NewEventRecorder(ctx, clientset.Kube(k), s, "trust-rotation-operator")
 	written := make(chan error, kube.EventQueue)
 	kube.SetWrote(w, func(_ *corev1.Event, err error) { written <- err })
 	wait := func(n int) {

@@ -9,5 +9,5 @@ const (
 	EventQueue = eventQueue
 )
 
-// SetWrote has w call f after each Event it writes or gives up on.
-func SetWrote(w *EventWriter, f func(*corev1.Event, error)) { w.wrote = f }
+// SetWrote has r, of NewEventRecorder, call f after each Event it writes or gives up on.
+func SetWrote(r EventRecorder, f func(*corev1.Event, error)) { r.(*eventWriter).wrote = f }

@@ -635,5 +635,5 @@ func newRecorder(ctx context.Context, clients kube.Interface) kube.EventRecorder
 	s := runtime.NewScheme()
 	must(kube.AddToScheme(s))
 	must(v1alpha1.AddToScheme(s))
-	return kube.NewEventWriter(ctx, clients, s, "trust-rotation-operator")
+	return kube.NewEventRecorder(ctx, clients, s, "trust-rotation-operator")
 }
