@@ -181,7 +181,7 @@ func run(ctx context.Context, o options) error {
 
 	// The watchdog fails /healthz when the leader stops renewing its lease, so a wedged leader
 	// gets restarted by its liveness probe.
-	var election *app.Election
+	var election *kube.Election
 	healthy := func() error {
 		if election == nil {
 			return nil
@@ -209,7 +209,7 @@ func run(ctx context.Context, o options) error {
 	// electCtx ends the election when the controller fails, releasing the lease at once.
 	electCtx, stopElection := context.WithCancel(ctx)
 	defer stopElection()
-	e := &app.Election{
+	e := &kube.Election{
 		Leases:          clients.CoordinationV1().Leases(o.leaseNamespace),
 		Name:            o.leaseName,
 		Identity:        o.identity,

@@ -1,15 +1,3 @@
-// Package kube holds the few typed Kubernetes clients the rotation uses: the core, apps,
-// policy and coordination kinds it reads and writes, and cert-manager's Certificates, Issuers
-// and CertificateRequests.
-//
-// They make the requests of client-go's generated typed clients (see typed) over a scheme of
-// just those kinds. client-go's Clientset cannot
-// be narrowed: importing any of its typed clients registers every API group Kubernetes serves
-// (k8s.io/client-go/kubernetes/scheme), and its apply configurations parse the whole OpenAPI
-// schema at start; together with cert-manager's clientset that was 12 MiB of the operator's
-// resident memory before it read a single object (docs/performance-log.md). The method sets below
-// are the typed clients' own, signature for signature, so a client-go Clientset (the CLI's, a
-// test's fake) serves through FromClientset in package kube/clientset as well.
 package kube
 
 import (
@@ -144,8 +132,13 @@ var (
 
 // NewForConfig returns the clients of the cluster of cfg. They share one HTTP client; the
 // Kubernetes groups share one rate limiter (cfg.QPS, cfg.Burst) and cert-manager's has its own,
-// as they did as two generated Clientsets.
+// as they did as two generated Clientsets. Without cfg.UserAgent they send client-go's default
+// one, as a Clientset does: the HTTP client sets it, so it is set before that is built.
 func NewForConfig(cfg *rest.Config) (*Clients, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -157,7 +150,7 @@ func NewForConfig(cfg *rest.Config) (*Clients, error) {
 		return flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	}
 	kubeLimiter := limiter()
-	c := &Clients{cfg: rest.CopyConfig(cfg), httpClient: httpClient, kubeLimiter: kubeLimiter}
+	c := &Clients{cfg: cfg, httpClient: httpClient, kubeLimiter: kubeLimiter}
 	for _, g := range []struct {
 		into    *rest.Interface
 		gv      schema.GroupVersion

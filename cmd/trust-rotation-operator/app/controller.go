@@ -77,7 +77,7 @@ type Controller struct {
 	writer   steps.Writer
 	crash    *crashHook
 	metrics  *Metrics
-	recorder eventRecorder
+	recorder kube.EventRecorder
 	trigger  chan struct{}
 
 	anchor, previous, issuer, bundle, deployments, rotation cache.SharedIndexInformer
@@ -337,9 +337,9 @@ func wait(ctx context.Context, d time.Duration) bool {
 }
 
 // newRecorder returns the recorder of the operator's Events, writing until ctx ends.
-func newRecorder(ctx context.Context, clients kube.Interface) eventRecorder {
+func newRecorder(ctx context.Context, clients kube.Interface) kube.EventRecorder {
 	s := runtime.NewScheme()
 	must(kube.AddToScheme(s))
 	must(v1alpha1.AddToScheme(s))
-	return newEventWriter(ctx, clients, s, "trust-rotation-operator")
+	return kube.NewEventRecorder(ctx, clients, s, "trust-rotation-operator")
 }

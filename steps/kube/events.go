@@ -1,4 +1,4 @@
-package app
+package kube
 
 import (
 	"context"
@@ -17,13 +17,11 @@ import (
 	"k8s.io/client-go/tools/reference"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
-
-	"github.com/linkerd/trust-rotation/steps/kube"
 )
 
-// eventRecorder is what the controller records Events with: client-go's record.EventRecorder's
+// EventRecorder is what the operator records Events with: client-go's record.EventRecorder's
 // two methods it uses (a test's record.FakeRecorder has them too).
-type eventRecorder interface {
+type EventRecorder interface {
 	Event(object runtime.Object, eventtype, reason, message string)
 	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
 }
@@ -41,7 +39,7 @@ type eventRecorder interface {
 // patches and links the OpenAPI machinery that needs into the operator, for the few Events of
 // one object an operator emits.
 type eventWriter struct {
-	events func(namespace string) kube.Resource[*corev1.Event, *corev1.EventList]
+	events func(namespace string) Resource[*corev1.Event, *corev1.EventList]
 	scheme *runtime.Scheme
 	source corev1.EventSource
 	queue  chan *corev1.Event
@@ -69,8 +67,14 @@ const (
 	eventTries      = 12
 )
 
+// NewEventRecorder returns a recorder that writes the Events of component until ctx ends, as
+// client-go's recorder does, in the background, a repeat counted, a burst of 200 per object.
+func NewEventRecorder(ctx context.Context, clients Interface, scheme *runtime.Scheme, component string) EventRecorder {
+	return newEventWriter(ctx, clients, scheme, component)
+}
+
 // newEventWriter starts writing Events until ctx ends.
-func newEventWriter(ctx context.Context, clients kube.Interface, scheme *runtime.Scheme, component string) *eventWriter {
+func newEventWriter(ctx context.Context, clients Interface, scheme *runtime.Scheme, component string) *eventWriter {
 	w := &eventWriter{
 		events: clients.CoreV1().Events,
 		scheme: scheme,

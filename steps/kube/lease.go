@@ -1,4 +1,4 @@
-package app
+package kube
 
 import (
 	"context"
@@ -13,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-
-	"github.com/linkerd/trust-rotation/steps/kube"
 )
 
 // Election elects one leader among the operator's replicas on a coordination.k8s.io Lease.
@@ -22,12 +20,12 @@ import (
 // It is client-go's leader election (tools/leaderelection, uncoordinated, on a LeaseLock), the
 // same algorithm on the same Lease fields, so replicas of an older release that still use
 // client-go's elect with this one during an upgrade. It is written here because client-go's
-// package imports the typed clients of every API group (see package kube). The guarantee both
+// package imports the typed clients of every API group (see the package doc). The guarantee both
 // rest on: a leader stops leading when it has not renewed for RenewDeadline, before
 // LeaseDuration, after which a follower that saw the Lease unchanged for that long takes it; an
 // update carries the resourceVersion read, so of two contenders one gets a conflict.
 type Election struct {
-	Leases   kube.Resource[*coordinationv1.Lease, *coordinationv1.LeaseList]
+	Leases   Resource[*coordinationv1.Lease, *coordinationv1.LeaseList]
 	Name     string // the Lease's name, in the namespace of Leases
 	Identity string
 
@@ -285,4 +283,16 @@ func (e *Election) Check(tolerance time.Duration) error {
 		return fmt.Errorf("leader lease %s not renewed for %s", e.Name, since.Round(time.Millisecond))
 	}
 	return nil
+}
+
+// wait waits for d or the end of ctx, and reports whether ctx is still alive.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

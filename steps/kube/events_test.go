@@ -1,4 +1,4 @@
-package app
+package kube_test
 
 import (
 	"context"
@@ -16,6 +16,9 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
+// reasonPhaseChanged is the reason of the operator's Events of a phase change.
+const reasonPhaseChanged = "PhaseChanged"
+
 // TestEventWriterCountsRepeatsAndFiltersSpam: an Event is written in "default" for the
 // cluster-scoped TrustAnchorRotation, from the operator's component; the same Event again raises
 // its count, another message is another Event, an Event whose object was deleted is written
@@ -25,11 +28,15 @@ func TestEventWriterCountsRepeatsAndFiltersSpam(t *testing.T) {
 	defer cancel()
 	k := fake.NewClientset()
 	s := runtime.NewScheme()
-	must(kube.AddToScheme(s))
-	must(v1alpha1.AddToScheme(s))
-	w := newEventWriter(ctx, clientset.Kube(k), s, "trust-rotation-operator")
-	written := make(chan error, eventQueue)
-	w.wrote = func(_ *corev1.Event, err error) { written <- err }
+	if err := kube.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	w := kube.NewEventRecorder(ctx, clientset.Kube(k), s, "trust-rotation-operator")
+	written := make(chan error, kube.EventQueue)
+	kube.SetWrote(w, func(_ *corev1.Event, err error) { written <- err })
 	wait := func(n int) {
 		t.Helper()
 		for range n {
@@ -53,7 +60,7 @@ func TestEventWriterCountsRepeatsAndFiltersSpam(t *testing.T) {
 	}
 	tar := &v1alpha1.TrustAnchorRotation{ObjectMeta: metav1.ObjectMeta{Name: "cluster", UID: "u1"}}
 
-	w.Eventf(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "%s -> %s", "Synced", "RefreshingControlPlane")
+	w.Eventf(tar, corev1.EventTypeNormal, reasonPhaseChanged, "%s -> %s", "Synced", "RefreshingControlPlane")
 	wait(1)
 	evs := list()
 	if len(evs) != 1 {
@@ -66,12 +73,12 @@ func TestEventWriterCountsRepeatsAndFiltersSpam(t *testing.T) {
 		t.Errorf("Event %+v", e)
 	}
 
-	w.Event(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "Synced -> RefreshingControlPlane")
+	w.Event(tar, corev1.EventTypeNormal, reasonPhaseChanged, "Synced -> RefreshingControlPlane")
 	wait(1)
 	if evs := list(); len(evs) != 1 || evs[0].Count != 2 {
 		t.Errorf("the same Event again: %d Events (count %d), want 1 of count 2", len(evs), evs[0].Count)
 	}
-	w.Event(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "RefreshingControlPlane -> PropagatingTrustRoots")
+	w.Event(tar, corev1.EventTypeNormal, reasonPhaseChanged, "RefreshingControlPlane -> PropagatingTrustRoots")
 	wait(1)
 	if evs := list(); len(evs) != 2 {
 		t.Errorf("another message: %d Events, want 2", len(evs))
@@ -80,25 +87,25 @@ func TestEventWriterCountsRepeatsAndFiltersSpam(t *testing.T) {
 	if err := k.CoreV1().Events(metav1.NamespaceDefault).Delete(ctx, e.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.Event(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "Synced -> RefreshingControlPlane")
+	w.Event(tar, corev1.EventTypeNormal, reasonPhaseChanged, "Synced -> RefreshingControlPlane")
 	wait(1)
 	if evs := list(); len(evs) != 2 {
 		t.Errorf("an expired Event repeated: %d Events, want it written anew beside the other", len(evs))
 	}
 
 	other := &v1alpha1.TrustAnchorRotation{ObjectMeta: metav1.ObjectMeta{Name: "other", UID: "u2"}}
-	for i := range eventBurst + 5 {
+	for i := range kube.EventBurst + 5 {
 		w.Eventf(other, corev1.EventTypeWarning, v1alpha1.ReasonNotDriven, "message %d", i)
 	}
-	wait(eventBurst)
+	wait(kube.EventBurst)
 	n := 0
 	for _, e := range list() {
 		if e.InvolvedObject.UID == "u2" {
 			n++
 		}
 	}
-	if n != eventBurst {
-		t.Errorf("%d Events of an object that emitted %d at once, want the burst, %d", n, eventBurst+5, eventBurst)
+	if n != kube.EventBurst {
+		t.Errorf("%d Events of an object that emitted %d at once, want the burst, %d", n, kube.EventBurst+5, kube.EventBurst)
 	}
 	select {
 	case err := <-written:

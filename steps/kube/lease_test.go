@@ -1,4 +1,4 @@
-package app
+package kube_test
 
 import (
 	"context"
@@ -16,12 +16,13 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 )
 
 // candidate runs an Election on the shared fake apiserver and reports its leadership.
 type candidate struct {
-	e       *Election
+	e       *kube.Election
 	started chan struct{} // closed when it starts leading
 	leadEnd chan struct{} // closed when its leading context ends
 	done    chan struct{} // closed when Run returns
@@ -31,7 +32,7 @@ type candidate struct {
 func runCandidate(t *testing.T, cs *fake.Clientset, id string, leaseDuration time.Duration) *candidate {
 	t.Helper()
 	c := &candidate{started: make(chan struct{}), leadEnd: make(chan struct{}), done: make(chan struct{})}
-	c.e = &Election{
+	c.e = &kube.Election{
 		Leases: clientset.Kube(cs).CoordinationV1().Leases("linkerd"), Name: "trust-rotation-operator", Identity: id,
 		LeaseDuration: leaseDuration, RenewDeadline: leaseDuration * 2 / 3, RetryPeriod: leaseDuration / 10,
 		ReleaseOnCancel: true,
