@@ -247,8 +247,8 @@ func armIssuerRenewedAgain(run *soakRun) {
 
 func drawStep(rng *rand.Rand, names []string) string { return names[rng.IntN(len(names))] }
 
-// soakTally counts, per fault kind and per strategy, the rotations that drew it and those in
-// which the fault fired.
+// soakTally counts, per fault kind, the rotations that drew it and those in which it fired;
+// per strategy, the rotations that drew it and those whose checkpoints recorded it alone.
 type soakTally map[string]*struct{ drawn, fired int }
 
 func (k soakTally) add(kind string, fired bool) {
@@ -267,7 +267,7 @@ func (k soakTally) lines() []string {
 	var out []string
 	for _, s := range soakStrategies {
 		if c := k[string(s)]; c != nil {
-			out = append(out, fmt.Sprintf("soak: strategy %s: %d drawn, %d with a fault that fired", s, c.drawn, c.fired))
+			out = append(out, fmt.Sprintf("soak: strategy %s: %d drawn, %d ran it (status.checkpoint.strategy)", s, c.drawn, c.fired))
 		}
 	}
 	for _, f := range soakFaults {
@@ -283,8 +283,9 @@ func (k soakTally) lines() []string {
 // repeats the run), the oracle watching throughout. TRUST_ROTATION_SOAK_ROTATIONS sets the
 // number of rotations (3 by default, for CI; make soak runs 100). After them, a rotation with
 // the standard strategy brings a cross-signed anchor back to the self-signed one the other
-// tests expect; it counts as a rotation without a fault. It ends with a line per strategy and
-// per fault kind (drawn, fired) and the line
+// tests expect; it counts in the rotations, violations and stuck of the last line, not in the
+// draws. It ends with a line per strategy (drawn, ran: recorded in status.checkpoint.strategy)
+// and per fault kind (drawn, fired) and the line
 //
 //	soak: <N> rotations, <M> faults, <V> violations, <S> stuck
 //
@@ -322,12 +323,29 @@ func TestSoak(t *testing.T) {
 		if run.r == nil {
 			run.supervise("")
 		}
+		// The strategies the rotation's checkpoints recorded: what the rotation ran, not what
+		// was drawn.
+		ran := map[v1alpha1.RotationStrategy]bool{}
+		onPoll := run.o.onPoll
+		run.o.onPoll = func(tar *v1alpha1.TrustAnchorRotation) {
+			if cp := tar.Status.Checkpoint; cp != nil && cp.Rotation != "" {
+				ran[cp.Strategy] = true
+			}
+			if onPoll != nil {
+				onPoll(tar)
+			}
+		}
 		err := driveErr(t, e, run.r, run.o)
 		run.stop()
 		rotations++
 		fired := fault.name != "none" && (run.fired == nil || run.fired())
-		tally.add(fault.name, fired)
-		tally.add(string(strategy), fired)
+		if !restore { // drawn by neither
+			tally.add(fault.name, fired)
+			tally.add(string(strategy), ran[strategy] && len(ran) == 1)
+		}
+		if !ran[strategy] || len(ran) != 1 {
+			t.Errorf("rotation %d drew strategy %s, its checkpoints recorded %v", i+1, strategy, ran)
+		}
 		what := strings.TrimSpace(fault.name + " " + run.where)
 		if fired {
 			faults++
