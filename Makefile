@@ -217,5 +217,5 @@ SOAK_ROTATIONS ?= 100
 
 .PHONY: soak
 soak: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
-soak: ## Soak: SOAK_ROTATIONS (100) rotations with random faults (TRUST_ROTATION_SEED=<n> repeats a run); prints soak: N rotations, M faults, V violations, S stuck.
+soak: ## Soak: SOAK_ROTATIONS (100) rotations with random strategies (Standard, CrossSigned) and faults (TRUST_ROTATION_SEED=<n> repeats a run); prints soak: N rotations, M faults, V violations, S stuck.
 	set -o pipefail; TRUST_ROTATION_SOAK_ROTATIONS=$(SOAK_ROTATIONS) go test -count=1 -timeout 600m -run '^TestSoak$$' -v ./test/e2e/faults/ 2>&1 | grep -E '^(soak:|seed|---|ok|FAIL|PASS)|rotation [0-9]+|_test.go'

@@ -129,6 +129,12 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	if st.RestartDeadline != nil && st.BlockingMessage != "" {
 		st.BlockingMessage += "; " + restartDeadlineNote(st.RestartDeadline, now)
 	}
+	if p := BridgeExpiryProblem(s, st.RestartDeadline); p != "" {
+		if st.BlockingMessage != "" {
+			p = st.BlockingMessage + "; " + p
+		}
+		st.BlockingMessage = p
+	}
 	projectHolds(&st, &prev, spec, generation, s, res, now)
 	return st
 }

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
@@ -497,16 +496,5 @@ func (e *Env) resetSpec(ctx context.Context) error {
 		`"namespaceSelector":null,"workloadSelector":null,"maintenanceWindows":null},"suspend":null}}`)
 }
 
-// patchSpec merge-patches the TrustAnchorRotation, as kubectl patch --type=merge does.
-func (e *Env) patchSpec(ctx context.Context, patch string) error {
-	dyn, err := dynamic.NewForConfig(e.Cluster.RESTConfig())
-	if err != nil {
-		return err
-	}
-	gvr := v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.Resource)
-	_, err = dyn.Resource(gvr).Patch(ctx, rotationName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	if err != nil {
-		return fmt.Errorf("patching TrustAnchorRotation %s with %s: %w", rotationName, patch, err)
-	}
-	return nil
-}
+// patchSpec merge-patches the TrustAnchorRotation (PatchSpec).
+func (e *Env) patchSpec(ctx context.Context, patch string) error { return e.PatchSpec(ctx, patch) }

@@ -2,21 +2,12 @@ package e2e
 
 import (
 	"context"
-	"crypto/x509"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
-
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
-	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -46,8 +37,8 @@ func TestCrossSignedRotation(t *testing.T) {
 		since := time.Now()
 		bridged := e.watchBridge()
 		oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
-		e.applyAnchorCertificate(filepath.Join("..", "..", "manifests", "cert-manager", "linkerd-pki-cross-signed.yaml"))
-		newAnchor := e.waitAnchorRenewed(oldAnchor)
+		e.ApplyAnchorCertificate(AnchorManifest(v1alpha1.StrategyCrossSigned))
+		newAnchor := e.WaitAnchorRenewed(oldAnchor)
 		if !steps.SignedBy(newAnchor, oldAnchor) {
 			t.Fatalf("cert-manager did not sign the new anchor %s with the old one %s", steps.Fingerprint(newAnchor)[:12], steps.Fingerprint(oldAnchor)[:12])
 		}
@@ -89,54 +80,14 @@ func TestCrossSignedRotation(t *testing.T) {
 		e.Mesh.ResetRolloutStats()
 		since := time.Now()
 		oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
-		e.applyAnchorCertificate(filepath.Join("..", "..", "manifests", "cert-manager", "linkerd-pki.yaml"))
-		newAnchor := e.waitAnchorRenewed(oldAnchor)
+		e.ApplyAnchorCertificate(AnchorManifest(v1alpha1.StrategyStandard))
+		newAnchor := e.WaitAnchorRenewed(oldAnchor)
 		e.waitSyncedOn(newAnchor, 8*time.Minute)
 		e.checkRestarts(2, "expanded bundle, reduced bundle")
 		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
 			t.Fatalf("mTLS violations: %v", err)
 		}
 	})
-}
-
-// applyAnchorCertificate applies the trust anchor's Certificate of a shipped manifest, as
-// `kubectl apply` does: a changed spec.issuerRef makes cert-manager re-issue the anchor (its
-// Secret's issuer annotations no longer match).
-func (e *Env) applyAnchorCertificate(path string) {
-	t, ctx := e.T, e.Ctx
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want *cmapi.Certificate
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		var crt cmapi.Certificate
-		if err := yaml.Unmarshal([]byte(doc), &crt); err == nil && crt.Kind == "Certificate" && crt.Name == pki.DefaultTrustAnchor {
-			want = &crt
-		}
-	}
-	if want == nil {
-		t.Fatalf("%s has no Certificate %s", path, pki.DefaultTrustAnchor)
-	}
-	certs := e.Cluster.CertManager().CertmanagerV1().Certificates(want.Namespace)
-	crt, err := certs.Get(ctx, want.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt.Spec = want.Spec
-	if _, err := certs.Update(ctx, crt, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitAnchorRenewed waits for cert-manager to replace the trust anchor and returns the new one.
-func (e *Env) waitAnchorRenewed(old *x509.Certificate) *x509.Certificate {
-	e.T.Helper()
-	if _, err := pki.WaitRenewed(e.Ctx, e.Cluster.Kube(), e.Cluster.CertManager(), "cert-manager", pki.DefaultTrustAnchor, steps.Fingerprint(old), 2*time.Minute); err != nil {
-		e.T.Fatal(err)
-	}
-	return e.SecretCert("cert-manager", pki.DefaultTrustAnchor)
 }
 
 // watchBridge samples the oracle until the test ends and reports whether it ever judged a mesh

@@ -17,12 +17,24 @@ const crossSignedManifest = "manifests/cert-manager/linkerd-pki-cross-signed.yam
 
 // strategyPrerequisites checks what spec.strategy CrossSigned needs of cert-manager: the trust
 // anchor's Certificate issued by a CA issuer over the anchor's own Secret, so that each renewal
-// is signed by the anchor it replaces, with a new key. The standard strategy needs nothing more
+// is signed by the anchor it replaces, with a new key; and, in a cross-signed rotation whose
+// restart is left to churn, that the anchor so issued, the bridge, outlives
+// status.restartDeadline (steps.BridgeExpiryProblem). The standard strategy needs nothing more
 // than the other checks ask.
 func (c *checks) strategyPrerequisites(ctx context.Context) error {
 	tar, err := c.rotation.get(ctx)
 	if err != nil {
 		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+	}
+	if cp := tar.Status.Checkpoint; cp != nil && cp.Rotation != "" && tar.Status.RestartDeadline != nil {
+		anchor, err := c.usableAnchor(ctx)
+		if err != nil {
+			return err
+		}
+		s := &steps.State{Spec: tar.Spec, Rotation: cp.Rotation, Strategy: cp.Strategy, Anchor: anchor}
+		if p := steps.BridgeExpiryProblem(s, tar.Status.RestartDeadline); p != "" {
+			return fmt.Errorf("TrustAnchorRotation %s: %s", tar.Name, p)
+		}
 	}
 	if steps.StrategyOf(tar.Spec) != v1alpha1.StrategyCrossSigned {
 		return nil

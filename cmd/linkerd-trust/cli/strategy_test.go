@@ -1,11 +1,21 @@
 package cli
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"strings"
 	"testing"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -52,6 +62,80 @@ func TestCheckCrossSignedPrerequisites(t *testing.T) {
 			}
 			if f.rotations["cluster"].Spec.Strategy == v1alpha1.StrategyCrossSigned && tc.wantCode == 0 && strings.Contains(out, "× "+line) {
 				t.Errorf("the strategy check failed:\n%s", out)
+			}
+		})
+	}
+}
+
+// crossSignedAnchorPEM is a new trust anchor as cert-manager's CA issuer over the anchor's own
+// Secret issues it: the anchor's subject and a new key, signed by a previous self-signed anchor.
+func crossSignedAnchorPEM(t *testing.T, notAfter time.Time) []byte {
+	t.Helper()
+	tmpl := func(serial int64, notAfter time.Time) *x509.Certificate {
+		return &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "root.linkerd.cluster.local"},
+			NotBefore: testNow.Add(-time.Hour), NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true,
+			KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	}
+	oldKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := tmpl(1, testNow.Add(87600*time.Hour))
+	oldDER, err := x509.CreateCertificate(rand.Reader, old, old, oldKey.Public(), oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, err := x509.ParseCertificate(oldDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl(2, notAfter), parent, newKey.Public(), oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// TestCheckBridgeExpiry: in a cross-signed rotation whose restart is left to churn, check fails
+// when the new anchor, the bridge pods that trust only the previous anchor verify through,
+// expires before status.restartDeadline, naming the TrustAnchorRotation and the anchor's
+// Secret; it passes when the deadline comes first.
+func TestCheckBridgeExpiry(t *testing.T) {
+	const line = "the trust anchor is issued as spec.strategy needs"
+	bridgeEnd := testNow.Add(400 * 24 * time.Hour)
+	for name, tc := range map[string]struct {
+		deadline time.Time
+		want     string
+	}{
+		"the bridge expires first": {deadline: bridgeEnd.Add(time.Hour),
+			want: "× " + line + "\n    TrustAnchorRotation cluster: the bridge certificate, trust anchor "},
+		"the deadline comes first": {deadline: bridgeEnd.Add(-time.Hour), want: "√ " + line},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			crossSigned(f)
+			anchorCertificate(f).Spec.IssuerRef.Name, anchorCertificate(f).Spec.IssuerRef.Kind = "linkerd-identity-issuer", cmapi.ClusterIssuerKind
+			pemBytes := crossSignedAnchorPEM(t, bridgeEnd)
+			f.issue("cert-manager", "linkerd-trust-anchor", pemBytes)
+			bridge, err := steps.ParseCertificates(pemBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			since := metav1.NewTime(tc.deadline.Add(-168 * time.Hour))
+			st := &f.rotations["cluster"].Status
+			st.Phase = v1alpha1.PhaseRemovingOldTrustRoots
+			st.Checkpoint = &v1alpha1.Checkpoint{Step: steps.StepRemoveOldTrustRoots, Rotation: steps.Fingerprint(bridge[0]), StartTime: &since, Strategy: v1alpha1.StrategyCrossSigned}
+			st.RestartDeadline = &v1alpha1.RestartDeadline{Deadline: metav1.NewTime(tc.deadline), Since: since, ChurnPeriod: metav1.Duration{Duration: 168 * time.Hour}}
+			out, errOut, _ := f.run("check")
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("output lacks %q:\n%s%s", tc.want, out, errOut)
+			}
+			if strings.HasPrefix(tc.want, "×") && !strings.Contains(out, "in Secret cert-manager/linkerd-trust-anchor (signed by the previous anchor), expires at "+bridgeEnd.UTC().Format(time.RFC3339)) {
+				t.Errorf("the failure does not name the anchor's Secret and the bridge's expiry:\n%s", out)
 			}
 		})
 	}

@@ -198,14 +198,17 @@ type ledger struct {
 	// bundleSeq and previousSeq are the trust bundles and previous anchors in the order the
 	// watches saw them, each once per change.
 	bundleSeq, previousSeq []string
-	stop                   context.CancelFunc
+	// strategies are the strategies the rotations' checkpoints recorded, per rotation.
+	strategies map[string]v1alpha1.RotationStrategy
+	stop       context.CancelFunc
 }
 
 func newLedger(t *testing.T, e *e2e.Env) *ledger {
 	t.Helper()
 	kube := e.Cluster.Kube()
 	l := &ledger{started: time.Now(), restarts: map[string]map[string]bool{}, initial: map[string]string{}, bundles: map[string]bool{},
-		previous: map[string]bool{}, tokens: map[string]map[string]int32{}, inFlight: map[string]int{}}
+		previous: map[string]bool{}, tokens: map[string]map[string]int32{}, inFlight: map[string]int{},
+		strategies: map[string]v1alpha1.RotationStrategy{}}
 	for _, d := range controlPlane {
 		dep, err := kube.AppsV1().Deployments("linkerd").Get(e.Ctx, d, metav1.GetOptions{})
 		if err != nil {
@@ -281,6 +284,11 @@ func newLedger(t *testing.T, e *e2e.Env) *ledger {
 		case *v1alpha1.TrustAnchorRotation:
 			if cp := o.Status.Checkpoint; cp != nil && cp.Rotation != "" {
 				l.inFlight[cp.Rotation] = max(l.inFlight[cp.Rotation], len(o.Status.InFlightAnchors))
+				if prev, ok := l.strategies[cp.Rotation]; !ok || prev == cp.Strategy {
+					l.strategies[cp.Rotation] = cp.Strategy
+				} else {
+					l.strategies[cp.Rotation] = "changed " + prev + " -> " + cp.Strategy
+				}
 			}
 			if cp := o.Status.Checkpoint; cp != nil && cp.Token != "" {
 				if l.tokens[cp.Step] == nil {
@@ -378,14 +386,29 @@ func repeatOnReissue(t *testing.T, scenario func() (reissued string)) {
 // previous anchor, and one token per acting step (an act repeated after a crash reuses it).
 // With the issuer renewed early (earlyIssuer), restart-identity scales identity to 0 and back
 // to its replicas once instead of restarting it: two restarts of identity; otherwise its
-// replicas never change.
+// replicas never change. A cross-signed rotation (its checkpoint's strategy, which must not
+// change while it runs) passes over expand-trust-bundle, refresh-control-plane and
+// restart-identity: two restarts of each Deployment and one bundle, the reduced one.
 func (l *ledger) checkNoRepeats(t *testing.T, earlyIssuer bool) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	crossSigned := false
+	for rotation, s := range l.strategies {
+		switch s {
+		case v1alpha1.StrategyCrossSigned:
+			crossSigned = true
+		case v1alpha1.StrategyStandard:
+		default:
+			t.Errorf("rotation %s recorded strategy %q", steps.ShortFingerprint(rotation), s)
+		}
+	}
+	if crossSigned && len(l.strategies) > 1 {
+		t.Errorf("the rotations recorded strategies %v, want one rotation", l.strategies)
+	}
 	for _, d := range controlPlane {
 		want := 3
-		if earlyIssuer && d == "linkerd-identity" {
+		if earlyIssuer && d == "linkerd-identity" || crossSigned {
 			want = 2
 		}
 		if n := len(l.restarts[d]); n != want {
@@ -399,7 +422,10 @@ func (l *ledger) checkNoRepeats(t *testing.T, earlyIssuer bool) {
 	if !slices.Equal(l.identityReplicas, want) {
 		t.Errorf("linkerd-identity's replicas went %d -> %v, want %v", l.initReplicas, l.identityReplicas, want)
 	}
-	if n := len(l.bundles); n != 2 {
+	switch n := len(l.bundles); {
+	case crossSigned && n != 1:
+		t.Errorf("the trust bundle was written with %d different contents, want 1 (reduced: a cross-signed rotation does not expand it)", n)
+	case !crossSigned && n != 2:
 		t.Errorf("the trust bundle was written with %d different contents, want 2 (expanded, reduced)", n)
 	}
 	if n := len(l.previous); n != 1 {
@@ -408,6 +434,22 @@ func (l *ledger) checkNoRepeats(t *testing.T, earlyIssuer bool) {
 	for step, toks := range l.tokens {
 		if len(toks) != 1 {
 			t.Errorf("step %s acted under %d tokens %v, want 1: an act was repeated with a new token", step, len(toks), toks)
+		}
+	}
+}
+
+// checkStrategy fails unless every rotation the ledger saw recorded the strategy in its
+// checkpoint, from start to end (a resumed operator must not lose it), and one did.
+func (l *ledger) checkStrategy(t *testing.T, want v1alpha1.RotationStrategy) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.strategies) == 0 {
+		t.Errorf("no rotation recorded a strategy in its checkpoint, want %s", want)
+	}
+	for rotation, s := range l.strategies {
+		if s != want {
+			t.Errorf("rotation %s recorded strategy %q in its checkpoint, want %s", steps.ShortFingerprint(rotation), s, want)
 		}
 	}
 }
@@ -447,6 +489,9 @@ func stepOf(tar *v1alpha1.TrustAnchorRotation) string {
 type driveOpts struct {
 	// earlyIssuer renews the issuer right after the anchor.
 	earlyIssuer bool
+	// strategy, when set, is the rotation's: spec.strategy is set, and the anchor re-issued as
+	// the strategy needs when it is not yet (e2e.Env.RenewForStrategy). "" keeps the spec's.
+	strategy v1alpha1.RotationStrategy
 	// onPoll runs at every observation of the TrustAnchorRotation, to inject faults.
 	onPoll  func(tar *v1alpha1.TrustAnchorRotation)
 	timeout time.Duration
@@ -477,7 +522,11 @@ func driveErr(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) error {
 	ec := *e
 	ec.Ctx = ctx
 	e = &ec
-	e.Renew("cert-manager", "linkerd-trust-anchor")
+	if o.strategy != "" {
+		e.RenewForStrategy(o.strategy)
+	} else {
+		e.Renew("cert-manager", "linkerd-trust-anchor")
+	}
 	if o.earlyIssuer {
 		e.Renew("linkerd", "linkerd-identity-issuer")
 	}
@@ -502,6 +551,14 @@ func driveErr(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) error {
 				did[key] = true
 				fn()
 			}
+		}
+		if cp := tar.Status.Checkpoint; cp != nil && cp.Strategy == v1alpha1.StrategyCrossSigned &&
+			strings.Contains(tar.Status.BlockingMessage, "to converge on the expanded trust bundle again") {
+			// A cross-signed rotation superseded after its bundle was reduced: the pods, still on
+			// the bundle of the rotation before, are named for a restart onto the current one,
+			// at a step where the standard strategy's user restarts nothing (propagate-trust-roots
+			// is passed over). Restart them, as the message says.
+			once("regressed", e.RestartApps)
 		}
 		switch step {
 		case steps.StepPropagateTrustRoots:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/e2e"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -18,14 +19,41 @@ import (
 //     that waits (a step boundary with no act);
 //   - early/<point>:<step>@<n> with the identity issuer renewed right after the anchor, at the
 //     n-th act of the step: restart-identity then scales identity to 0 (act 1) and back (act 2),
-//     and the operator dies before and after each.
+//     and the operator dies before and after each;
+//   - crossSigned/<point>:<step> in a rotation with spec.strategy CrossSigned, at each of the
+//     points above of the steps that strategy runs (the steps it passes over never save a
+//     checkpoint nor act).
 func killPoints() []string { return killPointsOf(steps.Rotation(nil)) }
 
 // killPointsOf derives the kill points from the steps: save, write and acted at every step whose
 // act runs in every rotation (neither idle nor the user's part, which these rotations leave to
 // the test), write only where the act makes more than one; enter at every step that waits on the
-// user.
+// user; then the early points, then the same points again in a cross-signed rotation, without
+// the steps it passes over (Step.CrossSignedSkips).
 func killPointsOf(rotation []steps.Step) []string {
+	out := stepKillPoints(rotation)
+	for _, act := range []string{"1", "2"} {
+		out = append(out, earlyIssuer+"save:"+steps.StepRestartIdentity+"@"+act, earlyIssuer+"acted:"+steps.StepRestartIdentity+"@"+act)
+	}
+	for _, p := range stepKillPoints(crossSignedSteps(rotation)) {
+		out = append(out, crossSigned+p)
+	}
+	return out
+}
+
+// crossSignedSteps are the steps a cross-signed rotation runs.
+func crossSignedSteps(rotation []steps.Step) []steps.Step {
+	var out []steps.Step
+	for _, st := range rotation {
+		if st.CrossSignedSkips == "" {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// stepKillPoints are the save, write, acted and enter points of the steps (see killPointsOf).
+func stepKillPoints(rotation []steps.Step) []string {
 	var out, enter []string
 	for _, st := range rotation {
 		switch {
@@ -40,24 +68,34 @@ func killPointsOf(rotation []steps.Step) []string {
 			out = append(out, "acted:"+st.Name)
 		}
 	}
-	out = append(out, enter...)
-	for _, act := range []string{"1", "2"} {
-		out = append(out, earlyIssuer+"save:"+steps.StepRestartIdentity+"@"+act, earlyIssuer+"acted:"+steps.StepRestartIdentity+"@"+act)
-	}
-	return out
+	return append(out, enter...)
 }
 
 // earlyIssuer prefixes a kill point whose rotation has the issuer renewed right after the anchor.
 const earlyIssuer = "early/"
+
+// crossSigned prefixes a kill point whose rotation runs spec.strategy CrossSigned.
+const crossSigned = "crossSigned/"
+
+// pointStrategy splits a kill point into its rotation's strategy and the point in it.
+func pointStrategy(point string) (v1alpha1.RotationStrategy, string) {
+	if p, ok := strings.CutPrefix(point, crossSigned); ok {
+		return v1alpha1.StrategyCrossSigned, p
+	}
+	return v1alpha1.StrategyStandard, point
+}
 
 // TestKillAtEveryStep kills the operator with SIGKILL at every step boundary and in the middle
 // of every act, one full rotation per point, on one shared environment. Expected: the restarted
 // operator resumes from the checkpoint and the rotation completes; no destructive write is
 // repeated (each control-plane Deployment restarted exactly 3 times, 2 bundles and 1 previous
 // anchor written, one act token per step; with the issuer renewed early, identity restarted
-// twice and scaled to 0 and back to its replicas once instead of its first restart); the oracle
-// sees 0 mTLS violations; no key material in the operator's logs. TRUST_ROTATION_KILL_POINTS
-// (comma-separated) limits the points.
+// twice and scaled to 0 and back to its replicas once instead of its first restart; in a
+// cross-signed rotation, which keeps its strategy throughout, twice each and 1 bundle); the
+// oracle sees 0 mTLS violations; no key material in the operator's logs.
+// TRUST_ROTATION_KILL_POINTS (comma-separated) limits the points. The cross-signed points come
+// last: the first of them re-issues the anchor from linkerd-pki-cross-signed.yaml, and the test
+// ends with a standard rotation back onto the self-signed anchor the other tests expect.
 func TestKillAtEveryStep(t *testing.T) {
 	e := sharedEnv(t)
 	points := killPoints()
@@ -65,6 +103,7 @@ func TestKillAtEveryStep(t *testing.T) {
 		points = strings.Split(only, ",")
 	}
 	start := time.Now()
+	defer restoreStandard(t, e)
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
 			e := *e
@@ -76,8 +115,9 @@ func TestKillAtEveryStep(t *testing.T) {
 				l := newLedger(t, &e)
 				defer l.stop()
 				var o driveOpts
-				hook, early := strings.CutPrefix(point, earlyIssuer)
-				o.earlyIssuer = early
+				strategy, at := pointStrategy(point)
+				hook, early := strings.CutPrefix(at, earlyIssuer)
+				o.earlyIssuer, o.strategy = early, strategy
 				kind, step, _ := strings.Cut(hook, ":")
 				killed := false
 				if kind == "enter" {
@@ -101,6 +141,7 @@ func TestKillAtEveryStep(t *testing.T) {
 					return why
 				}
 				l.checkNoRepeats(t, early)
+				l.checkStrategy(t, strategy)
 				checkPreviousAnchorHasNoKey(t, &e)
 				t.Logf("%s: rotation complete in %s; %s", point, time.Since(runStart).Round(time.Second), l.summary())
 				return ""
@@ -111,4 +152,20 @@ func TestKillAtEveryStep(t *testing.T) {
 		}
 	}
 	checkOracle(t, e, start)
+}
+
+// restoreStandard drives a standard rotation back onto the self-signed anchor of
+// linkerd-pki.yaml when the trust anchor is issued for the cross-signed strategy: the other
+// tests of the package count the writes of standard rotations.
+func restoreStandard(t *testing.T, e *e2e.Env) {
+	t.Helper()
+	if e.AnchorIssuedFor() != v1alpha1.StrategyCrossSigned {
+		return
+	}
+	start := time.Now()
+	sup := newSupervisor(t, e)
+	defer sup.stop()
+	drive(t, e, sup, driveOpts{strategy: v1alpha1.StrategyStandard})
+	checkOracle(t, e, start)
+	t.Logf("back on a self-signed anchor with spec.strategy Standard in %s", time.Since(start).Round(time.Second))
 }

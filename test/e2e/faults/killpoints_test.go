@@ -25,6 +25,17 @@ func TestKillPointsFollowTheSteps(t *testing.T) {
 			if st.Idle() && strings.HasSuffix(p, ":"+st.Name) {
 				t.Errorf("kill point %s at an idle step", p)
 			}
+			if st.CrossSignedSkips != "" && strings.HasPrefix(p, crossSigned) && strings.HasSuffix(p, ":"+st.Name) {
+				t.Errorf("kill point %s at a step a cross-signed rotation passes over", p)
+			}
+		}
+	}
+	// A cross-signed rotation is killed at every step it acts at or waits in, as a standard one.
+	for _, want := range []string{"save:" + steps.StepRestartIdentityOnNewIssuer, "write:" + steps.StepRefreshControlPlaneCerts,
+		"acted:" + steps.StepRetirePreviousAnchor, "acted:" + steps.StepReduceTrustBundle, "write:" + steps.StepRefreshControlPlaneReduced,
+		"enter:" + steps.StepWaitForIdentityIssuer, "enter:" + steps.StepRenewWorkloadCertificates, "enter:" + steps.StepRemoveOldTrustRoots} {
+		if !slices.Contains(base, crossSigned+want) {
+			t.Errorf("no kill point %s%s in %v", crossSigned, want, base)
 		}
 	}
 
@@ -35,11 +46,13 @@ func TestKillPointsFollowTheSteps(t *testing.T) {
 		Manual: func(*steps.State) string { return "do it" }}
 	got := killPointsOf(append(steps.Rotation(nil), acting, waiting))
 	for _, want := range []string{"save:write-extra", "write:write-extra", "acted:write-extra", "enter:await-extra"} {
-		if !slices.Contains(got, want) {
-			t.Errorf("no kill point %s for the added steps in %v", want, got)
+		for _, p := range []string{want, crossSigned + want} {
+			if !slices.Contains(got, p) {
+				t.Errorf("no kill point %s for the added steps in %v", p, got)
+			}
 		}
 	}
-	if len(got) != len(base)+4 {
-		t.Errorf("%d kill points with two more steps, want %d", len(got), len(base)+4)
+	if len(got) != len(base)+8 {
+		t.Errorf("%d kill points with two more steps, want %d (4 in each strategy)", len(got), len(base)+8)
 	}
 }

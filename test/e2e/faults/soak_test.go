@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,11 +45,18 @@ var soakFaults = []soakFault{
 	{"suspend", armSuspend},
 }
 
+// soakStrategies are the strategies a soak rotation draws from, each as likely. A rotation whose
+// strategy differs from the previous one's starts by re-issuing the anchor from that strategy's
+// manifest (e2e.Env.RenewForStrategy), as a user switching strategies does.
+var soakStrategies = []v1alpha1.RotationStrategy{v1alpha1.StrategyStandard, v1alpha1.StrategyCrossSigned}
+
 // soakRun is one soak rotation: what its fault set up, and whether the fault fired.
 type soakRun struct {
 	t   *testing.T
 	e   *e2e.Env
 	rng *rand.Rand
+	// strategy is the rotation's, drawn before its fault (o.strategy).
+	strategy v1alpha1.RotationStrategy
 	// seed and index make per-rotation random sources (the API fault proxy's).
 	seed  uint64
 	index int
@@ -116,10 +124,16 @@ func crashed(op *e2e.Operator) bool {
 	return err == nil && strings.Contains(string(data), "Crashing at the requested point")
 }
 
-// armCrash: the operator kills itself at a point drawn from killPoints; an enter:<step> point,
-// a step boundary with no act, is a kill by the test when the status shows that step.
+// armCrash: the operator kills itself at a point drawn from the kill points of the rotation's
+// strategy (killPoints); an enter:<step> point, a step boundary with no act, is a kill by the
+// test when the status shows that step.
 func armCrash(run *soakRun) {
-	points := killPoints()
+	var points []string
+	for _, p := range killPoints() {
+		if strategy, at := pointStrategy(p); strategy == run.strategy {
+			points = append(points, at)
+		}
+	}
 	point := points[run.rng.IntN(len(points))]
 	if step, ok := strings.CutPrefix(point, "enter:"); ok {
 		sup, _ := run.supervise("")
@@ -233,7 +247,8 @@ func armIssuerRenewedAgain(run *soakRun) {
 
 func drawStep(rng *rand.Rand, names []string) string { return names[rng.IntN(len(names))] }
 
-// soakTally counts, per fault kind, the rotations that drew it and those in which it fired.
+// soakTally counts, per fault kind, the rotations that drew it and those in which it fired;
+// per strategy, the rotations that drew it and those whose checkpoints recorded it alone.
 type soakTally map[string]*struct{ drawn, fired int }
 
 func (k soakTally) add(kind string, fired bool) {
@@ -246,9 +261,15 @@ func (k soakTally) add(kind string, fired bool) {
 	}
 }
 
-// lines renders one line per kind drawn, in the order of soakFaults.
+// lines renders one line per strategy and per kind drawn, in the order of soakStrategies and
+// soakFaults.
 func (k soakTally) lines() []string {
 	var out []string
+	for _, s := range soakStrategies {
+		if c := k[string(s)]; c != nil {
+			out = append(out, fmt.Sprintf("soak: strategy %s: %d drawn, %d ran it (status.checkpoint.strategy)", s, c.drawn, c.fired))
+		}
+	}
 	for _, f := range soakFaults {
 		if c := k[f.name]; c != nil {
 			out = append(out, fmt.Sprintf("soak: %s: %d drawn, %d fired", f.name, c.drawn, c.fired))
@@ -257,10 +278,14 @@ func (k soakTally) lines() []string {
 	return out
 }
 
-// TestSoak runs rotations back to back, each with a fault drawn at random (seeded; the seed is
-// logged and TRUST_ROTATION_SEED repeats the run) from soakFaults, the oracle watching
-// throughout. TRUST_ROTATION_SOAK_ROTATIONS sets the number of rotations (3 by default, for
-// CI; make soak runs 100). It ends with a line per fault kind (drawn, fired) and the line
+// TestSoak runs rotations back to back, each with a strategy drawn at random from
+// soakStrategies and a fault from soakFaults (seeded; the seed is logged and TRUST_ROTATION_SEED
+// repeats the run), the oracle watching throughout. TRUST_ROTATION_SOAK_ROTATIONS sets the
+// number of rotations (3 by default, for CI; make soak runs 100). After them, a rotation with
+// the standard strategy brings a cross-signed anchor back to the self-signed one the other
+// tests expect; it counts in the rotations, violations and stuck of the last line, not in the
+// draws. It ends with a line per strategy (drawn, ran: recorded in status.checkpoint.strategy)
+// and per fault kind (drawn, fired) and the line
 //
 //	soak: <N> rotations, <M> faults, <V> violations, <S> stuck
 //
@@ -280,24 +305,59 @@ func TestSoak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(sd, 2))
 	tally := soakTally{}
 	rotations, faults, violations, stuck := 0, 0, 0, 0
-	for i := 0; i < n && stuck == 0; i++ {
+	restore := false
+	for i := 0; i < n+1 && stuck == 0; i++ {
+		strategy := soakStrategies[rng.IntN(len(soakStrategies))]
 		fault := soakFaults[rng.IntN(len(soakFaults))]
+		if i == n {
+			// After the drawn rotations: back to the self-signed anchor, when it is not.
+			if restore = e.AnchorIssuedFor() != v1alpha1.StrategyStandard; !restore {
+				break
+			}
+			strategy, fault = v1alpha1.StrategyStandard, soakFaults[0]
+		}
+		switched := e.AnchorIssuedFor() != strategy
 		start := time.Now()
-		run := &soakRun{t: t, e: e, rng: rng, seed: sd, index: i, o: driveOpts{timeout: 5 * time.Minute}}
+		run := &soakRun{t: t, e: e, rng: rng, seed: sd, index: i, strategy: strategy, o: driveOpts{timeout: 5 * time.Minute, strategy: strategy}}
 		fault.arm(run)
 		if run.r == nil {
 			run.supervise("")
+		}
+		// The strategies the rotation's checkpoints recorded: what the rotation ran, not what
+		// was drawn.
+		ran := map[v1alpha1.RotationStrategy]bool{}
+		onPoll := run.o.onPoll
+		run.o.onPoll = func(tar *v1alpha1.TrustAnchorRotation) {
+			if cp := tar.Status.Checkpoint; cp != nil && cp.Rotation != "" {
+				ran[cp.Strategy] = true
+			}
+			if onPoll != nil {
+				onPoll(tar)
+			}
 		}
 		err := driveErr(t, e, run.r, run.o)
 		run.stop()
 		rotations++
 		fired := fault.name != "none" && (run.fired == nil || run.fired())
-		tally.add(fault.name, fired)
+		if !restore { // drawn by neither
+			tally.add(fault.name, fired)
+			tally.add(string(strategy), ran[strategy] && len(ran) == 1)
+		}
+		if !ran[strategy] || len(ran) != 1 {
+			t.Errorf("rotation %d drew strategy %s, its checkpoints recorded %v", i+1, strategy, ran)
+		}
 		what := strings.TrimSpace(fault.name + " " + run.where)
 		if fired {
 			faults++
 		} else if fault.name != "none" {
 			what += " (did not fire)"
+		}
+		what = fmt.Sprintf("strategy %s, %s", strategy, what)
+		switch {
+		case restore:
+			what += ", back to the self-signed anchor"
+		case switched:
+			what += ", anchor re-issued from " + filepath.Base(e2e.AnchorManifest(strategy))
 		}
 		vs := e.Mesh.Oracle().ViolationsSince(start)
 		late := e.Mesh.Oracle().UncertifiedSince(start)
