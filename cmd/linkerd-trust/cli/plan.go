@@ -359,71 +359,55 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		}
 		return ahead
 	}
-	ahead := newAhead()
-	sim := ahead.State()
-	rotation = newRotation(ahead)
+	sim := &planSimulation{ahead: newAhead(), newAhead: newAhead, recorder: recorder, status: &tar.Status, s: s, reading: reading}
+	rotation = newRotation(sim.ahead)
+	sim.steps = make(map[string]steps.Step, len(rotation))
+	for _, st := range rotation {
+		sim.steps[st.Name] = st
+	}
+	walker, err := steps.NewWorkflow(rotation)
+	if err != nil {
+		return nil, err
+	}
+	walk, err := walker.PlanAhead(ctx, cp, s, sim)
+	if err != nil {
+		return nil, err
+	}
 	first := slices.IndexFunc(rotation, func(st steps.Step) bool { return st.Name == at.Name })
 	for i, st := range rotation[:first] {
 		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepDone})
 	}
-	next, simulating := false, true
-	// The step the walk starts at holds the checkpoint's token; after a jump, the step it lands
-	// on holds the jump's.
-	startAt, startToken := first, cp.Token
-	for i := first; i < len(rotation); i++ {
-		st := rotation[i]
-		token := ""
-		if i == startAt {
-			token = startToken
-		}
-		v := planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepPending}
-		var d workflow.Decision
+	// The steps up to a jump were observed on the state before the jump landed.
+	manualOn := s
+	if sim.before != nil {
+		manualOn = sim.before
+	}
+	next := false
+	for _, ps := range walk {
+		st := sim.steps[ps.Name]
+		v := planStep{Index: ps.Index + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepPending, Simulated: ps.Simulated}
 		switch {
+		case ps.Next:
+			v.Status, next = stepNext, true
+			p.Step, p.Phase = st.Name, st.Phase
 		case !next:
-			d = st.Observe(s, token) // today's cluster
-			if d.Outcome == workflow.Done {
-				v.Status = stepDone
-			} else {
-				v.Status, next = stepNext, true
-				p.Step, p.Phase = st.Name, st.Phase
-			}
-		case simulating:
-			v.Simulated = true
-			d = st.Observe(sim, token)
-		default:
-			// The simulation stopped before: observed on today's cluster, without the trust-bundle
-			// check (see steps.Step.ObserveAhead).
-			d = st.ObserveAhead(s)
+			v.Status = stepDone
 		}
+		d := ps.Decision
 		v.Outcome, v.Reason, v.Message = d.Outcome.String(), d.Reason, d.Message
-		if v.Status == stepNext && d.Outcome == workflow.Jump {
+		if ps.Next && d.Outcome == workflow.Jump {
 			// The workflow stops at the jump, and starts again where it lands: the steps from
 			// there are planned over the state the jump's saved checkpoint leaves.
 			v.JumpTo = d.To
 			p.Steps = append(p.Steps, v)
-			to := slices.IndexFunc(rotation, func(st steps.Step) bool { return st.Name == d.To })
-			if to < 0 {
-				return nil, fmt.Errorf("step %s jumps to %s, which the rotation does not have", st.Name, d.To)
-			}
-			if err := landJump(&tar.Status, st.Name, d, s, reading); err != nil {
-				return nil, err
-			}
-			ahead = newAhead()
-			sim = ahead.State()
-			rotation = newRotation(ahead)
-			startAt, startToken = to, d.Token
-			i = to - 1
+			manualOn = s
 			continue
 		}
-		if v.Status != stepDone && d.Outcome == workflow.Act && st.Describe != nil {
-			if v.Simulated {
-				v.Changes = st.Describe(sim)
-			} else {
-				v.Changes = st.Describe(s)
-			}
+		if v.Status != stepDone && d.Outcome == workflow.Act {
+			v.Changes = ps.Changes
 		}
-		if st.Manual != nil && v.JumpTo == "" { // a step that jumps waits on nobody
-			v.Manual = st.Manual(s)
+		if st.Manual != nil {
+			v.Manual = st.Manual(manualOn)
 			if st.Automated != nil {
 				v.Automated = st.Automated(tar.Spec)
 			}
@@ -441,21 +425,16 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			v.PodsToRestart = s.TrustBundle.Behind
 			v.MoreWorkloadsToRestart = max(s.TrustBundle.BehindWorkloads-len(s.TrustBundle.Behind), 0)
 		}
-		if v.Status != stepDone && simulating {
-			placeholder := placeholderToken
-			if v.Simulated {
-				placeholder = fmt.Sprintf("<new token of step %d>", v.Index)
+		for _, ps := range ps.Passes {
+			switch rec := ps.Record.(type) {
+			case []apply.Write:
+				v.Writes = append(v.Writes, rec...)
+			case string:
+				v.Assumptions = append(v.Assumptions, rec)
 			}
-			why, err := passStep(ctx, st, ahead, recorder, &v, d, token, placeholder)
-			if err != nil {
-				return nil, err
-			}
-			if why != "" {
-				simulating = false
-				if !st.Idle() {
-					p.Notes = append(p.Notes, fmt.Sprintf("the steps after %s are observed on today's cluster, not simulated: %s", st.Name, why))
-				}
-			}
+		}
+		if ps.Stopped != "" && !st.Idle() {
+			p.Notes = append(p.Notes, fmt.Sprintf("the steps after %s are observed on today's cluster, not simulated: %s", st.Name, ps.Stopped))
 		}
 		p.Steps = append(p.Steps, v)
 	}
@@ -463,20 +442,6 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		p.Notes = append(p.Notes, "every step is done: the operator is idle until the trust anchor is renewed")
 	}
 	return p, nil
-}
-
-// landJump makes s the state the checkpoint the operator saves for a jump leaves
-// (steps.SaveCheckpoint: a superseded rotation's in-flight anchor kept in the status, the
-// rotation towards the current anchor), as the engine does before it goes on from there.
-func landJump(status *v1alpha1.TrustAnchorRotationStatus, from string, d workflow.Decision, s *steps.State, reading *observe.Reading) error {
-	next := workflow.Checkpoint{Step: d.To, Jump: &workflow.JumpRecord{From: from, To: d.To, Reason: d.Reason, Message: d.Message}}
-	saved := status.DeepCopy()
-	steps.SaveCheckpoint(saved, next, s, s.Now)
-	if err := s.FromStatus(saved); err != nil {
-		return err
-	}
-	reading.Recount()
-	return nil
 }
 
 func viewCert(s steps.Source) certView {
@@ -645,44 +610,4 @@ func readAutomation(ctx context.Context, cl *Clients, cfg steps.Config, tar *v1a
 	}
 	list.Fill(s, observe.IndexOf(reading.Pods), !idle, token)
 	return notes, nil
-}
-
-// maxPasses bounds the acts and assumptions a step goes through in a plan (restart-identity
-// scaled down and up goes through two acts and two waits).
-const maxPasses = 8
-
-// passStep carries the simulation past the step observed as d: it records and makes its acts
-// (the writes go to v) and assumes its waits satisfied (v.Assumptions), until it is done. It
-// returns why it could not, "" when the step passed.
-func passStep(ctx context.Context, st steps.Step, ahead *observe.Ahead, recorder *apply.DryRun, v *planStep, d workflow.Decision, token, placeholder string) (string, error) {
-	sim := ahead.State()
-	for range maxPasses {
-		switch d.Outcome {
-		case workflow.Done:
-			return "", nil
-		case workflow.Act:
-			if st.Act == nil {
-				return fmt.Sprintf("%s needs an act it does not have", st.Name), nil
-			}
-			if token == "" {
-				token = placeholder
-			}
-			if st.Token != nil {
-				token = st.Token(sim, token) // what the operator saves before the act
-			}
-			before := len(recorder.Writes())
-			if err := st.Act(ctx, sim, token); err != nil {
-				return "", fmt.Errorf("recording the writes of step %s: %w", st.Name, err)
-			}
-			v.Writes = append(v.Writes, recorder.Writes()[before:]...)
-		case workflow.Wait:
-			said, ok, why := ahead.Assume(st.Assumes)
-			if !ok {
-				return fmt.Sprintf("%s waits (%s) and %s", st.Name, d.Reason, why), nil
-			}
-			v.Assumptions = append(v.Assumptions, said)
-		}
-		d = st.Observe(sim, token)
-	}
-	return fmt.Sprintf("%s still does not pass (%s: %s)", st.Name, d.Reason, d.Message), nil
 }
