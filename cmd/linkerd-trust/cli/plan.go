@@ -361,10 +361,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	}
 	sim := &planSimulation{ahead: newAhead(), newAhead: newAhead, recorder: recorder, status: &tar.Status, s: s, reading: reading}
 	rotation = newRotation(sim.ahead)
-	sim.steps = make(map[string]steps.Step, len(rotation))
-	for _, st := range rotation {
-		sim.steps[st.Name] = st
-	}
+	sim.steps = steps.NewOrdered(rotation)
 	walker, err := steps.NewWorkflow(rotation)
 	if err != nil {
 		return nil, err
@@ -384,7 +381,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	}
 	next := false
 	for _, ps := range walk {
-		st := sim.steps[ps.Name]
+		st, _ := sim.steps.Named(ps.Name)
 		v := planStep{Index: ps.Index + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepPending, Simulated: ps.Simulated}
 		switch {
 		case ps.Next:

@@ -19,8 +19,8 @@ type planSimulation struct {
 	ahead    *observe.Ahead
 	newAhead func() *observe.Ahead
 	recorder *apply.DryRun
-	// steps are the rotation's steps, writing to ahead, by name.
-	steps map[string]steps.Step
+	// steps are the rotation's steps, writing to ahead.
+	steps *steps.Ordered
 
 	// The planned state: today's, as a landed jump leaves it.
 	status  *v1alpha1.TrustAnchorRotationStatus
@@ -56,12 +56,14 @@ func (r *planSimulation) Act(ctx context.Context, st workflow.Step[*steps.State]
 // Assume makes what the step assumes when it waits (steps.Step.Assumes) happen in the simulated
 // state: the record is what it says of it.
 func (r *planSimulation) Assume(st workflow.Step[*steps.State], _ workflow.Decision) (any, bool, string) {
-	said, ok, why := r.ahead.Assume(r.steps[st.Name].Assumes)
+	at, _ := r.steps.Named(st.Name)
+	said, ok, why := r.ahead.Assume(at.Assumes)
 	return said, ok, why
 }
 
 func (r *planSimulation) ObserveAhead(st workflow.Step[*steps.State], s *steps.State) workflow.Decision {
-	return r.steps[st.Name].ObserveAhead(s)
+	at, _ := r.steps.Named(st.Name)
+	return at.ObserveAhead(s)
 }
 
 // Land makes the planned state the one the jump's checkpoint leaves, and starts the simulation
@@ -69,7 +71,7 @@ func (r *planSimulation) ObserveAhead(st workflow.Step[*steps.State], s *steps.S
 func (r *planSimulation) Land(cp workflow.Checkpoint) (*steps.State, error) {
 	before := *r.s
 	r.before = &before
-	if err := landJump(r.status, cp, r.s, r.reading); err != nil {
+	if err := landJump(r.steps, r.status, cp, r.s, r.reading); err != nil {
 		return nil, err
 	}
 	*r.ahead = *r.newAhead()
@@ -79,10 +81,10 @@ func (r *planSimulation) Land(cp workflow.Checkpoint) (*steps.State, error) {
 // landJump makes s the state the checkpoint the operator saves for a jump leaves
 // (steps.SaveCheckpoint: a superseded rotation's in-flight anchor kept in the status, the
 // rotation towards the current anchor), as the engine does before it goes on from there.
-func landJump(status *v1alpha1.TrustAnchorRotationStatus, next workflow.Checkpoint, s *steps.State, reading *observe.Reading) error {
+func landJump(rot *steps.Ordered, status *v1alpha1.TrustAnchorRotationStatus, next workflow.Checkpoint, s *steps.State, reading *observe.Reading) error {
 	saved := status.DeepCopy()
-	steps.SaveCheckpoint(saved, next, s, s.Now)
-	if err := s.FromStatus(saved); err != nil {
+	steps.SaveCheckpoint(rot, saved, next, s, s.Now)
+	if err := s.FromStatus(rot, saved); err != nil {
 		return err
 	}
 	reading.Recount()

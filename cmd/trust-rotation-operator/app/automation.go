@@ -407,7 +407,7 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 }
 
 // fill adds to the State what the automations the spec enables need.
-func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, step string, index *observe.PodIndex) {
+func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, rot *steps.Ordered, step string, index *observe.PodIndex) {
 	observe.FromRotation(s, tar)
 	a.ensure(ctx, tar.Spec)
 	if tar.Spec.IdentityIssuerRenewal == v1alpha1.Automatic {
@@ -421,7 +421,7 @@ func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.Tru
 		// At an idle step automatic restarts need to know only the workloads that still carry
 		// the refresh override; during a rotation they look at every meshed workload (the
 		// workflow may pass into a restart step within one reconcile).
-		at, _ := steps.Named(step)
+		at, _ := rot.Named(step)
 		a.fillWorkloads(s, !at.Idle(), index, token)
 	}
 }

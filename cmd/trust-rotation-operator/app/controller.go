@@ -107,10 +107,12 @@ type Options struct {
 
 // Controller runs the rotation.
 type Controller struct {
-	opts     Options
-	kube     kube.Interface
-	tars     *client.Client
-	wf       *workflow.Workflow[*steps.State]
+	opts Options
+	kube kube.Interface
+	tars *client.Client
+	wf   *workflow.Workflow[*steps.State]
+	// steps are wf's steps, which the checkpoint's step is looked up in.
+	steps    *steps.Ordered
 	writer   steps.Writer
 	crash    *crashHook
 	metrics  *Metrics
@@ -175,7 +177,9 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	restartNS := slices.Compact(slices.Sorted(slices.Values(opts.RestartNamespaces)))
 	c.auto = &automation{kube: kube, cm: opts.CertManager, cfg: opts.Config, poke: c.poke, restartNamespaces: restartNS}
 	c.writer = c.crash.writer(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto})
-	wf, err := steps.NewWorkflow(steps.Rotation(c.writer))
+	rotation := steps.Rotation(c.writer)
+	c.steps = steps.NewOrdered(rotation)
+	wf, err := steps.NewWorkflow(rotation)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +414,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	}
 	c.remotes.sync(tar.Spec.RemoteClusters)
 	s.Remotes, s.RemoteStaleAfter = c.remotes.snapshot(), c.opts.RemoteStaleAfter
-	c.auto.fill(ctx, s, tar, cp.Step, c.index)
+	c.auto.fill(ctx, s, tar, c.steps, cp.Step, c.index)
 	// Suspended, the repairs hold too: they write outside the status.
 	drifted := false
 	if !tar.Spec.Suspend {
@@ -426,7 +430,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	save := func(ctx context.Context, next workflow.Checkpoint) error {
 		obj := base.DeepCopy()
 		obj.Status.Checkpoint = tar.Status.Checkpoint.DeepCopy()
-		steps.SaveCheckpoint(&obj.Status, next, s, now)
+		steps.SaveCheckpoint(c.steps, &obj.Status, next, s, now)
 		out, err := c.write(ctx, obj)
 		if err != nil {
 			return err
@@ -443,7 +447,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 
 	for _, name := range res.Passed {
 		log.V(2).Info("Step done", "step", name)
-		if _, gate := steps.RemoteGateAt(name); gate && len(s.Remotes) > 0 {
+		if _, gate := steps.RemoteGateAt(c.steps, name); gate && len(s.Remotes) > 0 {
 			st, _ := c.wf.Step(name)
 			d := st.Observe(s, "")
 			c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonRemoteClustersConverged, "step %s: %s", name, d.Message)
@@ -472,7 +476,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		return time.Time{}, advErr
 	}
 
-	status := steps.Project(base.Status, tar.Spec, tar.Generation, s, res, now)
+	status := steps.Project(c.steps, base.Status, tar.Spec, tar.Generation, s, res, now)
 	// A drifted bundle's message is written at once: the next snapshot may hold it rewritten.
 	if !equality.Semantic.DeepEqual(status, base.Status) && (drifted || !c.holdProgress(&base.Status, &status)) {
 		obj := base.DeepCopy()
@@ -496,7 +500,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	c.recordFinished(tar, tar.Status.History, status.History)
 	c.metrics.ObserveCertificates(s)
 	c.metrics.ObserveRemotes(status.RemoteClusters)
-	c.metrics.identityRestartedEarly.Set(float64(len(s.IdentityRestartedEarly(res.Checkpoint.Step))))
+	c.metrics.identityRestartedEarly.Set(float64(len(s.IdentityRestartedEarly(c.steps, res.Checkpoint.Step))))
 	early := ""
 	if cond := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionIdentityRestartedEarly); cond != nil && cond.Status == metav1.ConditionTrue {
 		early = cond.Message
@@ -539,7 +543,7 @@ func (c *Controller) snapshot(now time.Time, step string, tar *v1alpha1.TrustAnc
 		ControlPlane: map[string]steps.Deployment{},
 		Spec:         tar.Spec,
 	}
-	if err := s.FromStatus(status); err != nil {
+	if err := s.FromStatus(c.steps, status); err != nil {
 		return nil, err
 	}
 	var cm *corev1.ConfigMap
@@ -556,7 +560,7 @@ func (c *Controller) snapshot(now time.Time, step string, tar *v1alpha1.TrustAnc
 	}
 	c.index.FillControlPlane(s)
 	s.TrustBundle = c.index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
-	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(s, step))
+	c.certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(c.steps, s, step))
 	s.Certificates = c.certs.Certificates()
 	s.LoadLiveChainsOnDemand(c.certs.LiveChains)
 	observe.FillDeadline(s, c.index, c.certs)
