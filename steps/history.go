@@ -48,7 +48,7 @@ func TrackHistory(rot *Ordered, st *v1alpha1.TrustAnchorRotationStatus, prev *v1
 		if i := findRecord(st.History, prev.Rotation, prev.StartTime); i >= 0 && st.History[i].Outcome == v1alpha1.RotationInProgress {
 			r := &st.History[i]
 			outcome := v1alpha1.RotationCompleted
-			if jump != nil && jump.Reason == ReasonRotationSuperseded {
+			if jump != nil && jump.Supersedes {
 				outcome = v1alpha1.RotationSuperseded
 				addFault(r, jump.Reason)
 			}
@@ -81,7 +81,7 @@ func TrackHistory(rot *Ordered, st *v1alpha1.TrustAnchorRotationStatus, prev *v1
 	if jump == nil && actedAnew(prev, cur) && restartsPods(rot.named(cur.Step)) {
 		addRestart(r, cur.Step, v1alpha1.RestartedByOperator, 1)
 	}
-	if jump != nil && jump.Reason != ReasonRotationSuperseded {
+	if jump != nil && !jump.Supersedes {
 		addFault(r, jump.Reason)
 	}
 	for _, c := range st.Conditions {

@@ -157,7 +157,7 @@ func TestHistorySupersededRotation(t *testing.T) {
 	// cert-manager renewed the anchor again: the jump saves a checkpoint of a new rotation.
 	d.s.Anchor = Source{Found: true, Cert: anchorCA(t, "newer").cert}
 	d.start = time.Time{}
-	d.move(time.Minute, StepExpandTrustBundle, "", 0, &workflow.JumpRecord{From: StepPropagateTrustRoots, To: StepExpandTrustBundle, Reason: ReasonRotationSuperseded})
+	d.move(time.Minute, StepExpandTrustBundle, "", 0, &workflow.JumpRecord{From: StepPropagateTrustRoots, To: StepExpandTrustBundle, Reason: ReasonRotationSuperseded, Supersedes: true})
 	if len(d.st.History) != 2 {
 		t.Fatalf("history: %+v", d.st.History)
 	}

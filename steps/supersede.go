@@ -101,7 +101,7 @@ func guardSupersede(step Step, observe func(*State, string) workflow.Decision) f
 			d.Message = sup.message + "; first: " + d.Message
 			return d
 		}
-		return workflow.JumpTo(sup.to, ReasonRotationSuperseded, sup.message)
+		return workflow.JumpTo(sup.to, ReasonRotationSuperseded, sup.message).Superseding()
 	}
 }
 
@@ -113,7 +113,7 @@ func guardSupersede(step Step, observe func(*State, string) workflow.Decision) f
 func SaveCheckpoint(rot *Ordered, st *v1alpha1.TrustAnchorRotationStatus, next workflow.Checkpoint, s *State, now time.Time) {
 	prev := st.Checkpoint
 	st.Checkpoint = SavedCheckpoint(rot, st.Checkpoint, next, s, now)
-	if j := next.Jump; j != nil && j.Reason == ReasonRotationSuperseded {
+	if j := next.Jump; j != nil && j.Supersedes {
 		if sup, ok := s.superseded(rot.named(j.From)); ok && sup.keep != nil {
 			st.InFlightAnchors = append([]string{string(EncodePEM(sup.keep))}, st.InFlightAnchors...)
 		}

@@ -31,6 +31,8 @@ type JumpRecord struct {
 	From, To string
 	// Reason and Message are the deciding step's: why the workflow jumps.
 	Reason, Message string
+	// Supersedes is the deciding step's Decision.Supersedes.
+	Supersedes bool
 }
 
 func (j JumpRecord) String() string {
@@ -194,7 +196,7 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 			if !ok {
 				return res, fmt.Errorf("step %s: asked to jump (%s) to step %q: %w", st.Name, d.Reason, d.To, ErrUnknownStep)
 			}
-			j := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message}
+			j := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message, Supersedes: d.Supersedes}
 			next := Checkpoint{Step: d.To, Token: d.Token, Jump: j}
 			if err := save(ctx, next); err != nil {
 				return res, fmt.Errorf("step %s: saving checkpoint of the jump to %s: %w", st.Name, d.To, err)

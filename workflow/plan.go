@@ -130,7 +130,7 @@ func (w *Workflow[S]) PlanAhead(ctx context.Context, cp Checkpoint, state S, sim
 				return plan, nil
 			}
 			d := p.Decision
-			jump := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message}
+			jump := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message, Supersedes: d.Supersedes}
 			if state, err = sim.Land(Checkpoint{Step: d.To, Token: d.Token, Jump: jump}); err != nil {
 				return plan, err
 			}
