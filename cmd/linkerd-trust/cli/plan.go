@@ -341,10 +341,10 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 
 	// The walk: each step observes the state the steps before it leave. The steps passed already
 	// and the next one observe today's cluster; from the next one on, each step's act is recorded
-	// and made in a simulated copy of the state (observe.Ahead), and its waits are assumed
+	// and made in a simulated copy of the state (apply.Ahead), and its waits are assumed
 	// satisfied, saying so, so the later steps show what they would really do then.
-	newAhead := func() *observe.Ahead {
-		ahead := observe.NewAhead(recorder, reading, results)
+	newAhead := func() *apply.Ahead {
+		ahead := apply.NewAhead(recorder, reading, results)
 		if assumeRenewed {
 			newIssuer := env.NewIssuer
 			if newIssuer == nil {

@@ -12,12 +12,12 @@ import (
 )
 
 // planSimulation carries the plan past the step the operator stops at (workflow.Simulation):
-// each step's acts are recorded and made in a simulated copy of the state (observe.Ahead), and
+// each step's acts are recorded and made in a simulated copy of the state (apply.Ahead), and
 // its waits are assumed satisfied (steps.Assumption), saying so.
 type planSimulation struct {
 	// ahead is the simulation the steps write to; Land starts it over (newAhead).
-	ahead    *observe.Ahead
-	newAhead func() *observe.Ahead
+	ahead    *apply.Ahead
+	newAhead func() *apply.Ahead
 	recorder *apply.DryRun
 	// steps are the rotation's steps, writing to ahead.
 	steps *steps.Ordered
