@@ -3,22 +3,14 @@ package cli
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math/big"
 	"slices"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/apply"
@@ -27,66 +19,6 @@ import (
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
-
-// anchorSynthesiser makes the stand-in for a renewed trust anchor: a new CA certificate like
-// the current one, and its key (nil when it has none to give).
-type anchorSynthesiser func(current *x509.Certificate, now time.Time) (*x509.Certificate, crypto.Signer, error)
-
-// issuerSynthesiser makes the stand-in for the identity issuer renewed onto the stand-in anchor:
-// a CA certificate like the current issuer, signed with the anchor's key.
-type issuerSynthesiser func(current, anchor *x509.Certificate, anchorKey crypto.Signer, now time.Time) (*x509.Certificate, error)
-
-// synthesiseAnchor makes a self-signed CA certificate with the current anchor's subject and
-// lifetime and a fresh key, as cert-manager would on renewal with rotationPolicy Always. It only
-// ever lives in this process's memory, as its key, which signs nothing but the stand-in of the
-// renewed issuer (synthesiseIssuer).
-func synthesiseAnchor(current *x509.Certificate, now time.Time) (*x509.Certificate, crypto.Signer, error) {
-	return synthesiseCA(current, nil, nil, now)
-}
-
-// synthesiseIssuer makes the stand-in identity issuer: the current issuer's subject and lifetime,
-// a fresh key, signed by the stand-in anchor. In memory only.
-func synthesiseIssuer(current, anchor *x509.Certificate, anchorKey crypto.Signer, now time.Time) (*x509.Certificate, error) {
-	if anchorKey == nil {
-		return nil, errors.New("no key of the stand-in trust anchor")
-	}
-	c, _, err := synthesiseCA(current, anchor, anchorKey, now)
-	return c, err
-}
-
-// synthesiseCA makes a CA certificate like current with a fresh key, signed by parent's key
-// (self-signed when parent is nil).
-func synthesiseCA(current, parent *x509.Certificate, parentKey crypto.Signer, now time.Time) (*x509.Certificate, crypto.Signer, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               current.Subject,
-		NotBefore:             now,
-		NotAfter:              now.Add(current.NotAfter.Sub(current.NotBefore)),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	signer := crypto.Signer(key)
-	if parent == nil {
-		parent = tmpl
-	} else {
-		signer = parentKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := x509.ParseCertificate(der)
-	return c, key, err
-}
 
 func planCommand(env *Env) *command {
 	fs := newFlagSet("plan")
@@ -439,134 +371,6 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		p.Notes = append(p.Notes, "every step is done: the operator is idle until the trust anchor is renewed")
 	}
 	return p, nil
-}
-
-func viewCert(s steps.Source) certView {
-	v := certView{Ref: s.Ref()}
-	if !s.Usable() {
-		v.Problem = s.Problem("Secret")
-		return v
-	}
-	v.Fingerprint = steps.Fingerprint(s.Cert)
-	v.NotAfter = s.Cert.NotAfter.UTC().Format(time.RFC3339)
-	return v
-}
-
-func renderPlan(w io.Writer, p *plan, format string) error {
-	switch format {
-	case "json":
-		b, err := json.MarshalIndent(p, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := yaml.Marshal(p)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
-	case "text":
-		return renderPlanText(w, p)
-	}
-	return errors.New("unknown output format " + format)
-}
-
-func renderPlanText(w io.Writer, p *plan) error {
-	fmt.Fprintf(w, "TrustAnchorRotation %s: phase %s, step %s\n", p.Rotation, p.Phase, p.Step)
-	for _, n := range p.Notes {
-		fmt.Fprintf(w, "Note: %s\n", n)
-	}
-	fmt.Fprintln(w)
-	cert := func(label string, v certView) {
-		switch {
-		case v.Problem != "":
-			fmt.Fprintf(w, "  %-16s %s\n", label, v.Problem)
-		case v.Synthetic:
-			fmt.Fprintf(w, "  %-16s %s  %s (stand-in)  expires %s\n", label, v.Ref, steps.ShortFingerprint(v.Fingerprint), v.NotAfter)
-		default:
-			fmt.Fprintf(w, "  %-16s %s  %s  expires %s\n", label, v.Ref, steps.ShortFingerprint(v.Fingerprint), v.NotAfter)
-		}
-	}
-	cert("trust anchor", p.TrustAnchor)
-	cert("previous anchor", p.PreviousAnchor)
-	cert("identity issuer", p.IdentityIssuer)
-	if p.NextRotation != nil {
-		fmt.Fprintf(w, "  %-16s %s\n", "next rotation", nextRotationLine(p.NextRotation, p.now))
-	}
-	if p.TrustBundle.Found {
-		fps := make([]string, len(p.TrustBundle.Anchors))
-		for i, a := range p.TrustBundle.Anchors {
-			fps[i] = steps.ShortFingerprint(a)
-		}
-		fmt.Fprintf(w, "  %-16s %s  [%s]  sha256 %s\n", "trust bundle", p.TrustBundle.Ref, strings.Join(fps, ", "), steps.ShortFingerprint(p.TrustBundle.SHA256))
-	} else {
-		fmt.Fprintf(w, "  %-16s %s not found\n", "trust bundle", p.TrustBundle.Ref)
-	}
-
-	fmt.Fprintf(w, "\nSteps, in the operator's order (\"now\": observed on the cluster; \"then\": simulated, after the writes and the assumptions above):\n")
-	for _, st := range p.Steps {
-		mark := " "
-		switch st.Status {
-		case stepDone:
-			mark = "√"
-		case stepNext:
-			mark = ">"
-		}
-		fmt.Fprintf(w, "%s %2d. %-36s %-28s %s\n", mark, st.Index, st.Name, st.Phase, st.Status)
-		if st.Status == stepDone {
-			continue
-		}
-		fmt.Fprintf(w, "      %s\n", st.Doc)
-		label := "now"
-		switch {
-		case st.Simulated:
-			label = "then" // after the steps above, as simulated
-		case st.Status == stepPending:
-			label = "observed now"
-		}
-		line := fmt.Sprintf("%s: %s (%s)", label, st.Outcome, st.Reason)
-		if st.Message != "" {
-			line += " " + st.Message
-		}
-		fmt.Fprintf(w, "      %s\n", line)
-		if st.JumpTo != "" {
-			fmt.Fprintf(w, "      jump: the rotation starts again at %s; the steps below go on from there\n", st.JumpTo)
-		}
-		for _, ch := range st.Changes {
-			fmt.Fprintf(w, "      would %s\n", ch)
-		}
-		for _, wr := range st.Writes {
-			fmt.Fprintf(w, "      write: %s %s %s/%s (%s)\n", wr.Verb, wr.Kind, wr.Namespace, wr.Name, wr.Detail)
-		}
-		for _, a := range st.Assumptions {
-			fmt.Fprintf(w, "      %s\n", a)
-		}
-		if st.Manual != "" {
-			fmt.Fprintf(w, "      manual: %s\n", st.Manual)
-		}
-		restart := "restart"
-		if st.Automated != "" {
-			fmt.Fprintf(w, "      automated: %s\n", st.Automated)
-			restart = "behind" // the operator restarts them
-		}
-		for _, wl := range st.PodsToRestart {
-			fmt.Fprintf(w, "      %s: %s (%d %s)\n", restart, wl.Workload, wl.Pods, steps.Plural(wl.Pods, "pod", "pods"))
-		}
-		if st.MoreWorkloadsToRestart > 0 {
-			fmt.Fprintf(w, "      %s: and %d more workload(s)\n", restart, st.MoreWorkloadsToRestart)
-		}
-	}
-	if len(p.ManualActions) > 0 {
-		fmt.Fprintf(w, "\nManual actions, in order:\n")
-		for i, a := range p.ManualActions {
-			fmt.Fprintf(w, "  %d. %s\n", i+1, a)
-		}
-	}
-	_, err := fmt.Fprintf(w, "\nNothing was changed: this is a plan.\n")
-	return err
 }
 
 // readAutomation adds to the State what the automations of the TrustAnchorRotation's spec read,
