@@ -149,7 +149,8 @@ type planStep struct {
 // placeholderToken stands for the idempotency token the operator will choose when it acts.
 const placeholderToken = "<new token>"
 
-// buildPlan reads the cluster once and walks the operator's steps over it with workflow.Plan.
+// buildPlan reads the cluster once and walks the operator's steps over it with the engine's
+// walk (workflow.PlanAhead), which planSimulation carries past the step the operator stops at.
 func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, assumeRenewed bool) (*plan, error) {
 	cfg := kf.Config
 	recorder := &apply.DryRun{Config: cfg}
