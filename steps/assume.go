@@ -5,7 +5,7 @@ import "github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 // Assumption is what a plan that looks ahead takes to have happened for a step's wait to pass:
 // a plan shows each later step observing the state the earlier steps' writes and these
 // assumptions would leave, and marks them as assumed, never observed (see Step.Assumes and
-// observe.Ahead, which makes them).
+// apply.Ahead, which makes them).
 type Assumption int
 
 const (

@@ -163,7 +163,7 @@ func TestDesiredBundle(t *testing.T) {
 // into st (SaveCheckpoint). It returns the result and the checkpoints saved.
 func advanceOnce(t *testing.T, st *v1alpha1.TrustAnchorRotationStatus, s *State, now time.Time) (workflow.Result, []workflow.Checkpoint) {
 	t.Helper()
-	s.Retiring, s.Rotation = RetiringTo(st.Checkpoint), "" // as the controller's snapshot sets them
+	s.Retiring, s.Rotation = RetiringTo(rotationSteps, st.Checkpoint), "" // as the controller's snapshot sets them
 	if st.Checkpoint != nil {
 		s.Rotation = st.Checkpoint.Rotation
 	}
@@ -174,7 +174,7 @@ func advanceOnce(t *testing.T, st *v1alpha1.TrustAnchorRotationStatus, s *State,
 	var saved []workflow.Checkpoint
 	save := func(_ context.Context, next workflow.Checkpoint) error {
 		saved = append(saved, next)
-		SaveCheckpoint(st, next, s, now)
+		SaveCheckpoint(rotationSteps, st, next, s, now)
 		return nil
 	}
 	res, err := wf.Advance(context.Background(), WorkflowCheckpoint(st.Checkpoint), s, save, func() string { return "t1" })
@@ -318,7 +318,7 @@ func TestSupersede(t *testing.T) {
 			}
 			// The next pass, over the state the saved status gives, expands the bundle towards
 			// the third anchor, keeping the in-flight one.
-			if err := tc.state.FromStatus(&st); err != nil {
+			if err := tc.state.FromStatus(rotationSteps, &st); err != nil {
 				t.Fatal(err)
 			}
 			want := RenderBundle(third.cert, p.oldAnchor.cert)
@@ -363,7 +363,7 @@ func TestSupersedeScalesIdentityBackFirst(t *testing.T) {
 	var cps []workflow.Checkpoint
 	res, err = wf.Advance(context.Background(), WorkflowCheckpoint(st.Checkpoint), s, func(_ context.Context, next workflow.Checkpoint) error {
 		cps = append(cps, next)
-		SaveCheckpoint(&st, next, s, now)
+		SaveCheckpoint(rotationSteps, &st, next, s, now)
 		return nil
 	}, func() string { return "unused" })
 	if err != nil {
@@ -442,15 +442,15 @@ func TestProjectKeepsInFlightAnchorsUntilRetired(t *testing.T) {
 	res := func(step string) workflow.Result {
 		return workflow.Result{Checkpoint: workflow.Checkpoint{Step: step}, Decision: workflow.Waiting("R", "")}
 	}
-	st := Project(prev, v1alpha1.TrustAnchorRotationSpec{}, 1, rotatingState(p, anchor(third)), res(StepRetirePreviousAnchor), now)
+	st := Project(rotationSteps, prev, v1alpha1.TrustAnchorRotationSpec{}, 1, rotatingState(p, anchor(third)), res(StepRetirePreviousAnchor), now)
 	if len(st.InFlightAnchors) != 1 {
 		t.Fatalf("in-flight anchors dropped before retirement")
 	}
-	st = Project(prev, v1alpha1.TrustAnchorRotationSpec{}, 1, rotatingState(p, anchor(third), previous(nil)), res(StepRetirePreviousAnchor), now)
+	st = Project(rotationSteps, prev, v1alpha1.TrustAnchorRotationSpec{}, 1, rotatingState(p, anchor(third), previous(nil)), res(StepRetirePreviousAnchor), now)
 	if len(st.InFlightAnchors) != 1 {
 		t.Fatalf("in-flight anchors dropped while the previous anchor is missing")
 	}
-	st = Project(prev, v1alpha1.TrustAnchorRotationSpec{}, 1, rotatingState(p, anchor(third), previous(third)), res(StepReduceTrustBundle), now)
+	st = Project(rotationSteps, prev, v1alpha1.TrustAnchorRotationSpec{}, 1, rotatingState(p, anchor(third), previous(third)), res(StepReduceTrustBundle), now)
 	if len(st.InFlightAnchors) != 0 {
 		t.Fatalf("in-flight anchors kept after retirement")
 	}
@@ -510,11 +510,14 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 			st := v1alpha1.TrustAnchorRotationStatus{Checkpoint: &cp}
 			n := 0
 			for range 30 {
-				if err := s.FromStatus(&st); err != nil {
+				if err := s.FromStatus(rotationSteps, &st); err != nil {
 					t.Fatal(err)
 				}
 				res, err := wf.Advance(context.Background(), WorkflowCheckpoint(st.Checkpoint), s,
-					func(_ context.Context, next workflow.Checkpoint) error { SaveCheckpoint(&st, next, s, now); return nil },
+					func(_ context.Context, next workflow.Checkpoint) error {
+						SaveCheckpoint(rotationSteps, &st, next, s, now)
+						return nil
+					},
 					func() string { n++; return time.Unix(int64(n), 0).String() })
 				if err != nil {
 					t.Fatal(err)
@@ -522,7 +525,7 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 				if res.Jumped != nil {
 					continue
 				}
-				st = Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, now)
+				st = Project(rotationSteps, st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, now)
 				if !res.Acted && res.Decision.Outcome == workflow.Wait && res.Checkpoint.Step == StepPropagateTrustRoots {
 					break
 				}

@@ -27,7 +27,7 @@ func TestBridgeExpiresBeforeRestartDeadline(t *testing.T) {
 	s := crossState(p, issuer(p.newIssuer), previous(p.newAnchor), bundleOf(p.newAnchor), retiring)
 	now := time.Now()
 
-	st := Project(prev, spec(48*time.Hour), 1, s, res, now)
+	st := Project(rotationSteps, prev, spec(48*time.Hour), 1, s, res, now)
 	if st.RestartDeadline == nil {
 		t.Fatal("no status.restartDeadline")
 	}
@@ -38,7 +38,7 @@ func TestBridgeExpiresBeforeRestartDeadline(t *testing.T) {
 		}
 	}
 
-	if st := Project(prev, spec(12*time.Hour), 1, s, res, now); strings.Contains(st.BlockingMessage, "bridge") {
+	if st := Project(rotationSteps, prev, spec(12*time.Hour), 1, s, res, now); strings.Contains(st.BlockingMessage, "bridge") {
 		t.Errorf("a deadline before the bridge's expiry was reported: %q", st.BlockingMessage)
 	}
 	selfSigned := anchorCA(t, "anchor")

@@ -53,7 +53,7 @@ func TestReadinessConditions(t *testing.T) {
 	s := rotatingState(p)
 
 	t.Run("Synced and bootstrapped is Ready", func(t *testing.T) {
-		st := Project(inPhase(v1alpha1.PhaseSynced, now.Add(-1000*time.Hour)), spec, gen, s,
+		st := Project(rotationSteps, inPhase(v1alpha1.PhaseSynced, now.Add(-1000*time.Hour)), spec, gen, s,
 			result(StepDetectAnchorRotation, v1alpha1.PhaseSynced, workflow.Waiting("TrustAnchorUnchanged", "")), now)
 		checkCondition(t, st, v1alpha1.ConditionReady, gen, want{metav1.ConditionTrue, "Synced", ""})
 		checkCondition(t, st, v1alpha1.ConditionReconciling, gen, want{metav1.ConditionFalse, "Synced", ""})
@@ -66,23 +66,23 @@ func TestReadinessConditions(t *testing.T) {
 
 	t.Run("bootstrapping is Reconciling, and Stalled an hour after it began", func(t *testing.T) {
 		missing := workflow.Waiting("TrustAnchorUnavailable", "trust anchor Secret cert-manager/linkerd-trust-anchor not found")
-		first := Project(v1alpha1.TrustAnchorRotationStatus{}, spec, gen, s, result(StepBootstrap, v1alpha1.PhaseSynced, missing), now)
+		first := Project(rotationSteps, v1alpha1.TrustAnchorRotationStatus{}, spec, gen, s, result(StepBootstrap, v1alpha1.PhaseSynced, missing), now)
 		checkCondition(t, first, v1alpha1.ConditionReady, gen, want{metav1.ConditionFalse, "Bootstrapping", "linkerd-trust-anchor not found"})
 		checkCondition(t, first, v1alpha1.ConditionReconciling, gen, want{metav1.ConditionTrue, "Bootstrapping", "linkerd-trust-anchor not found"})
 		checkCondition(t, first, v1alpha1.ConditionStalled, gen, want{metav1.ConditionFalse, "NotStalled", "stalled after 1h"})
-		later := Project(first, spec, gen, s, result(StepBootstrap, v1alpha1.PhaseSynced, missing), now.Add(59*time.Minute))
+		later := Project(rotationSteps, first, spec, gen, s, result(StepBootstrap, v1alpha1.PhaseSynced, missing), now.Add(59*time.Minute))
 		checkCondition(t, later, v1alpha1.ConditionStalled, gen, want{metav1.ConditionFalse, "NotStalled", ""})
 		if !equality.Semantic.DeepEqual(later.Conditions, first.Conditions) {
 			t.Errorf("the same observation later changed the conditions:\n%+v\n%+v", first.Conditions, later.Conditions)
 		}
-		stalled := Project(later, spec, gen, s, result(StepBootstrap, v1alpha1.PhaseSynced, missing), now.Add(61*time.Minute))
+		stalled := Project(rotationSteps, later, spec, gen, s, result(StepBootstrap, v1alpha1.PhaseSynced, missing), now.Add(61*time.Minute))
 		checkCondition(t, stalled, v1alpha1.ConditionStalled, gen, want{metav1.ConditionTrue, "TrustAnchorUnavailable",
 			"blocked in phase Synced since 2026-06-01T12:00:00Z, longer than 1h: trust anchor Secret cert-manager/linkerd-trust-anchor not found"})
 		checkCondition(t, stalled, v1alpha1.ConditionReconciling, gen, want{metav1.ConditionTrue, "Bootstrapping", ""})
 	})
 
 	t.Run("Synced but blocked is Reconciling on what blocks it", func(t *testing.T) {
-		st := Project(inPhase(v1alpha1.PhaseSynced, now.Add(-1000*time.Hour)), spec, gen, s,
+		st := Project(rotationSteps, inPhase(v1alpha1.PhaseSynced, now.Add(-1000*time.Hour)), spec, gen, s,
 			result(StepDetectAnchorRotation, v1alpha1.PhaseSynced, workflow.Waiting("PreviousAnchorUnavailable", "previous-anchor Secret linkerd/linkerd-previous-anchor not found")), now)
 		checkCondition(t, st, v1alpha1.ConditionReady, gen, want{metav1.ConditionFalse, "PreviousAnchorUnavailable", "not found"})
 		checkCondition(t, st, v1alpha1.ConditionReconciling, gen, want{metav1.ConditionTrue, "PreviousAnchorUnavailable", "not found"})
@@ -103,12 +103,12 @@ func TestReadinessConditions(t *testing.T) {
 	} {
 		t.Run(string(c.phase), func(t *testing.T) {
 			res := result(c.step, c.phase, workflow.Waiting(c.waitReason, "Waiting for 2 pod(s)"))
-			within := Project(inPhase(c.phase, now.Add(-c.stalledAfter+time.Minute)), spec, gen, s, res, now)
+			within := Project(rotationSteps, inPhase(c.phase, now.Add(-c.stalledAfter+time.Minute)), spec, gen, s, res, now)
 			checkCondition(t, within, v1alpha1.ConditionReady, gen, want{metav1.ConditionFalse, string(c.phase), "Waiting for 2 pod(s)"})
 			checkCondition(t, within, v1alpha1.ConditionReconciling, gen, want{metav1.ConditionTrue, string(c.phase), "Waiting for 2 pod(s)"})
 			checkCondition(t, within, v1alpha1.ConditionStalled, gen, want{metav1.ConditionFalse, "NotStalled", "stalled after " + CompactDuration(c.stalledAfter)})
 
-			beyond := Project(inPhase(c.phase, now.Add(-c.stalledAfter-time.Minute)), spec, gen, s, res, now)
+			beyond := Project(rotationSteps, inPhase(c.phase, now.Add(-c.stalledAfter-time.Minute)), spec, gen, s, res, now)
 			checkCondition(t, beyond, v1alpha1.ConditionReconciling, gen, want{metav1.ConditionTrue, string(c.phase), ""})
 			checkCondition(t, beyond, v1alpha1.ConditionStalled, gen, want{metav1.ConditionTrue, c.waitReason,
 				"blocked in phase " + string(c.phase) + " since " + now.Add(-c.stalledAfter-time.Minute).Format(time.RFC3339) +
@@ -121,25 +121,25 @@ func TestReadinessConditions(t *testing.T) {
 		short := v1alpha1.TrustAnchorRotationSpec{StalledAfter: v1alpha1.StalledAfter{
 			Default: &metav1.Duration{Duration: 10 * time.Minute}, IdentityIssuerRenewal: &metav1.Duration{Duration: 90 * time.Minute}}}
 		res := result(StepPropagateTrustRoots, v1alpha1.PhasePropagatingTrustRoots, workflow.Waiting("TrustBundleConverging", "Waiting for 2 pod(s)"))
-		st := Project(inPhase(v1alpha1.PhasePropagatingTrustRoots, now.Add(-11*time.Minute)), short, gen, s, res, now)
+		st := Project(rotationSteps, inPhase(v1alpha1.PhasePropagatingTrustRoots, now.Add(-11*time.Minute)), short, gen, s, res, now)
 		checkCondition(t, st, v1alpha1.ConditionStalled, gen, want{metav1.ConditionTrue, "TrustBundleConverging", "longer than 10m"})
 		res = result(StepWaitForIdentityIssuer, v1alpha1.PhaseWaitingForIdentityRotation, workflow.Waiting("WaitingForIssuerRenewal", "Waiting for the issuer"))
-		st = Project(inPhase(v1alpha1.PhaseWaitingForIdentityRotation, now.Add(-89*time.Minute)), short, gen, s, res, now)
+		st = Project(rotationSteps, inPhase(v1alpha1.PhaseWaitingForIdentityRotation, now.Add(-89*time.Minute)), short, gen, s, res, now)
 		checkCondition(t, st, v1alpha1.ConditionStalled, gen, want{metav1.ConditionFalse, "NotStalled", "stalled after 1h30m"})
-		st = Project(inPhase(v1alpha1.PhaseWaitingForIdentityRotation, now.Add(-91*time.Minute)), short, gen, s, res, now)
+		st = Project(rotationSteps, inPhase(v1alpha1.PhaseWaitingForIdentityRotation, now.Add(-91*time.Minute)), short, gen, s, res, now)
 		checkCondition(t, st, v1alpha1.ConditionStalled, gen, want{metav1.ConditionTrue, "WaitingForIssuerRenewal", "longer than 1h30m"})
 	})
 
 	t.Run("an act keeps Stalled; a new phase ends it", func(t *testing.T) {
 		wait := result(StepPropagateTrustRoots, v1alpha1.PhasePropagatingTrustRoots, workflow.Waiting("TrustBundleConverging", "Waiting for 2 pod(s)"))
-		stalled := Project(inPhase(v1alpha1.PhasePropagatingTrustRoots, now.Add(-2*time.Hour)), spec, gen, s, wait, now)
+		stalled := Project(rotationSteps, inPhase(v1alpha1.PhasePropagatingTrustRoots, now.Add(-2*time.Hour)), spec, gen, s, wait, now)
 		checkCondition(t, stalled, v1alpha1.ConditionStalled, gen, want{metav1.ConditionTrue, "TrustBundleConverging", ""})
-		acted := Project(stalled, spec, gen, s, result(StepPropagateTrustRoots, v1alpha1.PhasePropagatingTrustRoots,
+		acted := Project(rotationSteps, stalled, spec, gen, s, result(StepPropagateTrustRoots, v1alpha1.PhasePropagatingTrustRoots,
 			workflow.ActNeeded("RestartingWorkloads", "restarting 1 workload(s)")), now.Add(time.Second))
 		checkCondition(t, acted, v1alpha1.ConditionStalled, gen, want{metav1.ConditionTrue, "TrustBundleConverging", ""})
 		checkCondition(t, acted, v1alpha1.ConditionReconciling, gen, want{metav1.ConditionTrue, "PropagatingTrustRoots", "restarting 1 workload(s)"})
 
-		next := Project(acted, spec, gen, s, result(StepRestartIdentity, v1alpha1.PhaseWaitingForIdentityRotation,
+		next := Project(rotationSteps, acted, spec, gen, s, result(StepRestartIdentity, v1alpha1.PhaseWaitingForIdentityRotation,
 			workflow.Waiting("WaitingForIssuerRenewal", "Waiting for the issuer")), now.Add(time.Minute))
 		checkCondition(t, next, v1alpha1.ConditionStalled, gen, want{metav1.ConditionFalse, "NotStalled", "in phase WaitingForIdentityRotation since 2026-06-01T12:01:00Z"})
 		if c := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionStalled); !c.LastTransitionTime.Time.Equal(now.Add(time.Minute)) {
@@ -153,7 +153,7 @@ func TestReadinessConditions(t *testing.T) {
 			Reason: v1alpha1.ReasonIssuerRotatedOutOfOrder, Message: v1alpha1.MessageIssuerRotatedOutOfOrder})
 		meta.SetStatusCondition(&prev.Conditions, metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue,
 			Reason: "TrustBundleConverging", Message: "blocked"})
-		st := Project(prev, spec, gen+1, rotatingState(p, previous(p.newAnchor), bundleOf(p.newAnchor)),
+		st := Project(rotationSteps, prev, spec, gen+1, rotatingState(p, previous(p.newAnchor), bundleOf(p.newAnchor)),
 			result(StepDetectAnchorRotation, v1alpha1.PhaseSynced, workflow.Waiting("TrustAnchorUnchanged", "")), now)
 		checkCondition(t, st, v1alpha1.ConditionReady, gen+1, want{metav1.ConditionTrue, "Synced", ""})
 		checkCondition(t, st, v1alpha1.ConditionReconciling, gen+1, want{metav1.ConditionFalse, "Synced", ""})
@@ -185,11 +185,11 @@ func TestIdentityRestartedEarlyCondition(t *testing.T) {
 		Decision: workflow.Waiting("TrustBundleConverging", "Waiting for 2 pod(s) to converge on the expanded trust bundle")}
 	spec := v1alpha1.TrustAnchorRotationSpec{}
 
-	quiet := Project(v1alpha1.TrustAnchorRotationStatus{}, spec, gen, rotatingState(p, issuer(p.newIssuer), bundlePods(3, 5), identityPods(1, "linkerd-identity-old")), wait, now)
+	quiet := Project(rotationSteps, v1alpha1.TrustAnchorRotationStatus{}, spec, gen, rotatingState(p, issuer(p.newIssuer), bundlePods(3, 5), identityPods(1, "linkerd-identity-old")), wait, now)
 	checkCondition(t, quiet, v1alpha1.ConditionIdentityRestartedEarly, gen, want{metav1.ConditionFalse, v1alpha1.ReasonIdentityNotRestartedEarly, ""})
 
 	s := rotatingState(p, issuer(p.newIssuer), bundlePods(3, 5), identityPod("linkerd-identity-new", -time.Minute, ""))
-	early := Project(quiet, spec, gen, s, wait, now.Add(time.Second))
+	early := Project(rotationSteps, quiet, spec, gen, s, wait, now.Add(time.Second))
 	checkCondition(t, early, v1alpha1.ConditionIdentityRestartedEarly, gen, want{metav1.ConditionTrue, v1alpha1.ReasonIdentityRestartedEarly, "linkerd/linkerd-identity-new started after the trust bundle was expanded"})
 	if !strings.HasPrefix(early.BlockingMessage, "Waiting for 2 pod(s) to converge on the expanded trust bundle; identity pod(s) linkerd/linkerd-identity-new") {
 		t.Errorf("blockingMessage %q does not name the early identity pod after what the rotation waits for", early.BlockingMessage)
@@ -198,7 +198,7 @@ func TestIdentityRestartedEarlyCondition(t *testing.T) {
 	s.TrustBundle = Convergence{Converged: 5, Target: 5}
 	done := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepRestartIdentity}, Phase: string(v1alpha1.PhasePropagatingTrustRoots),
 		Decision: workflow.Waiting("ControlPlaneRollingOut", "Waiting for the rollout")}
-	cleared := Project(early, spec, gen, s, done, now.Add(time.Minute))
+	cleared := Project(rotationSteps, early, spec, gen, s, done, now.Add(time.Minute))
 	checkCondition(t, cleared, v1alpha1.ConditionIdentityRestartedEarly, gen, want{metav1.ConditionFalse, v1alpha1.ReasonIdentityNotRestartedEarly, ""})
 	if strings.Contains(cleared.BlockingMessage, "identity pod(s)") {
 		t.Errorf("blockingMessage %q still names the early identity pod", cleared.BlockingMessage)

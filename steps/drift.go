@@ -50,15 +50,15 @@ func (d BundleDrift) StartsOver(step, token string) (string, bool) {
 // CheckBundle compares the trust-roots ConfigMap with the bundle the rotation expects at step.
 // ok is false when it holds that bundle, when the step does not rely on it, or when the anchor
 // or the previous anchor is unusable (the steps wait on that themselves).
-func CheckBundle(s *State, step string) (drift BundleDrift, ok bool) {
-	return checkBundle(s, named(step))
+func CheckBundle(rot *Ordered, s *State, step string) (drift BundleDrift, ok bool) {
+	return checkBundle(s, rot.named(step))
 }
 
 func checkBundle(s *State, step Step) (drift BundleDrift, ok bool) {
 	if !step.ReliesOnBundle || anchorProblem(s) != nil || previousProblem(s) != nil {
 		return BundleDrift{}, false
 	}
-	if _, ok := s.superseded(step.Name); ok {
+	if _, ok := s.superseded(step); ok {
 		// The rotation jumps first: until its checkpoint records the in-flight anchor, the
 		// bundle wanted here is the superseded rotation's, and rewriting it could drop that anchor.
 		return BundleDrift{}, false

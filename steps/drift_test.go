@@ -53,7 +53,7 @@ func TestBundleStepsWaitOnADriftedBundle(t *testing.T) {
 					t.Errorf("message %q does not contain %q", d.Message, w)
 				}
 			}
-			drift, ok := CheckBundle(s, tc.step)
+			drift, ok := CheckBundle(rotationSteps, s, tc.step)
 			if !ok || drift.Rewrite != tc.want {
 				t.Fatalf("CheckBundle = %+v, %v; want a rewrite to the rotation's bundle", drift, ok)
 			}
@@ -85,7 +85,7 @@ func TestCheckBundleLeavesAlone(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if d, ok := CheckBundle(tc.state, tc.step); ok {
+			if d, ok := CheckBundle(rotationSteps, tc.state, tc.step); ok {
 				t.Fatalf("drift %+v", d)
 			}
 		})
@@ -96,7 +96,7 @@ func TestCheckBundleLeavesAlone(t *testing.T) {
 func TestDeletedBundleIsRewritten(t *testing.T) {
 	p := newPKI(t)
 	s := rotatingState(p, noBundle())
-	d, ok := CheckBundle(s, StepPropagateTrustRoots)
+	d, ok := CheckBundle(rotationSteps, s, StepPropagateTrustRoots)
 	if !ok || d.Rewrite != RenderBundle(p.newAnchor.cert, p.oldAnchor.cert) || !strings.Contains(d.Message, "was deleted") {
 		t.Fatalf("CheckBundle = %+v, %v", d, ok)
 	}
@@ -109,7 +109,7 @@ func TestDriftKeepsTheIssuersAnchor(t *testing.T) {
 	p := newPKI(t)
 	strangerIssuer := newCert(t, "stranger-issuer", p.stranger, true, time.Now().Add(time.Hour))
 	s := rotatingState(p, issuer(strangerIssuer), bundleOf(p.stranger, p.newAnchor, p.oldAnchor))
-	d, ok := CheckBundle(s, StepRenewWorkloadCertificates)
+	d, ok := CheckBundle(rotationSteps, s, StepRenewWorkloadCertificates)
 	if !ok || d.Rewrite != "" || d.Reason != "TrustBundleDriftKept" {
 		t.Fatalf("CheckBundle = %+v, %v; want a drift kept", d, ok)
 	}
@@ -202,7 +202,7 @@ func TestRevertAtEveryStep(t *testing.T) {
 					}
 					parked = true
 					// The operator's repair.
-					drift, ok := CheckBundle(s, cp.Step)
+					drift, ok := CheckBundle(rotationSteps, s, cp.Step)
 					if !ok || drift.Rewrite == "" {
 						t.Fatalf("CheckBundle = %+v, %v", drift, ok)
 					}
@@ -251,7 +251,7 @@ func TestRevertAtEveryStep(t *testing.T) {
 
 func mustDrift(t *testing.T, s *State, step string) BundleDrift {
 	t.Helper()
-	drift, ok := CheckBundle(s, step)
+	drift, ok := CheckBundle(rotationSteps, s, step)
 	if !ok {
 		t.Fatalf("no drift at %s", step)
 	}

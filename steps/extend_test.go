@@ -35,8 +35,7 @@ func extraStep(passed *bool) Step {
 }
 
 // withStep returns the rotation with st after the step named after, as Rotation would return it
-// with st listed there, and makes it the rotation the lookups by step name see until the test
-// ends.
+// with st listed there.
 func withStep(t *testing.T, w Writer, after string, st Step) []Step {
 	t.Helper()
 	list := rotation(w)
@@ -45,8 +44,6 @@ func withStep(t *testing.T, w Writer, after string, st Step) []Step {
 		t.Fatalf("no step %q", after)
 	}
 	list = slices.Insert(list, i+1, st)
-	declare(list)
-	t.Cleanup(func() { declare(rotation(nil)) })
 	return guarded(list)
 }
 
@@ -64,6 +61,8 @@ func TestAnotherStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	extra := list[slices.IndexFunc(list, func(x Step) bool { return x.Name == "verify-extra" })]
+	// What looks a checkpoint's step up is given this list.
+	extended := NewOrdered(list)
 
 	// The engine runs it in its place.
 	cp, n := workflow.Checkpoint{}, 0
@@ -102,23 +101,23 @@ func TestAnotherStep(t *testing.T) {
 
 	// The status projection: its phase and message, a rotation under way, its facts.
 	prev := v1alpha1.TrustAnchorRotationStatus{Checkpoint: &v1alpha1.Checkpoint{Step: StepRestartIdentity, Rotation: s.Anchor.Fingerprint()}}
-	st := Project(prev, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
+	st := Project(extended, prev, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
 	if st.Phase != v1alpha1.PhaseWaitingForIdentityRotation || st.BlockingMessage != "Waiting for the extra check" ||
 		st.Checkpoint.Step != "verify-extra" || st.Checkpoint.Rotation != s.Anchor.Fingerprint() {
 		t.Errorf("status: phase %s, message %q, checkpoint %+v", st.Phase, st.BlockingMessage, st.Checkpoint)
 	}
-	if !UrgentCertificates(s, "verify-extra") {
+	if !UrgentCertificates(extended, s, "verify-extra") {
 		t.Error("the step's live certificates are not probed urgently")
 	}
 	// The checkpoint saved before a later act keeps the rotation: the step is in its place.
 	start := metav1.NewTime(s.RotationStart)
 	at := &v1alpha1.Checkpoint{Step: "verify-extra", Rotation: s.Anchor.Fingerprint(), StartTime: &start}
-	if saved := SavedCheckpoint(at, workflow.Checkpoint{Step: StepRestartIdentityOnNewIssuer}, s, s.Now); saved.StartTime == nil || !saved.StartTime.Equal(&start) {
+	if saved := SavedCheckpoint(extended, at, workflow.Checkpoint{Step: StepRestartIdentityOnNewIssuer}, s, s.Now); saved.StartTime == nil || !saved.StartTime.Equal(&start) {
 		t.Errorf("the checkpoint saved after the step starts a new rotation: %+v", saved)
 	}
 	// An issuer renewed before the step is early, as the step says.
 	s.Issuer = src("linkerd", "linkerd-identity-issuer", p.newIssuer)
-	st = Project(prev, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
+	st = Project(extended, prev, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("OutOfOrderIssuerRotation: %+v", c)
 	}
@@ -129,7 +128,7 @@ func TestAnotherStep(t *testing.T) {
 	if d := extra.Observe(s, ""); d.Reason != "TrustBundleDrifted" {
 		t.Errorf("over a drifted bundle: %s %q", d.Reason, d.Message)
 	}
-	if _, ok := CheckBundle(s, "verify-extra"); !ok {
+	if _, ok := CheckBundle(extended, s, "verify-extra"); !ok {
 		t.Error("CheckBundle does not check the bundle at the step")
 	}
 	s.Bundle = good

@@ -40,7 +40,7 @@ func HistoryLimit(spec v1alpha1.TrustAnchorRotationSpec) int {
 // (st.Checkpoint) follows prev (the checkpoint written before; nil when none). jump is the jump
 // that moved the checkpoint, nil when none; passed are the steps the workflow passed on the way
 // (Result.Passed), with prevStep the step it passed them from.
-func TrackHistory(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.Checkpoint, spec v1alpha1.TrustAnchorRotationSpec,
+func TrackHistory(rot *Ordered, st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.Checkpoint, spec v1alpha1.TrustAnchorRotationSpec,
 	s *State, jump *workflow.JumpRecord, passed []string, now time.Time) {
 	now = now.Truncate(historyTimeGrain)
 	cur := st.Checkpoint
@@ -48,15 +48,15 @@ func TrackHistory(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.Checkpo
 		if i := findRecord(st.History, prev.Rotation, prev.StartTime); i >= 0 && st.History[i].Outcome == v1alpha1.RotationInProgress {
 			r := &st.History[i]
 			outcome := v1alpha1.RotationCompleted
-			if jump != nil && jump.Reason == ReasonRotationSuperseded {
+			if jump != nil && jump.Supersedes {
 				outcome = v1alpha1.RotationSuperseded
 				addFault(r, jump.Reason)
 			}
-			addUserRestarts(r, spec, prev.Step, passed)
+			addUserRestarts(rot, r, spec, prev.Step, passed)
 			closeRecord(r, outcome, now)
 		}
 	}
-	if cur == nil || cur.Rotation == "" || cur.StartTime == nil || named(cur.Step).Idle() {
+	if cur == nil || cur.Rotation == "" || cur.StartTime == nil || rot.named(cur.Step).Idle() {
 		trimHistory(st, spec)
 		return
 	}
@@ -74,14 +74,14 @@ func TrackHistory(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.Checkpo
 		trimHistory(st, spec)
 		return
 	}
-	enterPhase(r, v1alpha1.Phase(named(cur.Step).Phase), now)
+	enterPhase(r, v1alpha1.Phase(rot.named(cur.Step).Phase), now)
 	if sameRotation(prev, cur) {
-		addUserRestarts(r, spec, prev.Step, passed)
+		addUserRestarts(rot, r, spec, prev.Step, passed)
 	}
-	if jump == nil && actedAnew(prev, cur) && restartsPods(named(cur.Step)) {
+	if jump == nil && actedAnew(prev, cur) && restartsPods(rot.named(cur.Step)) {
 		addRestart(r, cur.Step, v1alpha1.RestartedByOperator, 1)
 	}
-	if jump != nil && jump.Reason != ReasonRotationSuperseded {
+	if jump != nil && !jump.Supersedes {
 		addFault(r, jump.Reason)
 	}
 	for _, c := range st.Conditions {
@@ -90,7 +90,7 @@ func TrackHistory(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.Checkpo
 		}
 	}
 	if s != nil {
-		if drift, ok := CheckBundle(s, cur.Step); ok {
+		if drift, ok := CheckBundle(rot, s, cur.Step); ok {
 			addFault(r, drift.Reason)
 		}
 	}
@@ -175,11 +175,11 @@ func restartsPods(st Step) bool {
 // addUserRestarts records the restarts the user made: a step that waits on the user restarting
 // workloads, which the workflow passed from (the checkpoint was at it: it had waited) while the
 // spec left restarts to the user.
-func addUserRestarts(r *v1alpha1.RotationRecord, spec v1alpha1.TrustAnchorRotationSpec, from string, passed []string) {
+func addUserRestarts(rot *Ordered, r *v1alpha1.RotationRecord, spec v1alpha1.TrustAnchorRotationSpec, from string, passed []string) {
 	if len(passed) == 0 || passed[0] != from {
 		return
 	}
-	st := named(from)
+	st := rot.named(from)
 	if st.Manual == nil || !restartsPods(st) || st.Automated != nil && spec.DataPlaneRestart.Policy == v1alpha1.Automatic {
 		return
 	}

@@ -34,7 +34,7 @@ func (d *historyDriver) move(elapsed time.Duration, step, token string, acts int
 	d.now = d.now.Add(elapsed)
 	prev := d.st.Checkpoint.DeepCopy()
 	cp := &v1alpha1.Checkpoint{Step: step, Token: token, Acts: acts}
-	if !named(step).Idle() {
+	if !rotationSteps.named(step).Idle() {
 		if d.start.IsZero() {
 			d.start = d.now
 		}
@@ -42,7 +42,7 @@ func (d *historyDriver) move(elapsed time.Duration, step, token string, acts int
 		cp.Rotation, cp.StartTime = Fingerprint(d.s.Anchor.Cert), &t
 	}
 	d.st.Checkpoint = cp
-	TrackHistory(&d.st, prev, d.spec, d.s, jump, passed, d.now)
+	TrackHistory(rotationSteps, &d.st, prev, d.spec, d.s, jump, passed, d.now)
 }
 
 func (d *historyDriver) only() v1alpha1.RotationRecord {
@@ -113,7 +113,7 @@ func TestHistoryRecordsARotationOnce(t *testing.T) {
 	}
 	again := *d.st.DeepCopy()
 	again.Checkpoint = &v1alpha1.Checkpoint{Step: StepBootstrap}
-	TrackHistory(&again, prev, d.spec, d.s, nil, []string{StepRemoveOldTrustRoots}, d.now.Add(time.Hour))
+	TrackHistory(rotationSteps, &again, prev, d.spec, d.s, nil, []string{StepRemoveOldTrustRoots}, d.now.Add(time.Hour))
 	if len(again.History) != 1 || again.History[0].FinishTime.Time != closed.FinishTime.Time {
 		t.Errorf("a replayed completion changed the entry: %+v", again.History)
 	}
@@ -157,7 +157,7 @@ func TestHistorySupersededRotation(t *testing.T) {
 	// cert-manager renewed the anchor again: the jump saves a checkpoint of a new rotation.
 	d.s.Anchor = Source{Found: true, Cert: anchorCA(t, "newer").cert}
 	d.start = time.Time{}
-	d.move(time.Minute, StepExpandTrustBundle, "", 0, &workflow.JumpRecord{From: StepPropagateTrustRoots, To: StepExpandTrustBundle, Reason: ReasonRotationSuperseded})
+	d.move(time.Minute, StepExpandTrustBundle, "", 0, &workflow.JumpRecord{From: StepPropagateTrustRoots, To: StepExpandTrustBundle, Reason: ReasonRotationSuperseded, Supersedes: true})
 	if len(d.st.History) != 2 {
 		t.Fatalf("history: %+v", d.st.History)
 	}
@@ -227,14 +227,14 @@ func TestHistoryThroughSaveAndProject(t *testing.T) {
 	s := rotatingState(p)
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	st := v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseSynced, Checkpoint: &v1alpha1.Checkpoint{Step: StepDetectAnchorRotation}}
-	SaveCheckpoint(&st, workflow.Checkpoint{Step: StepExpandTrustBundle, Token: "t1", Acts: 1}, s, now)
+	SaveCheckpoint(rotationSteps, &st, workflow.Checkpoint{Step: StepExpandTrustBundle, Token: "t1", Acts: 1}, s, now)
 	if len(st.History) != 1 || st.History[0].Outcome != v1alpha1.RotationInProgress || st.History[0].Rotation != Fingerprint(p.newAnchor.cert) {
 		t.Fatalf("after the first save: %+v", st.History)
 	}
 	// The user restarted the workloads: the workflow passes propagate-trust-roots and saves
 	// restart-identity's act.
 	st.Checkpoint.Step, st.Checkpoint.Token, st.Checkpoint.Acts = StepPropagateTrustRoots, "", 0
-	SaveCheckpoint(&st, workflow.Checkpoint{Step: StepRestartIdentity, Token: "t2", Acts: 1}, s, now.Add(time.Minute))
+	SaveCheckpoint(rotationSteps, &st, workflow.Checkpoint{Step: StepRestartIdentity, Token: "t2", Acts: 1}, s, now.Add(time.Minute))
 	if rs := st.History[0].Restarts; len(rs) != 2 || rs[0].Step != StepPropagateTrustRoots || rs[0].By != v1alpha1.RestartedByUser ||
 		rs[1].Step != StepRestartIdentity || rs[1].By != v1alpha1.RestartedByOperator {
 		t.Errorf("restarts after the user's and the operator's: %+v", rs)
@@ -242,7 +242,7 @@ func TestHistoryThroughSaveAndProject(t *testing.T) {
 	res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepBootstrap}, Phase: string(v1alpha1.PhaseSynced), Completed: true,
 		Passed: []string{StepRemoveOldTrustRoots}, Decision: workflow.Completed("Done", "")}
 	st.Checkpoint.Step = StepRemoveOldTrustRoots
-	done := Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, now.Add(time.Hour))
+	done := Project(rotationSteps, st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, now.Add(time.Hour))
 	if len(done.History) != 1 || done.History[0].Outcome != v1alpha1.RotationCompleted || RecordDuration(done.History[0]) != time.Hour {
 		t.Errorf("after completion: %+v", done.History)
 	}

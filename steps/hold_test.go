@@ -58,7 +58,7 @@ func TestProjectActFailure(t *testing.T) {
 	failed.ActErr = forbidden()
 	start := v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhasePropagatingTrustRoots}
 
-	st := Project(start, spec, gen, s, failed, now)
+	st := Project(rotationSteps, start, spec, gen, s, failed, now)
 	for _, part := range []string{"step propagate-trust-roots", "(Forbidden)", "patching app/Deployment/web", `cannot patch resource "deployments"`} {
 		if !strings.Contains(st.BlockingMessage, part) {
 			t.Errorf("blocking message %q lacks %q", st.BlockingMessage, part)
@@ -73,12 +73,12 @@ func TestProjectActFailure(t *testing.T) {
 	checkCondition(t, st, v1alpha1.ConditionStalled, gen, want{metav1.ConditionFalse, v1alpha1.ReasonNotStalled, "stalled after 1h"})
 
 	// Failing again keeps the first failure's time; past spec.stalledAfter it is Stalled.
-	again := Project(st, spec, gen, s, failed, now.Add(30*time.Minute))
+	again := Project(rotationSteps, st, spec, gen, s, failed, now.Add(30*time.Minute))
 	if !again.ActFailure.Since.Equal(&metav1.Time{Time: now}) {
 		t.Errorf("since moved to %v", again.ActFailure.Since)
 	}
 	checkCondition(t, again, v1alpha1.ConditionStalled, gen, want{metav1.ConditionFalse, v1alpha1.ReasonNotStalled, ""})
-	stalled := Project(again, spec, gen, s, failed, now.Add(61*time.Minute))
+	stalled := Project(rotationSteps, again, spec, gen, s, failed, now.Add(61*time.Minute))
 	checkCondition(t, stalled, v1alpha1.ConditionStalled, gen, want{metav1.ConditionTrue, "Forbidden", "longer than 1h: patching app/Deployment/web"})
 	checkCondition(t, stalled, v1alpha1.ConditionActFailed, gen, want{metav1.ConditionTrue, "Forbidden", ""})
 	if c := meta.FindStatusCondition(stalled.Conditions, v1alpha1.ConditionActFailed); !c.LastTransitionTime.Equal(&metav1.Time{Time: now}) {
@@ -86,7 +86,7 @@ func TestProjectActFailure(t *testing.T) {
 	}
 
 	// The step waiting at the same checkpoint: the failure stands beside the wait.
-	waiting := Project(stalled, spec, gen, s, at(workflow.Waiting("TrustBundleConverging", "Waiting for 2 pod(s)")), now.Add(62*time.Minute))
+	waiting := Project(rotationSteps, stalled, spec, gen, s, at(workflow.Waiting("TrustBundleConverging", "Waiting for 2 pod(s)")), now.Add(62*time.Minute))
 	if waiting.ActFailure == nil || !strings.Contains(waiting.BlockingMessage, "Waiting for 2 pod(s)") || !strings.Contains(waiting.BlockingMessage, "the last act failed") {
 		t.Errorf("waiting after a failure: actFailure %+v, blocking %q", waiting.ActFailure, waiting.BlockingMessage)
 	}
@@ -95,17 +95,17 @@ func TestProjectActFailure(t *testing.T) {
 	// An act that succeeds clears it.
 	acted := at(act)
 	acted.Acted = true
-	ok := Project(waiting, spec, gen, s, acted, now.Add(63*time.Minute))
+	ok := Project(rotationSteps, waiting, spec, gen, s, acted, now.Add(63*time.Minute))
 	if ok.ActFailure != nil || strings.Contains(ok.BlockingMessage, "failed") {
 		t.Errorf("after a successful act: actFailure %+v, blocking %q", ok.ActFailure, ok.BlockingMessage)
 	}
 	checkCondition(t, ok, v1alpha1.ConditionActFailed, gen, want{metav1.ConditionFalse, v1alpha1.ReasonActSucceeded, "succeeded"})
 	checkCondition(t, ok, v1alpha1.ConditionStalled, gen, want{metav1.ConditionTrue, "Forbidden", ""}) // an act keeps the wait's Stalled, as before
-	next := Project(ok, spec, gen, s, at(workflow.Waiting("TrustBundleConverging", "Waiting for 2 pod(s)")), now.Add(64*time.Minute))
+	next := Project(rotationSteps, ok, spec, gen, s, at(workflow.Waiting("TrustBundleConverging", "Waiting for 2 pod(s)")), now.Add(64*time.Minute))
 	checkCondition(t, next, v1alpha1.ConditionReady, gen, want{metav1.ConditionFalse, string(v1alpha1.PhasePropagatingTrustRoots), "Waiting for 2 pod(s)"})
 
 	// The workflow leaving the step clears it too.
-	left := Project(st, spec, gen, s, workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepRestartIdentity},
+	left := Project(rotationSteps, st, spec, gen, s, workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepRestartIdentity},
 		Phase: string(v1alpha1.PhaseWaitingForIdentityRotation), Decision: workflow.Waiting("IdentityRollingOut", "x"), Passed: []string{StepPropagateTrustRoots}}, now.Add(time.Minute))
 	if left.ActFailure != nil {
 		t.Errorf("after leaving the step: actFailure %+v", left.ActFailure)
@@ -113,7 +113,7 @@ func TestProjectActFailure(t *testing.T) {
 	checkCondition(t, left, v1alpha1.ConditionActFailed, gen, want{metav1.ConditionFalse, v1alpha1.ReasonStepLeft, StepPropagateTrustRoots})
 
 	// A status that never had a failure has no ActFailed condition.
-	clean := Project(start, spec, gen, s, at(workflow.Waiting("TrustBundleConverging", "x")), now)
+	clean := Project(rotationSteps, start, spec, gen, s, at(workflow.Waiting("TrustBundleConverging", "x")), now)
 	if c := meta.FindStatusCondition(clean.Conditions, v1alpha1.ConditionActFailed); c != nil || clean.ActFailure != nil {
 		t.Errorf("a status without failure: %+v, %+v", c, clean.ActFailure)
 	}
@@ -133,7 +133,7 @@ func TestProjectSuspended(t *testing.T) {
 	held := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepPropagateTrustRoots}, Phase: string(v1alpha1.PhasePropagatingTrustRoots),
 		Decision: workflow.ActNeeded(ReasonRestartingWorkloads, "restarting 1 workload(s): app/Deployment/web"), Held: true}
 
-	st := Project(prev, suspended, gen, s, held, now)
+	st := Project(rotationSteps, prev, suspended, gen, s, held, now)
 	wantMsg := "suspended (spec.suspend): the operator acts on nothing; next: step propagate-trust-roots would act (RestartingWorkloads): restarting 1 workload(s): app/Deployment/web"
 	if st.BlockingMessage != wantMsg {
 		t.Errorf("blocking message %q, want %q", st.BlockingMessage, wantMsg)
@@ -145,7 +145,7 @@ func TestProjectSuspended(t *testing.T) {
 	// A held jump says where the rotation would start again.
 	jump := held
 	jump.Decision = workflow.JumpTo(StepExpandTrustBundle, ReasonRotationSuperseded, "the trust anchor was renewed again")
-	js := Project(prev, suspended, gen, s, jump, now)
+	js := Project(rotationSteps, prev, suspended, gen, s, jump, now)
 	if !strings.Contains(js.BlockingMessage, "next: step propagate-trust-roots would start the rotation again at step expand-trust-bundle (RotationSuperseded)") {
 		t.Errorf("held jump: blocking message %q", js.BlockingMessage)
 	}
@@ -153,7 +153,7 @@ func TestProjectSuspended(t *testing.T) {
 	// Suspended while a step waits: the wait is said, after the suspension, and nothing stalls.
 	wait := held
 	wait.Held, wait.Decision = false, workflow.Waiting("TrustBundleConverging", "Waiting for 2 pod(s)")
-	ws := Project(prev, suspended, gen, s, wait, now)
+	ws := Project(rotationSteps, prev, suspended, gen, s, wait, now)
 	if ws.BlockingMessage != "suspended (spec.suspend): the operator acts on nothing; Waiting for 2 pod(s)" {
 		t.Errorf("suspended wait: blocking message %q", ws.BlockingMessage)
 	}
@@ -162,20 +162,20 @@ func TestProjectSuspended(t *testing.T) {
 
 	// Synced and idle: suspended is still said, and Ready is False.
 	idle := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepDetectAnchorRotation}, Phase: string(v1alpha1.PhaseSynced), Decision: workflow.Waiting("TrustAnchorUnchanged", "")}
-	is := Project(v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseSynced}, suspended, gen, s, idle, now)
+	is := Project(rotationSteps, v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseSynced}, suspended, gen, s, idle, now)
 	if !strings.HasPrefix(is.BlockingMessage, "suspended (spec.suspend)") {
 		t.Errorf("idle suspended: blocking message %q", is.BlockingMessage)
 	}
 	checkCondition(t, is, v1alpha1.ConditionReady, gen, want{metav1.ConditionFalse, v1alpha1.ReasonSuspended, "step detect-anchor-rotation waits (TrustAnchorUnchanged)"})
 
 	// Resumed: Suspended=False, and the status is as without suspension.
-	resumed := Project(st, v1alpha1.TrustAnchorRotationSpec{}, gen+1, s, wait, now.Add(time.Minute))
+	resumed := Project(rotationSteps, st, v1alpha1.TrustAnchorRotationSpec{}, gen+1, s, wait, now.Add(time.Minute))
 	checkCondition(t, resumed, v1alpha1.ConditionSuspended, gen+1, want{metav1.ConditionFalse, v1alpha1.ReasonResumed, ""})
 	if resumed.BlockingMessage != "Waiting for 2 pod(s)" {
 		t.Errorf("resumed: blocking message %q", resumed.BlockingMessage)
 	}
 	// Never suspended: no Suspended condition.
-	if c := meta.FindStatusCondition(Project(prev, v1alpha1.TrustAnchorRotationSpec{}, gen, s, wait, now).Conditions, v1alpha1.ConditionSuspended); c != nil {
+	if c := meta.FindStatusCondition(Project(rotationSteps, prev, v1alpha1.TrustAnchorRotationSpec{}, gen, s, wait, now).Conditions, v1alpha1.ConditionSuspended); c != nil {
 		t.Errorf("never suspended, yet %+v", c)
 	}
 }

@@ -56,8 +56,16 @@ func (s *State) startedAfterExpansion(p ControlPlanePod) bool {
 // `kubectl rollout restart -n linkerd`), but reports it and shortens the window: it probes
 // urgently (UrgentCertificates) and restarts the workloads behind first (planRestarts). nil
 // when there are none, and from restart-identity on (the data plane then trusts the new anchor).
-func (s *State) IdentityRestartedEarly(step string) []string {
-	if !named(step).IdentityMustWait || s.CrossSigned() || !s.Rotating() || !s.IssuerOnCurrentAnchor() || s.TrustBundle.Done() || s.expandedAt().IsZero() {
+func (s *State) IdentityRestartedEarly(rot *Ordered, step string) []string {
+	if !rot.named(step).IdentityMustWait {
+		return nil
+	}
+	return s.identityRestartedEarly()
+}
+
+// identityRestartedEarly is IdentityRestartedEarly at a step where identity must wait.
+func (s *State) identityRestartedEarly() []string {
+	if s.CrossSigned() || !s.Rotating() || !s.IssuerOnCurrentAnchor() || s.TrustBundle.Done() || s.expandedAt().IsZero() {
 		return nil
 	}
 	var out []string

@@ -59,7 +59,7 @@ func TestIdentityRestartedEarly(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := strings.Join(tc.state.IdentityRestartedEarly(tc.step), ",")
+			got := strings.Join(tc.state.IdentityRestartedEarly(rotationSteps, tc.step), ",")
 			if got != tc.want {
 				t.Fatalf("IdentityRestartedEarly(%s) = %q, want %q", tc.step, got, tc.want)
 			}
@@ -70,7 +70,7 @@ func TestIdentityRestartedEarly(t *testing.T) {
 func TestIdentityRestartedEarlyMessage(t *testing.T) {
 	p := newPKI(t)
 	s := rotatingState(p, issuer(p.newIssuer), bundlePods(3, 5), identityPod("linkerd-identity-new", -time.Minute, ""))
-	pods := s.IdentityRestartedEarly(StepPropagateTrustRoots)
+	pods := s.IdentityRestartedEarly(rotationSteps, StepPropagateTrustRoots)
 	msg := s.IdentityRestartedEarlyMessage(pods)
 	for _, want := range []string{"identity pod(s) linkerd/linkerd-identity-new started after the trust bundle was expanded",
 		"new-anchor certificates, which the 2 meshed pod(s) not yet on the expanded trust bundle do not trust", "restart the workloads not yet on the expanded bundle now"} {

@@ -35,21 +35,28 @@ func issuerRenewalAutomated(spec v1alpha1.TrustAnchorRotationSpec) string {
 }
 
 func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
+	d, _ := issuerOnNewAnchor(s)
+	return d
+}
+
+// issuerOnNewAnchor is observeIssuerOnNewAnchor; renewable is true when the step waits for the
+// issuer's renewal alone (ReasonWaitingForIssuerRenewal): nothing else is wrong with it.
+func issuerOnNewAnchor(s *State) (d workflow.Decision, renewable bool) {
 	if d := anchorProblem(s); d != nil {
-		return *d
+		return *d, false
 	}
 	if !s.Issuer.Usable() {
-		return workflow.Waiting("IssuerUnavailable", s.Issuer.Problem("identity issuer Secret"))
+		return workflow.Waiting("IssuerUnavailable", s.Issuer.Problem("identity issuer Secret")), false
 	}
 	if s.IssuerOnCurrentAnchor() {
-		return workflow.Completed("IssuerRenewed", fmt.Sprintf("identity issuer %s is signed by the new trust anchor", ShortFingerprint(s.Issuer.Fingerprint())))
+		return workflow.Completed("IssuerRenewed", fmt.Sprintf("identity issuer %s is signed by the new trust anchor", ShortFingerprint(s.Issuer.Fingerprint()))), false
 	}
 	if s.Previous.Usable() && !s.signedByKept(s.Issuer.Cert) {
 		return workflow.Waiting("IssuerUnrelated", fmt.Sprintf(
 			"identity issuer in Secret %s is signed by neither the new trust anchor %s nor the previous one %s; renew it from the ClusterIssuer backed by %s",
-			s.Issuer.Ref(), ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), s.Anchor.Ref()))
+			s.Issuer.Ref(), ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), s.Anchor.Ref())), false
 	}
-	return workflow.Waiting(ReasonWaitingForIssuerRenewal, "Waiting for the identity issuer to be renewed onto the new trust anchor: "+renewIssuer(s))
+	return workflow.Waiting(ReasonWaitingForIssuerRenewal, "Waiting for the identity issuer to be renewed onto the new trust anchor: "+renewIssuer(s)), true
 }
 
 // IssuerCertificate is what automatic issuer renewal needs of the identity issuer's
@@ -85,8 +92,8 @@ func tokenRevision(token string) (int, bool) {
 // renewal itself — only once every meshed pod trusts the new anchor (the step comes after
 // propagate-trust-roots and restart-identity, and checks the convergence again).
 func observeIssuerRenewal(s *State, token string) workflow.Decision {
-	d := observeIssuerOnNewAnchor(s, token)
-	if d.Reason != ReasonWaitingForIssuerRenewal || s.Spec.IdentityIssuerRenewal != v1alpha1.Automatic {
+	d, renewable := issuerOnNewAnchor(s)
+	if !renewable || s.Spec.IdentityIssuerRenewal != v1alpha1.Automatic {
 		return d
 	}
 	ic := s.IssuerCertificate

@@ -60,7 +60,7 @@ func TestIssuerRenewalNamesTheCertificate(t *testing.T) {
 	if d.Reason != ReasonWaitingForIssuerRenewal || !strings.HasSuffix(d.Message, ": "+want) {
 		t.Fatalf("got %s: %q, want it to end with %q", d.Reason, d.Message, want)
 	}
-	if got := named(StepWaitForIdentityIssuer).Manual(s); got != want {
+	if got := rotationSteps.named(StepWaitForIdentityIssuer).Manual(s); got != want {
 		t.Fatalf("Manual = %q, want %q", got, want)
 	}
 }

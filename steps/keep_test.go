@@ -116,7 +116,7 @@ func TestBundleWritesGoOnWhenNothingIsDropped(t *testing.T) {
 func TestDriftRewriteKeepsTheAnchorsInUse(t *testing.T) {
 	p := newPKI(t)
 	s := rotatingState(p, previous(p.newAnchor), issuer(p.newIssuer), liveOn(p.oldIssuer, "emojivoto/web-0"), liveOn(p.newIssuer, "linkerd/identity-0"))
-	d, ok := CheckBundle(s, StepRenewWorkloadCertificates)
+	d, ok := CheckBundle(rotationSteps, s, StepRenewWorkloadCertificates)
 	if !ok || d.Rewrite != "" || d.Reason != ReasonWouldDropAnchor || d.StartOver {
 		t.Fatalf("CheckBundle = %+v, %v; want a wait with nothing to rewrite", d, ok)
 	}
@@ -130,7 +130,7 @@ func TestDriftRewriteKeepsTheAnchorsInUse(t *testing.T) {
 	}
 
 	s.LiveChains = s.LiveChains[1:]
-	if d, ok := CheckBundle(s, StepRenewWorkloadCertificates); !ok || d.Rewrite != RenderBundle(p.newAnchor.cert) {
+	if d, ok := CheckBundle(rotationSteps, s, StepRenewWorkloadCertificates); !ok || d.Rewrite != RenderBundle(p.newAnchor.cert) {
 		t.Fatalf("every pod on the new anchor: CheckBundle = %+v, %v; want a rewrite to the new anchor alone", d, ok)
 	}
 }

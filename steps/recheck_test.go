@@ -72,7 +72,7 @@ func TestDecisionsSayWhenTheTimeChangesThem(t *testing.T) {
 			Checkpoint: &v1alpha1.Checkpoint{Step: StepPropagateTrustRoots, Rotation: "r", StartTime: &start}}
 		res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepPropagateTrustRoots}, Phase: string(v1alpha1.PhasePropagatingTrustRoots),
 			Decision: workflow.Waiting("TrustBundleConverging", "restart: a/Deployment/x")}
-		Project(prev, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
+		Project(rotationSteps, prev, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
 		if want := since.Add(DefaultStalledAfter + time.Second); !s.Recheck().Equal(want) {
 			t.Errorf("recheck at %v, want %v", s.Recheck(), want)
 		}

@@ -92,8 +92,8 @@ func remoteGateStep(name string, gate RemoteGate, doc string) workflow.Step[*Sta
 }
 
 // RemoteGateAt returns the gate a step is, and whether it is one.
-func RemoteGateAt(step string) (RemoteGate, bool) {
-	g := named(step).Gate
+func RemoteGateAt(rot *Ordered, step string) (RemoteGate, bool) {
+	g := rot.named(step).Gate
 	return g, g != 0
 }
 
@@ -247,11 +247,11 @@ func describeRemotes(gate RemoteGate) func(*State) []string {
 // when the rest of the entry changes, or once it is a minute behind: each cluster watches the
 // others' status, so publishing every read would have linked operators write each other's
 // reads back and forth.
-func remoteStatuses(prev []v1alpha1.RemoteClusterStatus, s *State, step string) []v1alpha1.RemoteClusterStatus {
+func remoteStatuses(rot *Ordered, prev []v1alpha1.RemoteClusterStatus, s *State, step string) []v1alpha1.RemoteClusterStatus {
 	if len(s.Remotes) == 0 {
 		return nil
 	}
-	gate, atGate := RemoteGateAt(step)
+	gate, atGate := RemoteGateAt(rot, step)
 	out := make([]v1alpha1.RemoteClusterStatus, 0, len(s.Remotes))
 	for _, r := range s.Remotes {
 		e := v1alpha1.RemoteClusterStatus{Name: r.Name, Source: r.Source}

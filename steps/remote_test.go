@@ -291,7 +291,7 @@ func TestProjectRemoteClusters(t *testing.T) {
 	s.Now = now
 	s.Remotes = []Remote{remoteCluster(p, now, received(p, 2))}
 	res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepWaitForRemoteTrustRoots}, Phase: string(v1alpha1.PhaseWaitingForRemoteClusters)}
-	st := Project(v1alpha1.TrustAnchorRotationStatus{}, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, now)
+	st := Project(rotationSteps, v1alpha1.TrustAnchorRotationStatus{}, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, now)
 	if len(st.RemoteClusters) != 1 {
 		t.Fatalf("remoteClusters = %+v", st.RemoteClusters)
 	}
@@ -305,30 +305,30 @@ func TestProjectRemoteClusters(t *testing.T) {
 	// behind: linked operators watch each other's status.
 	s.Remotes[0].LastObserved = now.Add(30 * time.Second)
 	s.Now = now.Add(31 * time.Second)
-	again := Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
+	again := Project(rotationSteps, st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
 	if !again.RemoteClusters[0].LastObserved.Equal(e.LastObserved) {
 		t.Errorf("lastObserved moved to %v with nothing else changed", again.RemoteClusters[0].LastObserved)
 	}
 	s.Remotes[0].LastObserved = now.Add(2 * time.Minute)
 	s.Now = now.Add(2 * time.Minute)
-	later := Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
+	later := Project(rotationSteps, st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
 	if !later.RemoteClusters[0].LastObserved.Time.Equal(now.Add(2 * time.Minute)) {
 		t.Errorf("lastObserved = %v, want it advanced once a minute behind", later.RemoteClusters[0].LastObserved)
 	}
 	s.Remotes[0] = remoteCluster(p, now, received(p, 5))
 	s.Remotes[0].LastObserved = now.Add(10 * time.Second)
 	s.Now = now.Add(10 * time.Second)
-	moved := Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
+	moved := Project(rotationSteps, st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
 	if m := moved.RemoteClusters[0]; !m.LastObserved.Time.Equal(now.Add(10*time.Second)) || m.BlockingReason != "" {
 		t.Errorf("a changed report: %+v, want the new read time and no blocking reason", m)
 	}
 	// Off the gates, nothing blocks; with no remote, no entries.
 	res.Checkpoint.Step = StepRenewWorkloadCertificates
-	if off := Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now); off.RemoteClusters[0].BlockingReason != "" {
+	if off := Project(rotationSteps, st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now); off.RemoteClusters[0].BlockingReason != "" {
 		t.Errorf("blocking reason off the gates: %+v", off.RemoteClusters[0])
 	}
 	s.Remotes = nil
-	if none := Project(st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now); none.RemoteClusters != nil {
+	if none := Project(rotationSteps, st, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now); none.RemoteClusters != nil {
 		t.Errorf("remoteClusters without remotes: %+v", none.RemoteClusters)
 	}
 }

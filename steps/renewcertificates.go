@@ -86,7 +86,7 @@ func observeCertificateRestarts(s *State, token string) workflow.Decision {
 		return crossSignedRenewal(s, token)
 	}
 	d := observeCertificatesRenewed(s, token)
-	if d.Outcome == workflow.Done || d.Reason == ReasonIssuerNotOnCurrentAnchor {
+	if d.Outcome == workflow.Done || !s.IssuerOnCurrentAnchor() { // done, or waiting for the issuer (ReasonIssuerNotOnCurrentAnchor)
 		return d
 	}
 	c := s.Certificates

@@ -236,7 +236,7 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 	if len(candidates) == 0 {
 		return plan
 	}
-	if p == propagate && len(s.IdentityRestartedEarly(StepPropagateTrustRoots)) > 0 {
+	if p == propagate && len(s.identityRestartedEarly()) > 0 {
 		// Identity restarted early signs certificates the pods behind do not trust: the
 		// workloads with the most of them go first, so that their number drops fastest.
 		sort.SliceStable(candidates, func(i, j int) bool { return len(candidates[i].BundleBehind) > len(candidates[j].BundleBehind) })

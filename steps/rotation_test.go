@@ -107,6 +107,10 @@ func rotatingState(p pki, opts ...stateOpt) *State {
 	return s
 }
 
+// rotationSteps is the rotation's steps, which the tests look the checkpoints' steps up in; a
+// test that runs another list passes its own (see withStep).
+var rotationSteps = NewOrdered(Rotation(nil))
+
 func stepNamed(t *testing.T, name string) Step {
 	t.Helper()
 	for _, st := range Rotation(nil) {

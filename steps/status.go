@@ -24,7 +24,7 @@ func RefreshInterval(spec v1alpha1.TrustAnchorRotationSpec) time.Duration {
 // Project computes the status to publish from the previous status, the snapshot the workflow
 // advanced over, and where it stopped. It is pure, so the operator writes status only when the
 // result differs from what is there.
-func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorRotationSpec, generation int64,
+func Project(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorRotationSpec, generation int64,
 	s *State, res workflow.Result, now time.Time) v1alpha1.TrustAnchorRotationStatus {
 	st := *prev.DeepCopy()
 	phase := v1alpha1.Phase(res.Phase)
@@ -53,7 +53,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 		root = []string{Fingerprint(c)}
 	}
 	st.WorkloadCertificates = convergenceStatus(s.Certificates, root)
-	st.RemoteClusters = remoteStatuses(prev.RemoteClusters, s, res.Checkpoint.Step)
+	st.RemoteClusters = remoteStatuses(rot, prev.RemoteClusters, s, res.Checkpoint.Step)
 
 	st.SourceFingerprints = nil
 	for _, src := range []Source{s.Anchor, s.Previous} {
@@ -66,7 +66,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 
 	// The checkpoint, with the rotation it belongs to.
 	cp := statusCheckpoint(res.Checkpoint)
-	if !named(cp.Step).Idle() {
+	if !rot.named(cp.Step).Idle() {
 		// A rotation that completed and went straight on into the next one (the anchor was
 		// renewed again meanwhile) is a new rotation.
 		if prev.Checkpoint != nil && prev.Checkpoint.Rotation != "" && !res.Completed {
@@ -90,7 +90,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 	newRotation := cp.Rotation != "" && (prev.Checkpoint == nil || prev.Checkpoint.Rotation != cp.Rotation ||
 		existing != nil && cp.StartTime != nil && existing.LastTransitionTime.Before(cp.StartTime))
 	switch {
-	case named(cp.Step).BeforeIssuerSwitch && s.Rotating() && s.IssuerOnCurrentAnchor() && !s.CrossSigned():
+	case rot.named(cp.Step).BeforeIssuerSwitch && s.Rotating() && s.IssuerOnCurrentAnchor() && !s.CrossSigned():
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: v1alpha1.ConditionOutOfOrderIssuerRotation, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonIssuerRotatedOutOfOrder, Message: v1alpha1.MessageIssuerRotatedOutOfOrder,
@@ -104,7 +104,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 		})
 	}
 	// Identity restarted by someone else between the expansion and the data plane's convergence.
-	if pods := s.IdentityRestartedEarly(cp.Step); len(pods) > 0 {
+	if pods := s.IdentityRestartedEarly(rot, cp.Step); len(pods) > 0 {
 		msg := s.IdentityRestartedEarlyMessage(pods)
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: v1alpha1.ConditionIdentityRestartedEarly, Status: metav1.ConditionTrue,
@@ -123,7 +123,7 @@ func Project(prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorR
 		})
 	}
 	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
-	TrackHistory(&st, prev.Checkpoint, spec, s, nil, res.Passed, now)
+	TrackHistory(rot, &st, prev.Checkpoint, spec, s, nil, res.Passed, now)
 	st.NextRotation = NextRotationDeadline(s, spec, st.History)
 	st.RestartDeadline = RestartDeadlineOf(s, spec, phase, st.LastPhaseTransitionTime)
 	if st.RestartDeadline != nil && st.BlockingMessage != "" {
@@ -185,12 +185,12 @@ func statusCheckpoint(cp workflow.Checkpoint) *v1alpha1.Checkpoint {
 // State.Retiring trusts it). A rotation starts when the workflow leaves the Synced steps, or
 // went round to an earlier step (it completed and the anchor had been renewed again), or jumped
 // (a newer anchor superseded it: the rotation starts again towards that one).
-func SavedCheckpoint(prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *State, now time.Time) *v1alpha1.Checkpoint {
+func SavedCheckpoint(rot *Ordered, prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *State, now time.Time) *v1alpha1.Checkpoint {
 	cp := statusCheckpoint(next)
-	if named(next.Step).Idle() {
+	if rot.named(next.Step).Idle() {
 		return cp
 	}
-	if next.Jump == nil && prev != nil && prev.Rotation != "" && !named(prev.Step).Idle() && declared.index[prev.Step] <= declared.index[next.Step] {
+	if next.Jump == nil && prev != nil && prev.Rotation != "" && !rot.named(prev.Step).Idle() && rot.position(prev.Step) <= rot.position(next.Step) {
 		cp.Rotation, cp.StartTime, cp.Strategy = prev.Rotation, prev.StartTime, prev.Strategy
 		return cp
 	}
@@ -203,6 +203,6 @@ func SavedCheckpoint(prev *v1alpha1.Checkpoint, next workflow.Checkpoint, s *Sta
 // have not converged on the active issuer's trust anchor often rather than rarely: the rotation
 // waits on them, or identity was restarted early (IdentityRestartedEarly) and those probes say
 // which pods already present a new-anchor certificate.
-func UrgentCertificates(s *State, step string) bool {
-	return named(step).UrgentProbes || len(s.IdentityRestartedEarly(step)) > 0
+func UrgentCertificates(rot *Ordered, s *State, step string) bool {
+	return rot.named(step).UrgentProbes || len(s.IdentityRestartedEarly(rot, step)) > 0
 }

@@ -23,7 +23,7 @@ func TestProject(t *testing.T) {
 	// Entering PropagatingTrustRoots from Synced with the issuer already renewed: out of order.
 	s := rotatingState(p, issuer(p.newIssuer), bundlePods(10, 12), certPods(12, 12))
 	synced := v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseSynced}
-	st := Project(synced, spec, 1, s, wait(StepPropagateTrustRoots, "PropagatingTrustRoots", "Waiting for 2 pod(s)"), now)
+	st := Project(rotationSteps, synced, spec, 1, s, wait(StepPropagateTrustRoots, "PropagatingTrustRoots", "Waiting for 2 pod(s)"), now)
 	if st.Phase != v1alpha1.PhasePropagatingTrustRoots || st.LastPhaseTransitionTime.Time != now || st.BlockingMessage != "Waiting for 2 pod(s)" {
 		t.Fatalf("phase/transition/message: %+v", st)
 	}
@@ -50,13 +50,13 @@ func TestProject(t *testing.T) {
 	}
 
 	// Projecting the same observation again a second later changes nothing: no status write.
-	again := Project(st, spec, 1, s, wait(StepPropagateTrustRoots, "PropagatingTrustRoots", "Waiting for 2 pod(s)"), now.Add(time.Second))
+	again := Project(rotationSteps, st, spec, 1, s, wait(StepPropagateTrustRoots, "PropagatingTrustRoots", "Waiting for 2 pod(s)"), now.Add(time.Second))
 	if !equality.Semantic.DeepEqual(again, st) {
 		t.Errorf("an unchanged observation changed the status:\n%+v\n%+v", again, st)
 	}
 
 	// RenewingWorkloadCerts publishes the accelerated interval; the condition stays True.
-	renewing := Project(st, spec, 1, s, wait(StepRenewWorkloadCertificates, "RenewingWorkloadCerts", "x"), now.Add(time.Minute))
+	renewing := Project(rotationSteps, st, spec, 1, s, wait(StepRenewWorkloadCertificates, "RenewingWorkloadCerts", "x"), now.Add(time.Minute))
 	if renewing.WorkloadCertificateRefreshInterval == nil || renewing.WorkloadCertificateRefreshInterval.Duration != 5*time.Minute {
 		t.Errorf("refresh interval = %v, want the 5m default", renewing.WorkloadCertificateRefreshInterval)
 	}
@@ -65,12 +65,12 @@ func TestProject(t *testing.T) {
 	}
 
 	// Back in Synced, then a new rotation in order: the condition returns to False.
-	done := Project(renewing, spec, 1, s, wait(StepDetectAnchorRotation, "Synced", ""), now.Add(2*time.Minute))
+	done := Project(rotationSteps, renewing, spec, 1, s, wait(StepDetectAnchorRotation, "Synced", ""), now.Add(2*time.Minute))
 	if done.Checkpoint.Rotation != "" || done.BlockingMessage != "" {
 		t.Errorf("synced checkpoint = %+v, message %q", done.Checkpoint, done.BlockingMessage)
 	}
 	s2 := rotatingState(newPKI(t))
-	next := Project(done, spec, 1, s2, wait(StepPropagateTrustRoots, "PropagatingTrustRoots", "x"), now.Add(3*time.Minute))
+	next := Project(rotationSteps, done, spec, 1, s2, wait(StepPropagateTrustRoots, "PropagatingTrustRoots", "x"), now.Add(3*time.Minute))
 	if c := meta.FindStatusCondition(next.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonIssuerRotationInOrder {
 		t.Errorf("a new in-order rotation kept %+v", c)
 	}
@@ -80,7 +80,7 @@ func TestProject(t *testing.T) {
 	saved := done.DeepCopy()
 	start := metav1.NewTime(now.Add(3 * time.Minute))
 	saved.Checkpoint = &v1alpha1.Checkpoint{Step: StepExpandTrustBundle, Token: "t", Acts: 1, Rotation: Fingerprint(s2.Anchor.Cert), StartTime: &start}
-	after := Project(*saved, spec, 1, s2, wait(StepPropagateTrustRoots, "PropagatingTrustRoots", "x"), now.Add(4*time.Minute))
+	after := Project(rotationSteps, *saved, spec, 1, s2, wait(StepPropagateTrustRoots, "PropagatingTrustRoots", "x"), now.Add(4*time.Minute))
 	if c := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation); c.Status != metav1.ConditionFalse {
 		t.Errorf("a new in-order rotation whose saved checkpoint named it kept %+v", c)
 	}
@@ -130,7 +130,7 @@ func TestSavedCheckpoint(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cp := SavedCheckpoint(tc.prev, workflow.Checkpoint{Step: tc.next, Token: "tok", Acts: 1}, tc.state, now)
+			cp := SavedCheckpoint(rotationSteps, tc.prev, workflow.Checkpoint{Step: tc.next, Token: "tok", Acts: 1}, tc.state, now)
 			if cp.Step != tc.next || cp.Token != "tok" || cp.Acts != 1 || cp.Rotation != tc.wantRotation {
 				t.Fatalf("checkpoint %+v, want step %s under rotation %.12s", cp, tc.next, tc.wantRotation)
 			}

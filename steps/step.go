@@ -114,31 +114,42 @@ func NewWorkflow(list []Step) (*workflow.Workflow[*State], error) {
 	return workflow.New(engine...)
 }
 
-// declared indexes the steps of Rotation by name, for the facts the operator and the CLI look up
-// by a checkpoint's step name. It is set by init, not by an initializer: the steps' own
-// functions read it.
-var declared struct {
-	byName map[string]Step
-	index  map[string]int
+// Ordered is a rotation's steps in order, with their positions by name: what the status
+// projection, the saved checkpoints, the operator and the CLI look a checkpoint's step up in.
+// Whoever runs a list of steps passes it: the operator and the CLI the list they advance or
+// plan, a test that runs another list that one.
+type Ordered struct {
+	list  []Step
+	index map[string]int
 }
 
-func init() { declare(rotation(nil)) }
-
-func declare(list []Step) {
-	declared.byName = make(map[string]Step, len(list))
-	declared.index = make(map[string]int, len(list))
+// NewOrdered indexes the steps by name, in the order given.
+func NewOrdered(list []Step) *Ordered {
+	o := &Ordered{list: list, index: make(map[string]int, len(list))}
 	for i, st := range list {
-		declared.byName[st.Name] = st
-		declared.index[st.Name] = i
+		o.index[st.Name] = i
 	}
+	return o
 }
 
-// Named returns the rotation's step of that name; ok is false, and the Step zero (none of its
-// facts holds), for a name the rotation does not have.
-func Named(name string) (st Step, ok bool) {
-	st, ok = declared.byName[name]
-	return st, ok
+// Steps returns the steps in order.
+func (o *Ordered) Steps() []Step { return o.list }
+
+// Named returns the step of that name; ok is false, and the Step zero (none of its facts
+// holds), for a name the list does not have.
+func (o *Ordered) Named(name string) (st Step, ok bool) {
+	i, ok := o.index[name]
+	if !ok {
+		return Step{}, false
+	}
+	return o.list[i], true
 }
 
 // named is Named without ok.
-func named(name string) Step { return declared.byName[name] }
+func (o *Ordered) named(name string) Step {
+	st, _ := o.Named(name)
+	return st
+}
+
+// position is the step's position in the list, 0 for a name it does not have.
+func (o *Ordered) position(name string) int { return o.index[name] }

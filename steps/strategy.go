@@ -81,7 +81,7 @@ func skipCrossSigned(st Step, observe func(*State, string) workflow.Decision) fu
 // issuanceLifetime, 24h by default); nothing is restarted, since every pod accepts both chains.
 func crossSignedRenewal(s *State, token string) workflow.Decision {
 	d := observeCertificatesRenewed(s, token)
-	if d.Outcome == workflow.Wait && d.Reason != ReasonIssuerNotOnCurrentAnchor {
+	if d.Outcome == workflow.Wait && s.IssuerOnCurrentAnchor() { // not waiting for the issuer (ReasonIssuerNotOnCurrentAnchor)
 		d.Message += "; spec.strategy CrossSigned: proxies refresh onto the new issuer by themselves, nothing is restarted"
 	}
 	return d

@@ -138,11 +138,11 @@ func TestCrossSignedIsCheckpointed(t *testing.T) {
 	if !idle.CrossSigned() {
 		t.Error("no rotation under way: spec.strategy CrossSigned is not in effect")
 	}
-	cp := SavedCheckpoint(nil, workflow.Checkpoint{Step: StepWaitForIdentityIssuer}, idle, idle.Now)
+	cp := SavedCheckpoint(rotationSteps, nil, workflow.Checkpoint{Step: StepWaitForIdentityIssuer}, idle, idle.Now)
 	if cp.Strategy != v1alpha1.StrategyCrossSigned || cp.Rotation != Fingerprint(p.newAnchor.cert) {
 		t.Errorf("the checkpoint of a new rotation: %+v", cp)
 	}
-	next := SavedCheckpoint(cp, workflow.Checkpoint{Step: StepRenewWorkloadCertificates}, standard, standard.Now)
+	next := SavedCheckpoint(rotationSteps, cp, workflow.Checkpoint{Step: StepRenewWorkloadCertificates}, standard, standard.Now)
 	if next.Strategy != v1alpha1.StrategyCrossSigned {
 		t.Errorf("the checkpoint lost the rotation's strategy: %+v", next)
 	}
@@ -160,7 +160,7 @@ func TestRestartDeadline(t *testing.T) {
 	s := crossState(p, issuer(p.newIssuer), previous(p.newAnchor), bundleOf(p.newAnchor), func(s *State) { s.Retiring = Fingerprint(p.newAnchor.cert) })
 	prev := v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseRefreshingControlPlane}
 
-	st := Project(prev, spec, 1, s, res, start)
+	st := Project(rotationSteps, prev, spec, 1, s, res, start)
 	d := st.RestartDeadline
 	if d == nil || !d.Deadline.Time.Equal(start.Add(48*time.Hour)) || !d.Since.Time.Equal(start) || d.ChurnPeriod.Duration != 48*time.Hour {
 		t.Fatalf("status.restartDeadline: %+v", d)
@@ -172,7 +172,7 @@ func TestRestartDeadline(t *testing.T) {
 		t.Errorf("Stalled while the restart is left to churn: %+v", c)
 	}
 	// Two days later, from the same phase start: past it.
-	late := Project(st, spec, 1, s, res, start.Add(49*time.Hour))
+	late := Project(rotationSteps, st, spec, 1, s, res, start.Add(49*time.Hour))
 	if !late.RestartDeadline.Deadline.Time.Equal(d.Deadline.Time) || !strings.Contains(late.BlockingMessage, "which has passed") {
 		t.Errorf("past the deadline: %+v, %q", late.RestartDeadline, late.BlockingMessage)
 	}
@@ -182,14 +182,14 @@ func TestRestartDeadline(t *testing.T) {
 
 	auto := spec
 	auto.DataPlaneRestart.Policy = v1alpha1.Automatic
-	if st := Project(prev, auto, 1, s, res, start); st.RestartDeadline != nil {
+	if st := Project(rotationSteps, prev, auto, 1, s, res, start); st.RestartDeadline != nil {
 		t.Errorf("automatic restarts got a churn deadline: %+v", st.RestartDeadline)
 	}
 	standard := crossState(p, issuer(p.newIssuer), previous(p.newAnchor), bundleOf(p.newAnchor), func(s *State) { s.Strategy = "" })
-	if st := Project(prev, spec, 1, standard, res, start); st.RestartDeadline != nil {
+	if st := Project(rotationSteps, prev, spec, 1, standard, res, start); st.RestartDeadline != nil {
 		t.Errorf("a standard rotation got a churn deadline: %+v", st.RestartDeadline)
 	}
-	if st := Project(prev, spec, 1, s, workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepDetectAnchorRotation}, Phase: string(v1alpha1.PhaseSynced)}, start); st.RestartDeadline != nil {
+	if st := Project(rotationSteps, prev, spec, 1, s, workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepDetectAnchorRotation}, Phase: string(v1alpha1.PhaseSynced)}, start); st.RestartDeadline != nil {
 		t.Errorf("Synced with a churn deadline: %+v", st.RestartDeadline)
 	}
 }
@@ -205,16 +205,16 @@ func TestCrossSignedRenewalIsNotStalledByTheHour(t *testing.T) {
 		Checkpoint: &v1alpha1.Checkpoint{Step: StepRenewWorkloadCertificates, Rotation: Fingerprint(p.newAnchor.cert), Strategy: v1alpha1.StrategyCrossSigned}}
 	s := crossState(p, issuer(p.newIssuer))
 	spec := v1alpha1.TrustAnchorRotationSpec{Strategy: v1alpha1.StrategyCrossSigned}
-	if st := Project(prev, spec, 1, s, res, start.Add(5*time.Hour)); meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled) {
+	if st := Project(rotationSteps, prev, spec, 1, s, res, start.Add(5*time.Hour)); meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled) {
 		t.Errorf("Stalled 5h into the proxies' own refresh: %+v", meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStalled))
 	}
-	if st := Project(prev, spec, 1, s, res, start.Add(25*time.Hour)); !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled) {
+	if st := Project(rotationSteps, prev, spec, 1, s, res, start.Add(25*time.Hour)); !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled) {
 		t.Error("not Stalled after a day without the proxies' refresh")
 	}
 	standard := prev.DeepCopy()
 	standard.Checkpoint.Strategy = ""
 	s.Strategy = ""
-	if st := Project(*standard, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, start.Add(5*time.Hour)); !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled) {
+	if st := Project(rotationSteps, *standard, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, start.Add(5*time.Hour)); !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled) {
 		t.Error("a standard rotation is not Stalled 5h into RenewingWorkloadCerts")
 	}
 }

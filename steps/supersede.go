@@ -43,7 +43,8 @@ type supersession struct {
 }
 
 // superseded reports whether the rotation at step was superseded by a newer trust anchor.
-func (s *State) superseded(step string) (supersession, bool) {
+func (s *State) superseded(at Step) (supersession, bool) {
+	step := at.Name
 	if step == StepRemoveOldTrustRoots && s.Anchor.Usable() && s.Previous.Usable() && s.Anchor.Fingerprint() != s.Previous.Fingerprint() {
 		// Renewed again while the pods move onto the reduced bundle, or earlier from
 		// retire-previous-anchor on (the control plane then was restarted onto the bundle this
@@ -57,7 +58,7 @@ func (s *State) superseded(step string) (supersession, bool) {
 			"trust anchor renewed again (%s) while pods moved onto the reduced bundle of %s at step %s; starting the next rotation at %s",
 			ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), step, StepDetectAnchorRotation)}, true
 	}
-	if s.Rotation == "" || named(step).Idle() || !s.Rotating() {
+	if s.Rotation == "" || at.Idle() || !s.Rotating() {
 		return supersession{}, false
 	}
 	if s.Rotation == s.Anchor.Fingerprint() || s.Rotation == s.Previous.Fingerprint() {
@@ -90,7 +91,7 @@ func (s *State) superseded(step string) (supersession, bool) {
 // scales back to the recorded replicas — and the rotation jumps after.
 func guardSupersede(step Step, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
 	return func(s *State, token string) workflow.Decision {
-		sup, ok := s.superseded(step.Name)
+		sup, ok := s.superseded(step)
 		if !ok {
 			return observe(s, token)
 		}
@@ -100,7 +101,7 @@ func guardSupersede(step Step, observe func(*State, string) workflow.Decision) f
 			d.Message = sup.message + "; first: " + d.Message
 			return d
 		}
-		return workflow.JumpTo(sup.to, ReasonRotationSuperseded, sup.message)
+		return workflow.JumpTo(sup.to, ReasonRotationSuperseded, sup.message).Superseding()
 	}
 }
 
@@ -109,31 +110,31 @@ func guardSupersede(step Step, observe func(*State, string) workflow.Decision) f
 // checkpoint over s (see SavedCheckpoint). A rotation superseded by a newer anchor also records
 // there the in-flight anchor it leaves (see superseded): the same write as the jump's checkpoint,
 // so that no step can act on a bundle without it.
-func SaveCheckpoint(st *v1alpha1.TrustAnchorRotationStatus, next workflow.Checkpoint, s *State, now time.Time) {
+func SaveCheckpoint(rot *Ordered, st *v1alpha1.TrustAnchorRotationStatus, next workflow.Checkpoint, s *State, now time.Time) {
 	prev := st.Checkpoint
-	st.Checkpoint = SavedCheckpoint(st.Checkpoint, next, s, now)
-	if j := next.Jump; j != nil && j.Reason == ReasonRotationSuperseded {
-		if sup, ok := s.superseded(j.From); ok && sup.keep != nil {
+	st.Checkpoint = SavedCheckpoint(rot, st.Checkpoint, next, s, now)
+	if j := next.Jump; j != nil && j.Supersedes {
+		if sup, ok := s.superseded(rot.named(j.From)); ok && sup.keep != nil {
 			st.InFlightAnchors = append([]string{string(EncodePEM(sup.keep))}, st.InFlightAnchors...)
 		}
 	}
 	// The workflow passed the step it was at to reach this act: the history records a user's
 	// restarts there (the projection after the act sees the act's checkpoint, not that step).
 	var passed []string
-	if prev != nil && next.Jump == nil && prev.Step != next.Step && declared.index[prev.Step] < declared.index[next.Step] {
+	if prev != nil && next.Jump == nil && prev.Step != next.Step && rot.position(prev.Step) < rot.position(next.Step) {
 		passed = []string{prev.Step}
 	}
-	TrackHistory(st, prev, s.Spec, s, next.Jump, passed, now)
+	TrackHistory(rot, st, prev, s.Spec, s, next.Jump, passed, now)
 }
 
 // FromStatus sets what the state holds of the TrustAnchorRotation's status: the rotation in
 // progress, when it started, the anchor it retires to, and the anchors kept in flight.
-func (s *State) FromStatus(st *v1alpha1.TrustAnchorRotationStatus) error {
+func (s *State) FromStatus(rot *Ordered, st *v1alpha1.TrustAnchorRotationStatus) error {
 	inFlight, err := ParseInFlight(st.InFlightAnchors)
 	if err != nil {
 		return err
 	}
-	s.InFlight, s.Retiring, s.Rotation, s.RotationStart, s.Strategy = inFlight, RetiringTo(st.Checkpoint), "", time.Time{}, ""
+	s.InFlight, s.Retiring, s.Rotation, s.RotationStart, s.Strategy = inFlight, RetiringTo(rot, st.Checkpoint), "", time.Time{}, ""
 	if cp := st.Checkpoint; cp != nil {
 		s.Rotation, s.Strategy = cp.Rotation, cp.Strategy
 		if cp.StartTime != nil {
@@ -181,8 +182,8 @@ func RecreatePrevious(s *State, step string) (*x509.Certificate, bool) {
 
 // RetiringTo is State.Retiring for a checkpoint: the anchor its rotation moves to, from
 // retire-previous-anchor on; "" before that step, when Synced, or when cp is nil.
-func RetiringTo(cp *v1alpha1.Checkpoint) string {
-	if cp == nil || !named(cp.Step).Retiring {
+func RetiringTo(rot *Ordered, cp *v1alpha1.Checkpoint) string {
+	if cp == nil || !rot.named(cp.Step).Retiring {
 		return ""
 	}
 	return cp.Rotation

@@ -21,4 +21,9 @@
 // (the SaveFunc sees the jump, and may record more with it) before anything else runs, stops
 // there as after an act, and reports the jump in the Result and in plans: only the engine moves
 // the checkpoint.
+//
+// Plan walks the same steps without acting, for a dry run. PlanAhead, given a Simulation, looks
+// past the step where the workflow stops: the acts run in the simulation and the waits are
+// assumed satisfied, so each later step is observed on the state the steps before it leave; a
+// jump is landed where Advance would save it. It is the one walk a plan makes.
 package workflow

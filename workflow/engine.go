@@ -31,6 +31,8 @@ type JumpRecord struct {
 	From, To string
 	// Reason and Message are the deciding step's: why the workflow jumps.
 	Reason, Message string
+	// Supersedes is the deciding step's Decision.Supersedes.
+	Supersedes bool
 }
 
 func (j JumpRecord) String() string {
@@ -194,7 +196,7 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 			if !ok {
 				return res, fmt.Errorf("step %s: asked to jump (%s) to step %q: %w", st.Name, d.Reason, d.To, ErrUnknownStep)
 			}
-			j := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message}
+			j := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message, Supersedes: d.Supersedes}
 			next := Checkpoint{Step: d.To, Token: d.Token, Jump: j}
 			if err := save(ctx, next); err != nil {
 				return res, fmt.Errorf("step %s: saving checkpoint of the jump to %s: %w", st.Name, d.To, err)
@@ -207,53 +209,4 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 	}
 	// Every step was done: the workflow went round once and stops where it started.
 	return res, nil
-}
-
-// PlannedStep is one line of a dry-run plan.
-type PlannedStep struct {
-	Name    string
-	Phase   string
-	Doc     string
-	Current bool
-	// Decision is the step's observation of the state. For steps after the first one that
-	// is not done, it describes the present, not the future state the step will see.
-	Decision Decision
-	// Changes are what the step's act would change, from its Describe.
-	Changes []string
-}
-
-// Plan returns the steps from the checkpoint to the end of the workflow, each with its
-// observation of the state and what it would change. It writes nothing and runs no act.
-//
-// A plan ends at a jump, as Advance stops at one: the steps passed up to the first step that is
-// not done, and that step deciding to Jump (its Decision.To names where the workflow starts
-// again). What the jump saves may change what the later steps observe, so the caller plans the
-// rest from Checkpoint{Step: Decision.To}, over the state as the jump leaves it.
-func (w *Workflow[S]) Plan(cp Checkpoint, state S) ([]PlannedStep, error) {
-	i, err := w.position(cp)
-	if err != nil {
-		return nil, err
-	}
-	var plan []PlannedStep
-	passing := true // every step so far was done: the next one is where Advance would stop
-	for j := i; j < len(w.steps); j++ {
-		st := w.steps[j]
-		token := ""
-		if j == i {
-			token = cp.Token
-		}
-		p := PlannedStep{Name: st.Name, Phase: st.Phase, Doc: st.Doc, Current: j == i, Decision: st.Observe(state, token)}
-		if st.Describe != nil && p.Decision.Outcome != Jump {
-			p.Changes = st.Describe(state)
-		}
-		plan = append(plan, p)
-		if passing && p.Decision.Outcome == Jump {
-			if _, ok := w.index[p.Decision.To]; !ok {
-				return plan, fmt.Errorf("step %s: asked to jump (%s) to step %q: %w", st.Name, p.Decision.Reason, p.Decision.To, ErrUnknownStep)
-			}
-			return plan, nil
-		}
-		passing = passing && p.Decision.Outcome == Done
-	}
-	return plan, nil
 }

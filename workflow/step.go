@@ -45,6 +45,9 @@ type Decision struct {
 	// checkpoint's token there: "" for a fresh start (the step acts under a new token), or
 	// what the step must keep of its earlier pass (see WithToken).
 	To, Token string
+	// Supersedes: the jump abandons what the workflow was working towards, for a newer goal
+	// that superseded it (see Superseding); false for a jump that only starts work over.
+	Supersedes bool
 }
 
 // Decision constructors, so steps read as sentences: return workflow.Waiting("...", "...").
@@ -67,6 +70,13 @@ func JumpTo(step, reason, message string) Decision {
 // and must not lose what its token records (its acts count from zero again).
 func (d Decision) WithToken(token string) Decision {
 	d.Token = token
+	return d
+}
+
+// Superseding is the jump d abandoning what the workflow was working towards, for a newer goal
+// that superseded it: the callers record the work it leaves as superseded, not as failed or done.
+func (d Decision) Superseding() Decision {
+	d.Supersedes = true
 	return d
 }
 

@@ -1,6 +1,3 @@
-// Package apply implements steps.Writer: KubeWriter makes the rotation's writes on a cluster,
-// DryRun records them instead, for a dry run. The steps never branch on dry-run: they are given
-// one or the other.
 package apply
 
 import (

@@ -35,6 +35,8 @@ type Caches interface {
 // Secrets and the bundle until they change (parsedSources).
 type Snapshotter struct {
 	Config steps.Config
+	// Steps are the rotation's steps, which the checkpoint's step is looked up in.
+	Steps  *steps.Ordered
 	Caches Caches
 	// Index is the pod informer's store; Certs probes the pods it holds.
 	Index *PodIndex
@@ -59,7 +61,7 @@ func (c *Snapshotter) Snapshot(now time.Time, step string, tar *v1alpha1.TrustAn
 		ControlPlane: map[string]steps.Deployment{},
 		Spec:         tar.Spec,
 	}
-	if err := s.FromStatus(status); err != nil {
+	if err := s.FromStatus(c.Steps, status); err != nil {
 		return nil, err
 	}
 	cm := c.Caches.TrustRoots()
@@ -69,7 +71,7 @@ func (c *Snapshotter) Snapshot(now time.Time, step string, tar *v1alpha1.TrustAn
 	}
 	c.Index.FillControlPlane(s)
 	s.TrustBundle = c.Index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
-	c.Certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(s, step))
+	c.Certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(c.Steps, s, step))
 	s.Certificates = c.Certs.Certificates()
 	s.LoadLiveChainsOnDemand(c.Certs.LiveChains)
 	FillDeadline(s, c.Index, c.Certs)

@@ -3,22 +3,14 @@ package cli
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math/big"
 	"slices"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/apply"
@@ -27,66 +19,6 @@ import (
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
-
-// anchorSynthesiser makes the stand-in for a renewed trust anchor: a new CA certificate like
-// the current one, and its key (nil when it has none to give).
-type anchorSynthesiser func(current *x509.Certificate, now time.Time) (*x509.Certificate, crypto.Signer, error)
-
-// issuerSynthesiser makes the stand-in for the identity issuer renewed onto the stand-in anchor:
-// a CA certificate like the current issuer, signed with the anchor's key.
-type issuerSynthesiser func(current, anchor *x509.Certificate, anchorKey crypto.Signer, now time.Time) (*x509.Certificate, error)
-
-// synthesiseAnchor makes a self-signed CA certificate with the current anchor's subject and
-// lifetime and a fresh key, as cert-manager would on renewal with rotationPolicy Always. It only
-// ever lives in this process's memory, as its key, which signs nothing but the stand-in of the
-// renewed issuer (synthesiseIssuer).
-func synthesiseAnchor(current *x509.Certificate, now time.Time) (*x509.Certificate, crypto.Signer, error) {
-	return synthesiseCA(current, nil, nil, now)
-}
-
-// synthesiseIssuer makes the stand-in identity issuer: the current issuer's subject and lifetime,
-// a fresh key, signed by the stand-in anchor. In memory only.
-func synthesiseIssuer(current, anchor *x509.Certificate, anchorKey crypto.Signer, now time.Time) (*x509.Certificate, error) {
-	if anchorKey == nil {
-		return nil, errors.New("no key of the stand-in trust anchor")
-	}
-	c, _, err := synthesiseCA(current, anchor, anchorKey, now)
-	return c, err
-}
-
-// synthesiseCA makes a CA certificate like current with a fresh key, signed by parent's key
-// (self-signed when parent is nil).
-func synthesiseCA(current, parent *x509.Certificate, parentKey crypto.Signer, now time.Time) (*x509.Certificate, crypto.Signer, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               current.Subject,
-		NotBefore:             now,
-		NotAfter:              now.Add(current.NotAfter.Sub(current.NotBefore)),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	signer := crypto.Signer(key)
-	if parent == nil {
-		parent = tmpl
-	} else {
-		signer = parentKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := x509.ParseCertificate(der)
-	return c, key, err
-}
 
 func planCommand(env *Env) *command {
 	fs := newFlagSet("plan")
@@ -217,7 +149,8 @@ type planStep struct {
 // placeholderToken stands for the idempotency token the operator will choose when it acts.
 const placeholderToken = "<new token>"
 
-// buildPlan reads the cluster once and walks the operator's steps over it with workflow.Plan.
+// buildPlan reads the cluster once and walks the operator's steps over it with the engine's
+// walk (workflow.PlanAhead), which planSimulation carries past the step the operator stops at.
 func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, assumeRenewed bool) (*plan, error) {
 	cfg := kf.Config
 	recorder := &apply.DryRun{Config: cfg}
@@ -341,10 +274,10 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 
 	// The walk: each step observes the state the steps before it leave. The steps passed already
 	// and the next one observe today's cluster; from the next one on, each step's act is recorded
-	// and made in a simulated copy of the state (observe.Ahead), and its waits are assumed
+	// and made in a simulated copy of the state (apply.Ahead), and its waits are assumed
 	// satisfied, saying so, so the later steps show what they would really do then.
-	newAhead := func() *observe.Ahead {
-		ahead := observe.NewAhead(recorder, reading, results)
+	newAhead := func() *apply.Ahead {
+		ahead := apply.NewAhead(recorder, reading, results)
 		if assumeRenewed {
 			newIssuer := env.NewIssuer
 			if newIssuer == nil {
@@ -359,71 +292,52 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		}
 		return ahead
 	}
-	ahead := newAhead()
-	sim := ahead.State()
-	rotation = newRotation(ahead)
+	sim := &planSimulation{ahead: newAhead(), newAhead: newAhead, recorder: recorder, status: &tar.Status, s: s, reading: reading}
+	rotation = newRotation(sim.ahead)
+	sim.steps = steps.NewOrdered(rotation)
+	walker, err := steps.NewWorkflow(rotation)
+	if err != nil {
+		return nil, err
+	}
+	walk, err := walker.PlanAhead(ctx, cp, s, sim)
+	if err != nil {
+		return nil, err
+	}
 	first := slices.IndexFunc(rotation, func(st steps.Step) bool { return st.Name == at.Name })
 	for i, st := range rotation[:first] {
 		p.Steps = append(p.Steps, planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepDone})
 	}
-	next, simulating := false, true
-	// The step the walk starts at holds the checkpoint's token; after a jump, the step it lands
-	// on holds the jump's.
-	startAt, startToken := first, cp.Token
-	for i := first; i < len(rotation); i++ {
-		st := rotation[i]
-		token := ""
-		if i == startAt {
-			token = startToken
-		}
-		v := planStep{Index: i + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepPending}
-		var d workflow.Decision
+	// The steps up to a jump were observed on the state before the jump landed.
+	manualOn := s
+	if sim.before != nil {
+		manualOn = sim.before
+	}
+	next := false
+	for _, ps := range walk {
+		st, _ := sim.steps.Named(ps.Name)
+		v := planStep{Index: ps.Index + 1, Name: st.Name, Phase: st.Phase, Doc: st.Doc, Status: stepPending, Simulated: ps.Simulated}
 		switch {
+		case ps.Next:
+			v.Status, next = stepNext, true
+			p.Step, p.Phase = st.Name, st.Phase
 		case !next:
-			d = st.Observe(s, token) // today's cluster
-			if d.Outcome == workflow.Done {
-				v.Status = stepDone
-			} else {
-				v.Status, next = stepNext, true
-				p.Step, p.Phase = st.Name, st.Phase
-			}
-		case simulating:
-			v.Simulated = true
-			d = st.Observe(sim, token)
-		default:
-			// The simulation stopped before: observed on today's cluster, without the trust-bundle
-			// check (see steps.Step.ObserveAhead).
-			d = st.ObserveAhead(s)
+			v.Status = stepDone
 		}
+		d := ps.Decision
 		v.Outcome, v.Reason, v.Message = d.Outcome.String(), d.Reason, d.Message
-		if v.Status == stepNext && d.Outcome == workflow.Jump {
+		if ps.Next && d.Outcome == workflow.Jump {
 			// The workflow stops at the jump, and starts again where it lands: the steps from
 			// there are planned over the state the jump's saved checkpoint leaves.
 			v.JumpTo = d.To
 			p.Steps = append(p.Steps, v)
-			to := slices.IndexFunc(rotation, func(st steps.Step) bool { return st.Name == d.To })
-			if to < 0 {
-				return nil, fmt.Errorf("step %s jumps to %s, which the rotation does not have", st.Name, d.To)
-			}
-			if err := landJump(&tar.Status, st.Name, d, s, reading); err != nil {
-				return nil, err
-			}
-			ahead = newAhead()
-			sim = ahead.State()
-			rotation = newRotation(ahead)
-			startAt, startToken = to, d.Token
-			i = to - 1
+			manualOn = s
 			continue
 		}
-		if v.Status != stepDone && d.Outcome == workflow.Act && st.Describe != nil {
-			if v.Simulated {
-				v.Changes = st.Describe(sim)
-			} else {
-				v.Changes = st.Describe(s)
-			}
+		if v.Status != stepDone && d.Outcome == workflow.Act {
+			v.Changes = ps.Changes
 		}
-		if st.Manual != nil && v.JumpTo == "" { // a step that jumps waits on nobody
-			v.Manual = st.Manual(s)
+		if st.Manual != nil {
+			v.Manual = st.Manual(manualOn)
 			if st.Automated != nil {
 				v.Automated = st.Automated(tar.Spec)
 			}
@@ -441,21 +355,16 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			v.PodsToRestart = s.TrustBundle.Behind
 			v.MoreWorkloadsToRestart = max(s.TrustBundle.BehindWorkloads-len(s.TrustBundle.Behind), 0)
 		}
-		if v.Status != stepDone && simulating {
-			placeholder := placeholderToken
-			if v.Simulated {
-				placeholder = fmt.Sprintf("<new token of step %d>", v.Index)
+		for _, ps := range ps.Passes {
+			switch rec := ps.Record.(type) {
+			case []apply.Write:
+				v.Writes = append(v.Writes, rec...)
+			case string:
+				v.Assumptions = append(v.Assumptions, rec)
 			}
-			why, err := passStep(ctx, st, ahead, recorder, &v, d, token, placeholder)
-			if err != nil {
-				return nil, err
-			}
-			if why != "" {
-				simulating = false
-				if !st.Idle() {
-					p.Notes = append(p.Notes, fmt.Sprintf("the steps after %s are observed on today's cluster, not simulated: %s", st.Name, why))
-				}
-			}
+		}
+		if ps.Stopped != "" && !st.Idle() {
+			p.Notes = append(p.Notes, fmt.Sprintf("the steps after %s are observed on today's cluster, not simulated: %s", st.Name, ps.Stopped))
 		}
 		p.Steps = append(p.Steps, v)
 	}
@@ -463,148 +372,6 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		p.Notes = append(p.Notes, "every step is done: the operator is idle until the trust anchor is renewed")
 	}
 	return p, nil
-}
-
-// landJump makes s the state the checkpoint the operator saves for a jump leaves
-// (steps.SaveCheckpoint: a superseded rotation's in-flight anchor kept in the status, the
-// rotation towards the current anchor), as the engine does before it goes on from there.
-func landJump(status *v1alpha1.TrustAnchorRotationStatus, from string, d workflow.Decision, s *steps.State, reading *observe.Reading) error {
-	next := workflow.Checkpoint{Step: d.To, Jump: &workflow.JumpRecord{From: from, To: d.To, Reason: d.Reason, Message: d.Message}}
-	saved := status.DeepCopy()
-	steps.SaveCheckpoint(saved, next, s, s.Now)
-	if err := s.FromStatus(saved); err != nil {
-		return err
-	}
-	reading.Recount()
-	return nil
-}
-
-func viewCert(s steps.Source) certView {
-	v := certView{Ref: s.Ref()}
-	if !s.Usable() {
-		v.Problem = s.Problem("Secret")
-		return v
-	}
-	v.Fingerprint = steps.Fingerprint(s.Cert)
-	v.NotAfter = s.Cert.NotAfter.UTC().Format(time.RFC3339)
-	return v
-}
-
-func renderPlan(w io.Writer, p *plan, format string) error {
-	switch format {
-	case "json":
-		b, err := json.MarshalIndent(p, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := yaml.Marshal(p)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
-	case "text":
-		return renderPlanText(w, p)
-	}
-	return errors.New("unknown output format " + format)
-}
-
-func renderPlanText(w io.Writer, p *plan) error {
-	fmt.Fprintf(w, "TrustAnchorRotation %s: phase %s, step %s\n", p.Rotation, p.Phase, p.Step)
-	for _, n := range p.Notes {
-		fmt.Fprintf(w, "Note: %s\n", n)
-	}
-	fmt.Fprintln(w)
-	cert := func(label string, v certView) {
-		switch {
-		case v.Problem != "":
-			fmt.Fprintf(w, "  %-16s %s\n", label, v.Problem)
-		case v.Synthetic:
-			fmt.Fprintf(w, "  %-16s %s  %s (stand-in)  expires %s\n", label, v.Ref, steps.ShortFingerprint(v.Fingerprint), v.NotAfter)
-		default:
-			fmt.Fprintf(w, "  %-16s %s  %s  expires %s\n", label, v.Ref, steps.ShortFingerprint(v.Fingerprint), v.NotAfter)
-		}
-	}
-	cert("trust anchor", p.TrustAnchor)
-	cert("previous anchor", p.PreviousAnchor)
-	cert("identity issuer", p.IdentityIssuer)
-	if p.NextRotation != nil {
-		fmt.Fprintf(w, "  %-16s %s\n", "next rotation", nextRotationLine(p.NextRotation, p.now))
-	}
-	if p.TrustBundle.Found {
-		fps := make([]string, len(p.TrustBundle.Anchors))
-		for i, a := range p.TrustBundle.Anchors {
-			fps[i] = steps.ShortFingerprint(a)
-		}
-		fmt.Fprintf(w, "  %-16s %s  [%s]  sha256 %s\n", "trust bundle", p.TrustBundle.Ref, strings.Join(fps, ", "), steps.ShortFingerprint(p.TrustBundle.SHA256))
-	} else {
-		fmt.Fprintf(w, "  %-16s %s not found\n", "trust bundle", p.TrustBundle.Ref)
-	}
-
-	fmt.Fprintf(w, "\nSteps, in the operator's order (\"now\": observed on the cluster; \"then\": simulated, after the writes and the assumptions above):\n")
-	for _, st := range p.Steps {
-		mark := " "
-		switch st.Status {
-		case stepDone:
-			mark = "√"
-		case stepNext:
-			mark = ">"
-		}
-		fmt.Fprintf(w, "%s %2d. %-36s %-28s %s\n", mark, st.Index, st.Name, st.Phase, st.Status)
-		if st.Status == stepDone {
-			continue
-		}
-		fmt.Fprintf(w, "      %s\n", st.Doc)
-		label := "now"
-		switch {
-		case st.Simulated:
-			label = "then" // after the steps above, as simulated
-		case st.Status == stepPending:
-			label = "observed now"
-		}
-		line := fmt.Sprintf("%s: %s (%s)", label, st.Outcome, st.Reason)
-		if st.Message != "" {
-			line += " " + st.Message
-		}
-		fmt.Fprintf(w, "      %s\n", line)
-		if st.JumpTo != "" {
-			fmt.Fprintf(w, "      jump: the rotation starts again at %s; the steps below go on from there\n", st.JumpTo)
-		}
-		for _, ch := range st.Changes {
-			fmt.Fprintf(w, "      would %s\n", ch)
-		}
-		for _, wr := range st.Writes {
-			fmt.Fprintf(w, "      write: %s %s %s/%s (%s)\n", wr.Verb, wr.Kind, wr.Namespace, wr.Name, wr.Detail)
-		}
-		for _, a := range st.Assumptions {
-			fmt.Fprintf(w, "      %s\n", a)
-		}
-		if st.Manual != "" {
-			fmt.Fprintf(w, "      manual: %s\n", st.Manual)
-		}
-		restart := "restart"
-		if st.Automated != "" {
-			fmt.Fprintf(w, "      automated: %s\n", st.Automated)
-			restart = "behind" // the operator restarts them
-		}
-		for _, wl := range st.PodsToRestart {
-			fmt.Fprintf(w, "      %s: %s (%d %s)\n", restart, wl.Workload, wl.Pods, steps.Plural(wl.Pods, "pod", "pods"))
-		}
-		if st.MoreWorkloadsToRestart > 0 {
-			fmt.Fprintf(w, "      %s: and %d more workload(s)\n", restart, st.MoreWorkloadsToRestart)
-		}
-	}
-	if len(p.ManualActions) > 0 {
-		fmt.Fprintf(w, "\nManual actions, in order:\n")
-		for i, a := range p.ManualActions {
-			fmt.Fprintf(w, "  %d. %s\n", i+1, a)
-		}
-	}
-	_, err := fmt.Fprintf(w, "\nNothing was changed: this is a plan.\n")
-	return err
 }
 
 // readAutomation adds to the State what the automations of the TrustAnchorRotation's spec read,
@@ -645,44 +412,4 @@ func readAutomation(ctx context.Context, cl *Clients, cfg steps.Config, tar *v1a
 	}
 	list.Fill(s, observe.IndexOf(reading.Pods), !idle, token)
 	return notes, nil
-}
-
-// maxPasses bounds the acts and assumptions a step goes through in a plan (restart-identity
-// scaled down and up goes through two acts and two waits).
-const maxPasses = 8
-
-// passStep carries the simulation past the step observed as d: it records and makes its acts
-// (the writes go to v) and assumes its waits satisfied (v.Assumptions), until it is done. It
-// returns why it could not, "" when the step passed.
-func passStep(ctx context.Context, st steps.Step, ahead *observe.Ahead, recorder *apply.DryRun, v *planStep, d workflow.Decision, token, placeholder string) (string, error) {
-	sim := ahead.State()
-	for range maxPasses {
-		switch d.Outcome {
-		case workflow.Done:
-			return "", nil
-		case workflow.Act:
-			if st.Act == nil {
-				return fmt.Sprintf("%s needs an act it does not have", st.Name), nil
-			}
-			if token == "" {
-				token = placeholder
-			}
-			if st.Token != nil {
-				token = st.Token(sim, token) // what the operator saves before the act
-			}
-			before := len(recorder.Writes())
-			if err := st.Act(ctx, sim, token); err != nil {
-				return "", fmt.Errorf("recording the writes of step %s: %w", st.Name, err)
-			}
-			v.Writes = append(v.Writes, recorder.Writes()[before:]...)
-		case workflow.Wait:
-			said, ok, why := ahead.Assume(st.Assumes)
-			if !ok {
-				return fmt.Sprintf("%s waits (%s) and %s", st.Name, d.Reason, why), nil
-			}
-			v.Assumptions = append(v.Assumptions, said)
-		}
-		d = st.Observe(sim, token)
-	}
-	return fmt.Sprintf("%s still does not pass (%s: %s)", st.Name, d.Reason, d.Message), nil
 }

@@ -178,12 +178,12 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 
 // fill adds to the State what the automations the spec enables need, from the informers it
 // starts for them (observe.FillAutomations reads them through the automation's getters).
-func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, step string, index *observe.PodIndex) {
+func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, rot *steps.Ordered, step string, index *observe.PodIndex) {
 	a.ensure(ctx, tar.Spec)
 	// At an idle step automatic restarts need to know only the workloads that still carry
 	// the refresh override; during a rotation they look at every meshed workload (the
 	// workflow may pass into a restart step within one reconcile).
-	at, _ := steps.Named(step)
+	at, _ := rot.Named(step)
 	observe.FillAutomations(s, a, tar, step, !at.Idle(), index)
 }
 

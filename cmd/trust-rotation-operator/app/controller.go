@@ -74,6 +74,8 @@ type Controller struct {
 	kube     kube.Interface
 	tars     *client.Client
 	wf       *workflow.Workflow[*steps.State]
+	// steps are wf's steps, which the checkpoint's step is looked up in.
+	steps *steps.Ordered
 	writer   steps.Writer
 	crash    *crashHook
 	metrics  *Metrics
@@ -139,7 +141,9 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	restartNS := slices.Compact(slices.Sorted(slices.Values(opts.RestartNamespaces)))
 	c.auto = &automation{kube: kube, cm: opts.CertManager, cfg: opts.Config, poke: c.poke, restartNamespaces: restartNS}
 	c.writer = c.crash.writer(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto})
-	wf, err := steps.NewWorkflow(steps.Rotation(c.writer))
+	rotation := steps.Rotation(c.writer)
+	c.steps = steps.NewOrdered(rotation)
+	wf, err := steps.NewWorkflow(rotation)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +184,7 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	c.pods = observe.NewPodInformer(pods, cfg, c.index)
 	c.certs = observe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *observe.Pod) { c.churned(p.ControlPlane) })
 	c.certs.OnProbe = metrics.countProbe
-	c.snapshots = &observe.Snapshotter{Config: cfg, Caches: caches{c}, Index: c.index, Certs: c.certs}
+	c.snapshots = &observe.Snapshotter{Config: cfg, Steps: c.steps, Caches: caches{c}, Index: c.index, Certs: c.certs}
 
 	poke := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.poke() },

@@ -28,7 +28,7 @@ const (
 // is the object as the checkpoint saved before the act left it. A failure to write is logged
 // only: the act's error is the reconcile's, and the retry writes again.
 func (c *Controller) publishActFailure(ctx context.Context, tar, base *v1alpha1.TrustAnchorRotation, s *steps.State, res workflow.Result, now time.Time) {
-	status := steps.Project(base.Status, tar.Spec, tar.Generation, s, res, now)
+	status := steps.Project(c.steps, base.Status, tar.Spec, tar.Generation, s, res, now)
 	c.metrics.Observe(&status)
 	if equality.Semantic.DeepEqual(status, base.Status) {
 		return

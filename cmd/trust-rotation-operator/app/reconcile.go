@@ -100,7 +100,7 @@ func (c *Controller) readState(ctx context.Context, now time.Time, step string, 
 	}
 	c.remotes.sync(tar.Spec.RemoteClusters)
 	s.Remotes, s.RemoteStaleAfter = c.remotes.snapshot(), c.opts.RemoteStaleAfter
-	c.auto.fill(ctx, s, tar, step, c.index)
+	c.auto.fill(ctx, s, tar, c.steps, step, c.index)
 	return s, nil
 }
 
@@ -140,7 +140,7 @@ type checkpoint struct {
 func (k *checkpoint) save(ctx context.Context, next workflow.Checkpoint) error {
 	obj := k.base.DeepCopy()
 	obj.Status.Checkpoint = k.tar.Status.Checkpoint.DeepCopy()
-	steps.SaveCheckpoint(&obj.Status, next, k.s, k.now)
+	steps.SaveCheckpoint(k.c.steps, &obj.Status, next, k.s, k.now)
 	out, err := k.c.write(ctx, obj)
 	if err != nil {
 		return err
@@ -160,7 +160,7 @@ func (c *Controller) announce(ctx context.Context, tar *v1alpha1.TrustAnchorRota
 	log := klog.FromContext(ctx)
 	for _, name := range res.Passed {
 		log.V(2).Info("Step done", "step", name)
-		if _, gate := steps.RemoteGateAt(name); gate && len(s.Remotes) > 0 {
+		if _, gate := steps.RemoteGateAt(c.steps, name); gate && len(s.Remotes) > 0 {
 			st, _ := c.wf.Step(name)
 			d := st.Observe(s, "")
 			c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonRemoteClustersConverged, "step %s: %s", name, d.Message)
@@ -186,7 +186,7 @@ func (c *Controller) announce(ctx context.Context, tar *v1alpha1.TrustAnchorRota
 // held back (holdProgress); the metrics and the Events that follow the status come from what
 // it projected (report). It returns when to observe again.
 func (c *Controller) projectStatus(ctx context.Context, tar, base *v1alpha1.TrustAnchorRotation, s *steps.State, res workflow.Result, now time.Time, drifted bool) (time.Time, error) {
-	status := steps.Project(base.Status, tar.Spec, tar.Generation, s, res, now)
+	status := steps.Project(c.steps, base.Status, tar.Spec, tar.Generation, s, res, now)
 	// A drifted bundle's message is written at once: the next snapshot may hold it rewritten.
 	if !equality.Semantic.DeepEqual(status, base.Status) && (drifted || !c.holdProgress(&base.Status, &status)) {
 		obj := base.DeepCopy()
@@ -219,7 +219,7 @@ func (c *Controller) report(ctx context.Context, tar, base *v1alpha1.TrustAnchor
 	c.recordFinished(tar, tar.Status.History, status.History)
 	c.metrics.ObserveCertificates(s)
 	c.metrics.ObserveRemotes(status.RemoteClusters)
-	c.metrics.identityRestartedEarly.Set(float64(len(s.IdentityRestartedEarly(res.Checkpoint.Step))))
+	c.metrics.identityRestartedEarly.Set(float64(len(s.IdentityRestartedEarly(c.steps, res.Checkpoint.Step))))
 	early := ""
 	if cond := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionIdentityRestartedEarly); cond != nil && cond.Status == metav1.ConditionTrue {
 		early = cond.Message

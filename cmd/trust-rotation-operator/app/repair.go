@@ -85,7 +85,7 @@ func (c *Controller) repair(ctx context.Context, tar *v1alpha1.TrustAnchorRotati
 // no checkpoint. Against a writer that keeps reverting it (an Argo CD self-heal), the rewrites
 // back off, so that the two do not write in a loop as fast as the apiserver goes.
 func (c *Controller) repairBundle(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State, cp workflow.Checkpoint) (bool, error) {
-	drift, ok := steps.CheckBundle(s, cp.Step)
+	drift, ok := steps.CheckBundle(c.steps, s, cp.Step)
 	if !ok {
 		c.bundleRewrites = 0
 		return false, nil

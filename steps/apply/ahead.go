@@ -1,4 +1,4 @@
-package observe
+package apply
 
 import (
 	"context"
@@ -9,11 +9,12 @@ import (
 	"strings"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/observe"
 )
 
-// Ahead carries a plan forward: it is a steps.Writer that hands every write to a recorder (the
-// plan shows them) and makes it in a copy of the Reading, as the cluster would show it once
-// made, and it makes the assumptions (steps.Assumption) that let a step's wait pass. Each step of
+// Ahead carries a plan forward: it is the simulated steps.Writer, which hands every write to a
+// recorder (the plan shows them) and makes it in a copy of the observe.Reading, as the cluster
+// would show it once made, and it makes the assumptions (steps.Assumption) that let a step's wait pass. Each step of
 // a plan then observes the state the steps before it leave, not today's: the trust bundle
 // reduce-trust-bundle writes is the reduced one, whatever the ConfigMap holds today.
 //
@@ -28,15 +29,15 @@ type Ahead struct {
 	// then cannot be assumed away.
 	RenewIssuer func(s *steps.State) (*x509.Certificate, error)
 
-	reading *Reading
-	results map[string]ProbeResult
+	reading *observe.Reading
+	results map[string]observe.ProbeResult
 	// certsRenewed: every meshed pod presents a certificate from the issuer (assumed).
 	certsRenewed bool
 }
 
 // NewAhead returns the simulation of a plan from the reading and the probe results, which it
 // copies: the reading itself is left as observed. recorder records the writes.
-func NewAhead(recorder steps.Writer, r *Reading, results map[string]ProbeResult) *Ahead {
+func NewAhead(recorder steps.Writer, r *observe.Reading, results map[string]observe.ProbeResult) *Ahead {
 	s := *r.State
 	s.ControlPlane = maps.Clone(r.State.ControlPlane)
 	if r.State.Workloads != nil {
@@ -46,12 +47,12 @@ func NewAhead(recorder steps.Writer, r *Reading, results map[string]ProbeResult)
 			s.Workloads[k] = &c
 		}
 	}
-	pods := make([]*Pod, len(r.Pods))
+	pods := make([]*observe.Pod, len(r.Pods))
 	for i, p := range r.Pods {
 		c := *p
 		pods[i] = &c
 	}
-	return &Ahead{Writer: recorder, reading: &Reading{State: &s, Pods: pods}, results: maps.Clone(results)}
+	return &Ahead{Writer: recorder, reading: &observe.Reading{State: &s, Pods: pods}, results: maps.Clone(results)}
 }
 
 // State is the simulated state the steps observe.
@@ -75,12 +76,12 @@ func (a *Ahead) recount() {
 		chain := []*x509.Certificate{s.Issuer.Cert}
 		for _, p := range a.reading.Pods {
 			if p.Meshed && p.Alive {
-				a.results[p.Key()] = ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain, key: chainKey(chain)}
+				a.results[p.Key()] = observe.ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain}
 			}
 		}
 	}
-	s.Certificates = NewCertificateCheck(s.CertificateRoot()).Convergence(a.reading.Pods, a.results)
-	s.LiveChains = LiveChains(a.reading.Pods, a.results)
+	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(a.reading.Pods, a.results)
+	s.LiveChains = observe.LiveChains(a.reading.Pods, a.results)
 }
 
 func (a *Ahead) WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error {
@@ -267,7 +268,7 @@ func (a *Ahead) controlPlaneRolledOut() {
 			continue
 		}
 		workload := d.Namespace + "/Deployment/" + name
-		var kept []*Pod
+		var kept []*observe.Pod
 		for _, p := range a.reading.Pods {
 			if p.Workload != workload || !p.ControlPlane {
 				kept = append(kept, p)
@@ -275,13 +276,13 @@ func (a *Ahead) controlPlaneRolledOut() {
 		}
 		for i := range int(d.Replicas) {
 			key := fmt.Sprintf("%s/%s-<new pod %d>", d.Namespace, name, i+1)
-			kept = append(kept, &Pod{key: key, Namespace: d.Namespace, Name: key[len(d.Namespace)+1:], Workload: workload, ControlPlane: true,
+			kept = append(kept, &observe.Pod{Namespace: d.Namespace, Name: key[len(d.Namespace)+1:], Workload: workload, ControlPlane: true,
 				TrustRootHash: hash, Meshed: true, Alive: true, Running: true, Created: s.Now,
-				ControlPlaneStart: &ControlPlaneStart{Started: s.Now, RestartedAt: d.RestartedAt}})
+				ControlPlaneStart: &observe.ControlPlaneStart{Started: s.Now, RestartedAt: d.RestartedAt}})
 			if s.Issuer.Usable() {
 				// A new pod's proxy presents a certificate from the issuer identity signs with now.
 				chain := []*x509.Certificate{s.Issuer.Cert}
-				a.results[key] = ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain, key: chainKey(chain)}
+				a.results[key] = observe.ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain}
 			}
 		}
 		a.reading.Pods = kept
