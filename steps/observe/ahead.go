@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
+	"github.com/linkerd/trust-rotation/steps/probe"
 )
 
 // Ahead carries a plan forward: it is a steps.Writer that hands every write to a recorder (the
@@ -29,14 +31,14 @@ type Ahead struct {
 	RenewIssuer func(s *steps.State) (*x509.Certificate, error)
 
 	reading *Reading
-	results map[string]ProbeResult
+	results map[string]probe.ProbeResult
 	// certsRenewed: every meshed pod presents a certificate from the issuer (assumed).
 	certsRenewed bool
 }
 
 // NewAhead returns the simulation of a plan from the reading and the probe results, which it
 // copies: the reading itself is left as observed. recorder records the writes.
-func NewAhead(recorder steps.Writer, r *Reading, results map[string]ProbeResult) *Ahead {
+func NewAhead(recorder steps.Writer, r *Reading, results map[string]probe.ProbeResult) *Ahead {
 	s := *r.State
 	s.ControlPlane = maps.Clone(r.State.ControlPlane)
 	if r.State.Workloads != nil {
@@ -46,7 +48,7 @@ func NewAhead(recorder steps.Writer, r *Reading, results map[string]ProbeResult)
 			s.Workloads[k] = &c
 		}
 	}
-	pods := make([]*Pod, len(r.Pods))
+	pods := make([]*podindex.Pod, len(r.Pods))
 	for i, p := range r.Pods {
 		c := *p
 		pods[i] = &c
@@ -75,12 +77,12 @@ func (a *Ahead) recount() {
 		chain := []*x509.Certificate{s.Issuer.Cert}
 		for _, p := range a.reading.Pods {
 			if p.Meshed && p.Alive {
-				a.results[p.Key()] = ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain, key: chainKey(chain)}
+				a.results[p.Key()] = probe.ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain}
 			}
 		}
 	}
-	s.Certificates = NewCertificateCheck(s.CertificateRoot()).Convergence(a.reading.Pods, a.results)
-	s.LiveChains = LiveChains(a.reading.Pods, a.results)
+	s.Certificates = probe.NewCertificateCheck(s.CertificateRoot()).Convergence(a.reading.Pods, a.results)
+	s.LiveChains = probe.LiveChains(a.reading.Pods, a.results)
 }
 
 func (a *Ahead) WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error {
@@ -267,7 +269,7 @@ func (a *Ahead) controlPlaneRolledOut() {
 			continue
 		}
 		workload := d.Namespace + "/Deployment/" + name
-		var kept []*Pod
+		var kept []*podindex.Pod
 		for _, p := range a.reading.Pods {
 			if p.Workload != workload || !p.ControlPlane {
 				kept = append(kept, p)
@@ -275,13 +277,13 @@ func (a *Ahead) controlPlaneRolledOut() {
 		}
 		for i := range int(d.Replicas) {
 			key := fmt.Sprintf("%s/%s-<new pod %d>", d.Namespace, name, i+1)
-			kept = append(kept, &Pod{key: key, Namespace: d.Namespace, Name: key[len(d.Namespace)+1:], Workload: workload, ControlPlane: true,
+			kept = append(kept, &podindex.Pod{Namespace: d.Namespace, Name: key[len(d.Namespace)+1:], Workload: workload, ControlPlane: true,
 				TrustRootHash: hash, Meshed: true, Alive: true, Running: true, Created: s.Now,
-				ControlPlaneStart: &ControlPlaneStart{Started: s.Now, RestartedAt: d.RestartedAt}})
+				ControlPlaneStart: &podindex.ControlPlaneStart{Started: s.Now, RestartedAt: d.RestartedAt}})
 			if s.Issuer.Usable() {
 				// A new pod's proxy presents a certificate from the issuer identity signs with now.
 				chain := []*x509.Certificate{s.Issuer.Cert}
-				a.results[key] = ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain, key: chainKey(chain)}
+				a.results[key] = probe.ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain}
 			}
 		}
 		a.reading.Pods = kept

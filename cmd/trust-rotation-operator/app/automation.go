@@ -21,6 +21,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -407,7 +408,7 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 }
 
 // fill adds to the State what the automations the spec enables need.
-func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, step string, index *observe.PodIndex) {
+func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, step string, index *podindex.Index) {
 	observe.FromRotation(s, tar)
 	a.ensure(ctx, tar.Spec)
 	if tar.Spec.IdentityIssuerRenewal == v1alpha1.Automatic {
@@ -447,7 +448,7 @@ func (a *automation) fillCertificate(s *steps.State) {
 // from their own marks, not from their pods: between an evicted pod's removal and its
 // replacement's arrival in the pod cache a workload may have no pod at all, and it must still
 // count against the restart budget.
-func (a *automation) fillWorkloads(s *steps.State, all bool, index *observe.PodIndex, token string) {
+func (a *automation) fillWorkloads(s *steps.State, all bool, index *podindex.Index, token string) {
 	for _, l := range []*lazyInformer{a.deployments, a.statefulSets, a.daemonSets, a.namespaces, a.pdbs} {
 		if l == nil {
 			continue

@@ -1,4 +1,4 @@
-package observe
+package podindex
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ type Pod struct {
 	// Workload is "namespace/Kind/name" of the pod's restartable owner.
 	Workload string
 	// TemplateHash is the pod-template-hash label a Deployment's ReplicaSet gives its pods: the
-	// template the pod was made from (PodIndex.Replacing).
+	// template the pod was made from (Index.Replacing).
 	TemplateHash string
 	// TrustRootHash is the linkerd.io/trust-root-sha256 annotation.
 	TrustRootHash string
@@ -230,10 +230,10 @@ func TransformPod(obj any) (any, error) {
 	return slim, nil
 }
 
-// PodIndex keeps the meshed pods and the per-hash and per-workload counts the trust-bundle
+// Index keeps the meshed pods and the per-hash and per-workload counts the trust-bundle
 // convergence needs, updated per event, so that a reconcile reads counts instead of walking or
 // listing pods: the cost of the accounting grows with what changes, not with the mesh.
-type PodIndex struct {
+type Index struct {
 	mu   sync.RWMutex
 	pods map[string]*Pod
 	// byHash counts alive meshed non-control-plane pods per trust-root hash.
@@ -259,13 +259,13 @@ type PodIndex struct {
 	oldest oldestPod
 }
 
-// NewPodIndex returns an empty index. onChange, if set, sees every change.
-func NewPodIndex(onChange func(old, new *Pod)) *PodIndex {
-	return &PodIndex{pods: map[string]*Pod{}, byHash: map[string]int{}, workloads: map[string][]*Pod{},
+// New returns an empty index. onChange, if set, sees every change.
+func New(onChange func(old, new *Pod)) *Index {
+	return &Index{pods: map[string]*Pod{}, byHash: map[string]int{}, workloads: map[string][]*Pod{},
 		behind: map[string]int{}, onChange: onChange}
 }
 
-func (x *PodIndex) count(p *Pod, delta int) {
+func (x *Index) count(p *Pod, delta int) {
 	if p == nil || !p.Meshed || !p.Alive {
 		return
 	}
@@ -288,7 +288,7 @@ func (x *PodIndex) count(p *Pod, delta int) {
 }
 
 // removeFromWorkload removes p, the very pod counted, from its workload's pods.
-func (x *PodIndex) removeFromWorkload(p *Pod) {
+func (x *Index) removeFromWorkload(p *Pod) {
 	pods := x.workloads[p.Workload]
 	i := slices.Index(pods, p)
 	if i < 0 {
@@ -315,7 +315,7 @@ func addCount(m map[string]int, k string, delta int) {
 }
 
 // Upsert records a pod's current form.
-func (x *PodIndex) Upsert(p *Pod) {
+func (x *Index) Upsert(p *Pod) {
 	x.mu.Lock()
 	old := x.pods[p.Key()]
 	x.count(old, -1)
@@ -328,7 +328,7 @@ func (x *PodIndex) Upsert(p *Pod) {
 }
 
 // Delete forgets a pod.
-func (x *PodIndex) Delete(key string) {
+func (x *Index) Delete(key string) {
 	x.mu.Lock()
 	old := x.pods[key]
 	x.count(old, -1)
@@ -341,14 +341,14 @@ func (x *PodIndex) Delete(key string) {
 
 // Behind is the number of alive meshed data-plane pods on another trust-root hash than the one
 // TrustBundle was last asked about: zero once the trust bundle has converged.
-func (x *PodIndex) Behind() int {
+func (x *Index) Behind() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.behindPods
 }
 
 // Get returns a pod by key.
-func (x *PodIndex) Get(key string) (*Pod, bool) {
+func (x *Index) Get(key string) (*Pod, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	p, ok := x.pods[key]
@@ -356,7 +356,7 @@ func (x *PodIndex) Get(key string) (*Pod, bool) {
 }
 
 // Each calls fn for every alive meshed pod, under a read lock; fn must not call the index.
-func (x *PodIndex) Each(fn func(*Pod)) {
+func (x *Index) Each(fn func(*Pod)) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	for _, p := range x.pods {
@@ -371,7 +371,7 @@ func (x *PodIndex) Each(fn func(*Pod)) {
 // ReplicaSet is the Deployment's new one, and p's is scaled down as the new pods become ready.
 // A rollback makes pods from p's template again, newer still, and p is no longer on its way out.
 // The walk is over the workload's own pods.
-func (x *PodIndex) Replacing(p *Pod) bool {
+func (x *Index) Replacing(p *Pod) bool {
 	if p.TemplateHash == "" {
 		return false
 	}
@@ -387,7 +387,7 @@ func (x *PodIndex) Replacing(p *Pod) bool {
 }
 
 // MeshedPods is the number of alive meshed pods, control plane included.
-func (x *PodIndex) MeshedPods() int {
+func (x *Index) MeshedPods() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.meshed
@@ -395,7 +395,7 @@ func (x *PodIndex) MeshedPods() int {
 
 // eachPodOf calls fn for the alive meshed pods of the given workloads, in that order and each
 // workload's pods by name, until fn returns false. Called with x.mu held.
-func (x *PodIndex) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool) {
+func (x *Index) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool) {
 	for _, w := range workloads {
 		pods := slices.Clone(x.workloads[w.Workload])
 		slices.SortFunc(pods, func(a, b *Pod) int { return strings.Compare(a.Key(), b.Key()) })
@@ -407,10 +407,19 @@ func (x *PodIndex) eachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool
 	}
 }
 
+// EachPodOf is eachPodOf under the index's read lock, for the prober: its
+// CertTracker.Certificates names the pods behind among the index's pods of the workloads most
+// behind, as TrustBundle does. fn must not call the index.
+func (x *Index) EachPodOf(workloads []steps.WorkloadCount, fn func(*Pod) bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	x.eachPodOf(workloads, fn)
+}
+
 // FillControlPlane adds to the State's control-plane Deployments their alive pods from the
 // index: their names, sorted, how many run, and when each started and from which template
 // restart.
-func (x *PodIndex) FillControlPlane(s *steps.State) {
+func (x *Index) FillControlPlane(s *steps.State) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	for name, d := range s.ControlPlane {
@@ -437,14 +446,14 @@ func (x *PodIndex) FillControlPlane(s *steps.State) {
 }
 
 // behindLimit is how many workloads and pods a convergence lists by name.
-const behindLimit = 10
+const BehindLimit = 10
 
 // TrustBundle counts the alive meshed non-control-plane pods injected with the bundle of the
 // given hash. The counts are O(1); naming the workloads behind costs what is behind, not the
 // mesh: per-workload counts are kept per event for the hash last asked about (a new hash
 // rebuilds them once), the workloads behind are ranked, and only the pods of the first few are
 // read to name a few pods.
-func (x *PodIndex) TrustBundle(hash string) steps.Convergence {
+func (x *Index) TrustBundle(hash string) steps.Convergence {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if hash != x.want {
@@ -460,43 +469,43 @@ func (x *PodIndex) TrustBundle(hash string) steps.Convergence {
 	if c.Done() {
 		return c
 	}
-	c.Behind, c.BehindWorkloads = topWorkloads(x.behind)
+	c.Behind, c.BehindWorkloads = TopWorkloads(x.behind)
 	x.eachPodOf(c.Behind, func(p *Pod) bool {
 		if !p.ControlPlane && p.TrustRootHash != hash {
-			reason := fmt.Sprintf("trust-root-sha256 %s, want %s", shortHash(p.TrustRootHash), shortHash(hash))
+			reason := fmt.Sprintf("trust-root-sha256 %s, want %s", ShortHash(p.TrustRootHash), ShortHash(hash))
 			c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
 		}
-		return len(c.Pods) < behindLimit
+		return len(c.Pods) < BehindLimit
 	})
-	sortProblems(c.Pods)
+	SortProblems(c.Pods)
 	return c
 }
 
 // topWorkloads returns the behindLimit workloads with the most pods behind, in SortWorkloads'
 // order, and how many workloads are behind. It keeps the top ones as it goes rather than
 // sorting every workload: a reconcile during a rollout of 10,000 pods had 2,000 to sort.
-func topWorkloads(counts map[string]int) ([]steps.WorkloadCount, int) {
-	top := make([]steps.WorkloadCount, 0, behindLimit+1)
+func TopWorkloads(counts map[string]int) ([]steps.WorkloadCount, int) {
+	top := make([]steps.WorkloadCount, 0, BehindLimit+1)
 	before := func(a, b steps.WorkloadCount) bool {
 		return a.Pods > b.Pods || a.Pods == b.Pods && a.Workload < b.Workload
 	}
 	for w, n := range counts {
 		c := steps.WorkloadCount{Workload: w, Pods: n}
-		if len(top) == behindLimit && !before(c, top[behindLimit-1]) {
+		if len(top) == BehindLimit && !before(c, top[BehindLimit-1]) {
 			continue
 		}
 		i := sort.Search(len(top), func(i int) bool { return before(c, top[i]) })
 		top = append(top, steps.WorkloadCount{})
 		copy(top[i+1:], top[i:])
 		top[i] = c
-		if len(top) > behindLimit {
-			top = top[:behindLimit]
+		if len(top) > BehindLimit {
+			top = top[:BehindLimit]
 		}
 	}
 	return top, len(counts)
 }
 
-func sortProblems(ps []steps.PodProblem) {
+func SortProblems(ps []steps.PodProblem) {
 	sort.Slice(ps, func(i, j int) bool {
 		if ps[i].Namespace != ps[j].Namespace {
 			return ps[i].Namespace < ps[j].Namespace
@@ -505,9 +514,18 @@ func sortProblems(ps []steps.PodProblem) {
 	})
 }
 
-func shortHash(h string) string {
+func ShortHash(h string) string {
 	if h == "" {
 		return "(none)"
 	}
 	return steps.ShortFingerprint(h)
+}
+
+// BundleProblem says why a meshed non-control-plane pod has not converged on the trust bundle
+// of the given hash, or "" when it has. The wording is the operator's (Index.TrustBundle).
+func BundleProblem(p *Pod, hash string) string {
+	if p.TrustRootHash == hash {
+		return ""
+	}
+	return fmt.Sprintf("trust-root-sha256 %s, want %s", ShortHash(p.TrustRootHash), ShortHash(hash))
 }

@@ -1,4 +1,4 @@
-package observe
+package probe
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
 
 // tracked is what the CertTracker knows of one live pod incarnation (one UID): one map entry and
@@ -53,11 +54,11 @@ type issuerChain struct {
 // capped low so convergence is seen within seconds; otherwise a pod already observed off the
 // root's path is not probed again until the root changes or the rotation needs it.
 type CertTracker struct {
-	index       *PodIndex
+	index       *podindex.Index
 	dial        DialFunc
 	timeout     time.Duration
 	concurrency int
-	notify      func(*Pod)
+	notify      func(*podindex.Pod)
 	queue       *probeQueue
 
 	leafLifetime leafLifetime
@@ -128,7 +129,7 @@ const (
 
 // NewCertTracker returns a tracker over the index's pods. notify is called with the pod after a
 // probe of it changes what the tracker counts.
-func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout time.Duration, notify func(*Pod)) *CertTracker {
+func NewCertTracker(index *podindex.Index, dial DialFunc, concurrency int, timeout time.Duration, notify func(*podindex.Pod)) *CertTracker {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
@@ -147,10 +148,10 @@ func NewCertTracker(index *PodIndex, dial DialFunc, concurrency int, timeout tim
 	}
 }
 
-// PodChanged is the PodIndex's change hook, which must see every change from the index's
+// PodChanged is the podindex.Index's change hook, which must see every change from the index's
 // creation: it keeps the set of pods the tracker counts, forgets what it knew of a replaced or
 // deleted pod, and schedules a probe of a pod that started running.
-func (t *CertTracker) PodChanged(old, cur *Pod) {
+func (t *CertTracker) PodChanged(old, cur *podindex.Pod) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old != nil && (cur == nil || cur.UID != old.UID || !cur.Alive || !cur.Meshed) {
@@ -199,11 +200,19 @@ func (t *CertTracker) PodChanged(old, cur *Pod) {
 // rotation waits on exactly these pods, and a control-plane pod's certificate is what a step
 // waits on, so those are probed at once; otherwise nothing waits on the reading for a second.
 // Called with t.mu held.
-func (t *CertTracker) firstProbeDelay(p *Pod) time.Duration {
+func (t *CertTracker) firstProbeDelay(p *podindex.Pod) time.Duration {
 	if t.urgent || p.ControlPlane {
 		return 0
 	}
 	return probeFirstDelay
+}
+
+// addCount adds delta to m[k], dropping the key at zero so that len(m) counts the non-zero ones,
+// as the pod index keeps its counts per workload.
+func addCount(m map[string]int, k string, delta int) {
+	if m[k] += delta; m[k] == 0 {
+		delete(m, k)
+	}
 }
 
 // minPruneAt is the least number of interned issuer chains at which the tracker drops those no
@@ -241,7 +250,7 @@ func (t *CertTracker) SetActive(root *x509.Certificate, urgent bool) {
 		// their proxy refreshes when that is known: until then they present the chain just
 		// judged against the new root.
 		now := time.Now().UnixNano()
-		t.index.Each(func(p *Pod) {
+		t.index.Each(func(p *podindex.Pod) {
 			tp := t.live[p.UID]
 			if p.Running && (tp == nil || !tp.ok) {
 				l := laneSoon
@@ -296,7 +305,7 @@ func (t *CertTracker) Behind() int {
 // Certificates counts the alive meshed pods whose live certificate chain verifies to the root.
 // It counts pods that are there, each by its own incarnation's probe: never a pod that is gone,
 // nor a pod replaced under the same name by what its predecessor presented. Like
-// PodIndex.TrustBundle it reads counts kept per change, and names the pods whose chain was
+// podindex.Index.TrustBundle it reads counts kept per change, and names the pods whose chain was
 // rejected (ChainRejectedError), then pods of the few workloads most behind.
 func (t *CertTracker) Certificates() steps.Convergence {
 	t.mu.Lock()
@@ -305,18 +314,17 @@ func (t *CertTracker) Certificates() steps.Convergence {
 	if c.Done() {
 		return c
 	}
-	c.Behind, c.BehindWorkloads = topWorkloads(t.behind)
+	c.Behind, c.BehindWorkloads = podindex.TopWorkloads(t.behind)
 	c.Rejected = len(t.rejected)
 	for uid, key := range t.rejected {
 		ns, name, _ := strings.Cut(key, "/")
 		c.Pods = append(c.Pods, steps.PodProblem{Namespace: ns, Name: name, Reason: t.live[uid].result.err})
 	}
-	sortProblems(c.Pods)
-	c.Pods = c.Pods[:min(len(c.Pods), behindLimit)]
+	podindex.SortProblems(c.Pods)
+	c.Pods = c.Pods[:min(len(c.Pods), podindex.BehindLimit)]
 	rejected := len(c.Pods)
-	t.index.mu.RLock()
-	t.index.eachPodOf(c.Behind, func(p *Pod) bool {
-		if len(c.Pods) >= behindLimit {
+	t.index.EachPodOf(c.Behind, func(p *podindex.Pod) bool {
+		if len(c.Pods) >= podindex.BehindLimit {
 			return false
 		}
 		tp := t.live[p.UID]
@@ -339,10 +347,9 @@ func (t *CertTracker) Certificates() steps.Convergence {
 			reason = t.root.offPath(r.chain.issuer)
 		}
 		c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
-		return len(c.Pods) < behindLimit
+		return len(c.Pods) < podindex.BehindLimit
 	})
-	t.index.mu.RUnlock()
-	sortProblems(c.Pods[rejected:])
+	podindex.SortProblems(c.Pods[rejected:])
 	return c
 }
 
@@ -353,7 +360,7 @@ func (t *CertTracker) LiveChains() []steps.LiveChain {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var lc liveChains
-	t.index.Each(func(p *Pod) {
+	t.index.Each(func(p *podindex.Pod) {
 		if tp := t.live[p.UID]; tp != nil && tp.result.chain != nil {
 			lc.add(tp.result.chain.key, tp.result.chain.certs, p.Key())
 		}
@@ -422,7 +429,7 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 // default); leafBeforePodMargin covers the clocks of nodes. An identity configured with a larger
 // allowance makes fresh leaves look older than their pods: those pods are probed on the backoff,
 // as before refreshes were predicted, which costs probes and nothing else.
-func predictRefresh(p *Pod, leaf *x509.Certificate) time.Time {
+func predictRefresh(p *podindex.Pod, leaf *x509.Certificate) time.Time {
 	if leaf == nil || p.RefreshMax <= 0 {
 		return time.Time{}
 	}
@@ -440,7 +447,7 @@ const leafBeforePodMargin = 5 * time.Second
 // that has not converged, and reports whether what the convergence says of the pod changed.
 // refresh is when the proxy refreshes the certificate it presented (steps.NextRefresh); zero
 // when unknown.
-func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certificate, refresh time.Time, err error) (changed bool) {
+func (t *CertTracker) record(ctx context.Context, p *podindex.Pod, certs []*x509.Certificate, refresh time.Time, err error) (changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tp := t.live[p.UID]
@@ -510,7 +517,7 @@ func (t *CertTracker) record(ctx context.Context, p *Pod, certs []*x509.Certific
 // polled, and a failed probe backs off to probeRelaxedCap, unless the pod is starting: its
 // proxy may still be obtaining its certificate, and the counts wait on exactly that reading.
 // Called with t.mu held.
-func (t *CertTracker) retry(p *Pod, r *probeResult, refresh time.Time, err error) {
+func (t *CertTracker) retry(p *podindex.Pod, r *probeResult, refresh time.Time, err error) {
 	if !t.urgent && err == nil {
 		return
 	}
@@ -550,7 +557,7 @@ func (t *CertTracker) retry(p *Pod, r *probeResult, refresh time.Time, err error
 // rotation just Synced published a count still converging for as long. Retried as while
 // urgent, a new pod is counted within a second of its certificate, for at most a few dozen
 // handshakes per new pod whose proxy has none: a cost per change, not per pod of the mesh.
-func starting(p *Pod, now time.Time) bool {
+func starting(p *podindex.Pod, now time.Time) bool {
 	minRefresh := p.RefreshMin
 	if minRefresh <= 0 {
 		minRefresh = steps.DefaultMinRefresh
@@ -564,12 +571,12 @@ const probeStartingWindow = 3
 
 // skipReread reports whether the probe of p now due would re-read, before its proxy's predicted
 // refresh, a chain off the root's path (the refresh cap of retry) while p's Deployment rolls out
-// a newer template (PodIndex.Replacing). Such a pod is on its way out and its replacement is
+// a newer template (podindex.Index.Replacing). Such a pod is on its way out and its replacement is
 // probed as it starts; the handshake would read the chain read last. Over the 10,000-pod bench's
 // rotation, about 12,000 of the 42,000 chains read were such re-reads. The next re-read is
 // scheduled as if this one had read the same chain: a rollout that stalls or is rolled back
 // meanwhile leaves the pod read again at the next cap.
-func (t *CertTracker) skipReread(p *Pod) bool {
+func (t *CertTracker) skipReread(p *podindex.Pod) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tp := t.live[p.UID]
