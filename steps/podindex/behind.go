@@ -6,10 +6,14 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 )
 
-// behindLimit is how many workloads and pods a convergence lists by name.
+// How a convergence names what is behind. The trust bundle's (Index.TrustBundle) and the live
+// certificates' (steps/probe: CertTracker.Certificates, CertificateCheck) name it alike, which
+// is why these are exported.
+
+// BehindLimit is how many workloads and pods a convergence lists by name.
 const BehindLimit = 10
 
-// topWorkloads returns the behindLimit workloads with the most pods behind, in SortWorkloads'
+// TopWorkloads returns the BehindLimit workloads with the most pods behind, in SortWorkloads'
 // order, and how many workloads are behind. It keeps the top ones as it goes rather than
 // sorting every workload: a reconcile during a rollout of 10,000 pods had 2,000 to sort.
 func TopWorkloads(counts map[string]int) ([]steps.WorkloadCount, int) {
@@ -33,6 +37,7 @@ func TopWorkloads(counts map[string]int) ([]steps.WorkloadCount, int) {
 	return top, len(counts)
 }
 
+// SortProblems sorts the pods a convergence names by namespace, then name.
 func SortProblems(ps []steps.PodProblem) {
 	sort.Slice(ps, func(i, j int) bool {
 		if ps[i].Namespace != ps[j].Namespace {
@@ -42,6 +47,8 @@ func SortProblems(ps []steps.PodProblem) {
 	})
 }
 
+// ShortHash is how a convergence shows a trust-root hash or a certificate's fingerprint: its
+// short form (steps.ShortFingerprint), "(none)" when there is none.
 func ShortHash(h string) string {
 	if h == "" {
 		return "(none)"
