@@ -19,7 +19,7 @@ go build -o "$root/bin/" ./cmd/trust-rotation-operator ./cmd/linkerd-trust
 go build -o "$root/bin/bench-rotation" ./test/cmd/bench
 
 echo "== go test -bench: per-event convergence accounting and bundle rendering"
-go test -run '^$' -bench . -benchmem ./steps/ ./steps/observe/ | grep -E '^(Benchmark|cpu:)'
+go test -run '^$' -bench . -benchmem ./steps/ ./steps/podindex/ ./steps/probe/ | grep -E '^(Benchmark|cpu:)'
 
 echo "== machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 "$root/bin/bench-rotation" --operator "$root/bin/trust-rotation-operator" --cli "$root/bin/linkerd-trust" \

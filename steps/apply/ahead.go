@@ -10,6 +10,8 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
+	"github.com/linkerd/trust-rotation/steps/probe"
 )
 
 // Ahead carries a plan forward: it is the simulated steps.Writer, which hands every write to a
@@ -30,14 +32,14 @@ type Ahead struct {
 	RenewIssuer func(s *steps.State) (*x509.Certificate, error)
 
 	reading *observe.Reading
-	results map[string]observe.ProbeResult
+	results map[string]probe.ProbeResult
 	// certsRenewed: every meshed pod presents a certificate from the issuer (assumed).
 	certsRenewed bool
 }
 
 // NewAhead returns the simulation of a plan from the reading and the probe results, which it
 // copies: the reading itself is left as observed. recorder records the writes.
-func NewAhead(recorder steps.Writer, r *observe.Reading, results map[string]observe.ProbeResult) *Ahead {
+func NewAhead(recorder steps.Writer, r *observe.Reading, results map[string]probe.ProbeResult) *Ahead {
 	s := *r.State
 	s.ControlPlane = maps.Clone(r.State.ControlPlane)
 	if r.State.Workloads != nil {
@@ -47,7 +49,7 @@ func NewAhead(recorder steps.Writer, r *observe.Reading, results map[string]obse
 			s.Workloads[k] = &c
 		}
 	}
-	pods := make([]*observe.Pod, len(r.Pods))
+	pods := make([]*podindex.Pod, len(r.Pods))
 	for i, p := range r.Pods {
 		c := *p
 		pods[i] = &c
@@ -76,12 +78,12 @@ func (a *Ahead) recount() {
 		chain := []*x509.Certificate{s.Issuer.Cert}
 		for _, p := range a.reading.Pods {
 			if p.Meshed && p.Alive {
-				a.results[p.Key()] = observe.ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain}
+				a.results[p.Key()] = probe.ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain}
 			}
 		}
 	}
-	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(a.reading.Pods, a.results)
-	s.LiveChains = observe.LiveChains(a.reading.Pods, a.results)
+	s.Certificates = probe.NewCertificateCheck(s.CertificateRoot()).Convergence(a.reading.Pods, a.results)
+	s.LiveChains = probe.LiveChains(a.reading.Pods, a.results)
 }
 
 func (a *Ahead) WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error {
@@ -268,7 +270,7 @@ func (a *Ahead) controlPlaneRolledOut() {
 			continue
 		}
 		workload := d.Namespace + "/Deployment/" + name
-		var kept []*observe.Pod
+		var kept []*podindex.Pod
 		for _, p := range a.reading.Pods {
 			if p.Workload != workload || !p.ControlPlane {
 				kept = append(kept, p)
@@ -276,13 +278,13 @@ func (a *Ahead) controlPlaneRolledOut() {
 		}
 		for i := range int(d.Replicas) {
 			key := fmt.Sprintf("%s/%s-<new pod %d>", d.Namespace, name, i+1)
-			kept = append(kept, &observe.Pod{Namespace: d.Namespace, Name: key[len(d.Namespace)+1:], Workload: workload, ControlPlane: true,
+			kept = append(kept, &podindex.Pod{Namespace: d.Namespace, Name: key[len(d.Namespace)+1:], Workload: workload, ControlPlane: true,
 				TrustRootHash: hash, Meshed: true, Alive: true, Running: true, Created: s.Now,
-				ControlPlaneStart: &observe.ControlPlaneStart{Started: s.Now, RestartedAt: d.RestartedAt}})
+				ControlPlaneStart: &podindex.ControlPlaneStart{Started: s.Now, RestartedAt: d.RestartedAt}})
 			if s.Issuer.Usable() {
 				// A new pod's proxy presents a certificate from the issuer identity signs with now.
 				chain := []*x509.Certificate{s.Issuer.Cert}
-				a.results[key] = observe.ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain}
+				a.results[key] = probe.ProbeResult{Issuer: steps.Fingerprint(s.Issuer.Cert), Chain: chain}
 			}
 		}
 		a.reading.Pods = kept

@@ -184,7 +184,7 @@ func restClient(cfg *rest.Config, httpClient *http.Client, limiter flowcontrol.R
 }
 
 // CoreClientFor returns a client of the core group that decodes with ns: for a reader that
-// decodes a kind into a type of its own (observe.WirePod). It shares the connection and the rate
+// decodes a kind into a type of its own (podindex.WirePod). It shares the connection and the rate
 // limiter of the other Kubernetes clients.
 func (c *Clients) CoreClientFor(ns runtime.NegotiatedSerializer) (rest.Interface, error) {
 	return restClient(c.cfg, c.httpClient, c.kubeLimiter, corev1.SchemeGroupVersion, "/api", ns)

@@ -1,7 +1,3 @@
-// Package observe turns cluster objects into the rotation's steps.State: converters shared by
-// the operator (fed by informers) and the CLI (fed by one round of reads), the meshed-pod
-// index that counts trust-bundle convergence per event, and the prober that reads each
-// proxy's live certificate.
 package observe
 
 import (

@@ -10,6 +10,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -18,7 +19,7 @@ import (
 type Reading struct {
 	State *steps.State
 	// Pods are the meshed pods (control plane included), in the order the apiserver listed them.
-	Pods []*Pod
+	Pods []*podindex.Pod
 }
 
 // Read builds a Reading with one GET per PKI object and control-plane Deployment and one LIST
@@ -27,8 +28,8 @@ type Reading struct {
 // r (see PKIReader: no private key is read); status is the TrustAnchorRotation's (nil when there
 // is none), whose previousAnchorFingerprint names the previous anchor. The trust-bundle
 // convergence is counted against the desired bundle, as the operator counts it;
-// State.Certificates is left empty: it needs live probes (see ProbeAll and
-// CertificateCheck).
+// State.Certificates is left empty: it needs live probes (see probe.ProbeAll and
+// probe.CertificateCheck).
 //
 // A missing object is not an error (the State says it is missing), nor is a Secret the user may
 // not read (the Source says so, see Forbidden); any other failed read is.
@@ -39,7 +40,7 @@ func Read(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotation
 // ReadFeeding is Read handing each page of meshed pods to feed (when not nil) as soon as it is
 // listed: a command probes the first pods while the apiserver lists the rest (ten thousand pods
 // take most of a second to list).
-func ReadFeeding(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotationStatus, now time.Time, feed func(page []*Pod)) (*Reading, error) {
+func ReadFeeding(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorRotationStatus, now time.Time, feed func(page []*podindex.Pod)) (*Reading, error) {
 	cfg, kube := r.Config, r.Kube
 	s := &steps.State{Config: cfg, Now: now, ControlPlane: map[string]steps.Deployment{}}
 	var err error
@@ -120,22 +121,22 @@ func (s *Reading) Unreadable() []string {
 
 // ListMeshedPods lists the meshed pods of every namespace (label linkerd.io/control-plane-ns) in
 // pages, in their slim form, handing each page to feed (when not nil) before asking for the next.
-func ListMeshedPods(ctx context.Context, kube kube.Interface, cfg steps.Config, feed func(page []*Pod)) ([]*Pod, error) {
-	lw, err := MeshedPodsListWatch(kube)
+func ListMeshedPods(ctx context.Context, kube kube.Interface, cfg steps.Config, feed func(page []*podindex.Pod)) ([]*podindex.Pod, error) {
+	lw, err := podindex.MeshedPodsListWatch(kube)
 	if err != nil {
 		return nil, err
 	}
-	var out []*Pod
+	var out []*podindex.Pod
 	opts := metav1.ListOptions{Limit: 500}
 	for {
 		obj, err := lw.ListWithContext(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("listing meshed pods (label %s): %w", MeshedPodSelector, err)
+			return nil, fmt.Errorf("listing meshed pods (label %s): %w", podindex.MeshedPodSelector, err)
 		}
-		list := obj.(*WirePodList)
+		list := obj.(*podindex.WirePodList)
 		first := len(out)
 		for i := range list.Items {
-			out = append(out, SlimPod(cfg, &list.Items[i].Pod))
+			out = append(out, podindex.SlimPod(cfg, &list.Items[i].Pod))
 		}
 		if feed != nil {
 			feed(out[first:len(out):len(out)])
@@ -147,9 +148,9 @@ func ListMeshedPods(ctx context.Context, kube kube.Interface, cfg steps.Config, 
 	}
 }
 
-// IndexOf returns a PodIndex holding pods.
-func IndexOf(pods []*Pod) *PodIndex {
-	x := NewPodIndex(nil)
+// IndexOf returns a podindex.Index holding pods.
+func IndexOf(pods []*podindex.Pod) *podindex.Index {
+	x := podindex.New(nil)
 	for _, p := range pods {
 		x.Upsert(p)
 	}

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
+	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -14,7 +16,7 @@ import (
 // transforms and RBAC belong to the operator) hold the objects; a snapshot reads them through
 // Caches with the converters Read uses for the CLI's GETs (SourceFromSecret,
 // BundleFromConfigMap, DeploymentFrom), counts the trust-bundle convergence on the same
-// PodIndex, and takes the live certificates from the CertTracker.
+// podindex.Index, and takes the live certificates from the probe.CertTracker.
 
 // Caches are the operator's informer caches of the PKI objects and the control plane, as a
 // snapshot reads them: each getter returns the cached object, nil when there is none.
@@ -39,8 +41,8 @@ type Snapshotter struct {
 	Steps  *steps.Ordered
 	Caches Caches
 	// Index is the pod informer's store; Certs probes the pods it holds.
-	Index *PodIndex
-	Certs *CertTracker
+	Index *podindex.Index
+	Certs *probe.CertTracker
 
 	// parsed keeps what snapshot parsed of the Secrets and the bundle until they change.
 	parsed parsedSources

@@ -4,6 +4,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -36,7 +37,7 @@ type AutomationCaches interface {
 
 // FillAutomations adds to the State what the automations the spec enables need. all is true
 // outside an idle step: automatic restarts then look at every meshed workload.
-func FillAutomations(s *steps.State, caches AutomationCaches, tar *v1alpha1.TrustAnchorRotation, step string, all bool, index *PodIndex) {
+func FillAutomations(s *steps.State, caches AutomationCaches, tar *v1alpha1.TrustAnchorRotation, step string, all bool, index *podindex.Index) {
 	FromRotation(s, tar)
 	if tar.Spec.IdentityIssuerRenewal == v1alpha1.Automatic {
 		fillCertificate(s, caches)
@@ -62,7 +63,7 @@ func fillCertificate(s *steps.State, caches AutomationCaches) {
 // from their own marks, not from their pods: between an evicted pod's removal and its
 // replacement's arrival in the pod cache a workload may have no pod at all, and it must still
 // count against the restart budget.
-func FillWorkloads(s *steps.State, caches AutomationCaches, all bool, index *PodIndex, token string) {
+func FillWorkloads(s *steps.State, caches AutomationCaches, all bool, index *podindex.Index, token string) {
 	if why := caches.WorkloadsProblem(); why != "" {
 		s.WorkloadsProblem = why
 		return

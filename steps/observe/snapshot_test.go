@@ -16,6 +16,8 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube/clientset"
+	"github.com/linkerd/trust-rotation/steps/podindex"
+	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -89,11 +91,11 @@ func TestSnapshotReadsAsTheCLIReads(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	index := NewPodIndex(nil)
+	index := podindex.New(nil)
 	for _, p := range pods {
-		index.Upsert(SlimPod(cfg, p))
+		index.Upsert(podindex.SlimPod(cfg, p))
 	}
-	snap := &Snapshotter{Config: cfg, Caches: caches, Index: index, Certs: NewCertTracker(index, nil, 1, time.Second, nil)}
+	snap := &Snapshotter{Config: cfg, Caches: caches, Index: index, Certs: probe.NewCertTracker(index, nil, 1, time.Second, nil)}
 	got, err := snap.Snapshot(now, "", &v1alpha1.TrustAnchorRotation{})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -107,9 +108,9 @@ func WorkloadOf(s *steps.State, key string) *steps.Workload {
 // the index, with their pods, how many run or terminate, and which were not injected with the
 // desired trust bundle; and the workloads whose live certificates are behind
 // (s.Certificates.Behind).
-func AddMeshedWorkloads(s *steps.State, index *PodIndex) {
+func AddMeshedWorkloads(s *steps.State, index *podindex.Index) {
 	hash := steps.BundleHash(s.DesiredBundle())
-	index.Each(func(p *Pod) {
+	index.Each(func(p *podindex.Pod) {
 		if p.ControlPlane {
 			return
 		}
@@ -375,7 +376,7 @@ func (l *WorkloadList) PodDisruptionBudgets(namespace string) []*policyv1.PodDis
 // carrying the refresh override; with all (a rotation under way), every workload of a meshed
 // pod, those whose live certificates are behind, and those carrying token (the step's act
 // restarted or evicted them); each described from its object.
-func (l *WorkloadList) Fill(s *steps.State, index *PodIndex, all bool, token string) {
+func (l *WorkloadList) Fill(s *steps.State, index *podindex.Index, all bool, token string) {
 	s.Workloads = map[string]*steps.Workload{}
 	for key, obj := range l.workloads {
 		ann := map[string]string{}

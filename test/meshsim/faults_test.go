@@ -18,7 +18,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 )
 
@@ -100,7 +100,7 @@ func TestProxyFaults(t *testing.T) {
 
 // TestImpostorChainsAreRejectedByTheProbe: a proxy whose admin port presents another identity's
 // live chain (with that proxy's key), or its own chain without its key, is rejected by the
-// operator's own probe (observe.ReadChain) as what it is; healthy, the same proxy is read.
+// operator's own probe (probe.ReadChain) as what it is; healthy, the same proxy is read.
 func TestImpostorChainsAreRejectedByTheProbe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -140,9 +140,9 @@ func TestImpostorChainsAreRejectedByTheProbe(t *testing.T) {
 	web := certified("web-1", webID)
 	certified("vote-1", voteID)
 	a := &adminServer{ctx: ctx}
-	// probe reads web's admin port with the operator's probe, the connection served as the
+	// probeWeb reads web's admin port with the operator's probe, the connection served as the
 	// admin server serves it: faults first, then the proxy's own TLS.
-	probe := func() ([]*x509.Certificate, error) {
+	probeWeb := func() ([]*x509.Certificate, error) {
 		dial := func(context.Context, string, string) (net.Conn, error) {
 			s, c := net.Pipe()
 			go func() {
@@ -153,9 +153,9 @@ func TestImpostorChainsAreRejectedByTheProbe(t *testing.T) {
 			}()
 			return c, nil
 		}
-		return observe.ReadChain(ctx, dial, "10.0.0.1:4191", webID, 10*time.Second)
+		return probe.ReadChain(ctx, dial, "10.0.0.1:4191", webID, 10*time.Second)
 	}
-	if chain, err := probe(); err != nil || len(chain) == 0 || chain[0].DNSNames[0] != webID {
+	if chain, err := probeWeb(); err != nil || len(chain) == 0 || chain[0].DNSNames[0] != webID {
 		t.Fatalf("healthy proxy: chain %v, err %v; want its own chain", chain, err)
 	}
 	for _, c := range []struct {
@@ -167,8 +167,8 @@ func TestImpostorChainsAreRejectedByTheProbe(t *testing.T) {
 		{ProxyFaultUnprovenChain, true, "presents a certificate for " + webID + " without proving it holds its key"},
 	} {
 		m.SetProxyFault(web.pod.UID, c.fault)
-		chain, err := probe()
-		var rejected *observe.ChainRejectedError
+		chain, err := probeWeb()
+		var rejected *probe.ChainRejectedError
 		if !errors.As(err, &rejected) || (rejected.Proof != nil) != c.proof || !strings.Contains(err.Error(), c.want) || chain != nil {
 			t.Errorf("%s: chain %d certificates, err %v; want a rejection: %q", c.fault, len(chain), err, c.want)
 		}

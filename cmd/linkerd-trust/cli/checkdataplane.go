@@ -11,6 +11,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -43,7 +44,7 @@ func (c *checks) dataPlaneBundle(ctx context.Context) error {
 			continue
 		}
 		total++
-		if why := observe.BundleProblem(p, hash); why != "" {
+		if why := podindex.BundleProblem(p, hash); why != "" {
 			behind = append(behind, fmt.Sprintf("pod %s: %s", p.Key(), why))
 		}
 	}

@@ -39,7 +39,7 @@ type Env struct {
 	// after wait-for-identity-issuer; nil means one signed with the stand-in anchor's key (see
 	// synthesiseIssuer).
 	NewIssuer issuerSynthesiser
-	// Probe probes pods' live certificates; nil means observe.ProbeAll over the dialer the
+	// Probe probes pods' live certificates; nil means probe.ProbeAll over the dialer the
 	// flags choose.
 	Probe prober
 	// Rotation returns the steps plan walks, writing to w; nil means steps.Rotation.

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
-	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -32,7 +32,7 @@ func nextRotationLine(n *v1alpha1.NextRotation, now time.Time) string {
 // deadlineInputs is what the deadline reads of the pods this command listed: the oldest meshed
 // pod outside the control plane. The workload certificates' lifetime is left to Linkerd's
 // default: the probes here keep chains, not leaves.
-func deadlineInputs(pods []*observe.Pod) steps.DeadlineInputs {
+func deadlineInputs(pods []*podindex.Pod) steps.DeadlineInputs {
 	var in steps.DeadlineInputs
 	for _, p := range pods {
 		if p.Meshed && p.Alive && !p.ControlPlane && !p.Created.IsZero() && (in.OldestMeshedPod.IsZero() || p.Created.Before(in.OldestMeshedPod)) {

@@ -35,6 +35,8 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
+	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -141,7 +143,7 @@ type fixture struct {
 	// discovery lists the served API groups; tests remove entries to simulate missing CRDs.
 	discovery []*metav1.APIResourceList
 	// probes are the live-certificate probe results by pod key; a missing pod is unreachable.
-	probes map[string]observe.ProbeResult
+	probes map[string]probe.ProbeResult
 	// forbid are resources ("secrets") every request for is answered Forbidden, as RBAC does
 	// for a user without access to them.
 	forbid []string
@@ -154,7 +156,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{t: t, rotations: fakeRotations{}, probes: map[string]observe.ProbeResult{}}
+	f := &fixture{t: t, rotations: fakeRotations{}, probes: map[string]probe.ProbeResult{}}
 	f.discovery = []*metav1.APIResourceList{
 		{GroupVersion: "cert-manager.io/v1", APIResources: []metav1.APIResource{{Name: "certificates"}, {Name: "issuers"}, {Name: "clusterissuers"}}},
 		{GroupVersion: "trust.linkerd.io/v1alpha1", APIResources: []metav1.APIResource{{Name: "trustanchorrotations"}}},
@@ -245,7 +247,7 @@ func (f *fixture) addPod(ns, name, deploy, component, hash, ip string) {
 	}
 	f.kube = append(f.kube, pod)
 	issuer := cert(f.t, "issuer-old")
-	f.probes[ns+"/"+name] = observe.ProbeResult{Issuer: steps.Fingerprint(issuer), Chain: []*x509.Certificate{issuer}}
+	f.probes[ns+"/"+name] = probe.ProbeResult{Issuer: steps.Fingerprint(issuer), Chain: []*x509.Certificate{issuer}}
 }
 
 // issue does what cert-manager does when it issues the Certificate ns/name (whose Secret has
@@ -394,15 +396,15 @@ func (f *fixture) env(out, errOut *bytes.Buffer) *Env {
 		NewIssuer: func(*x509.Certificate, *x509.Certificate, crypto.Signer, time.Time) (*x509.Certificate, error) {
 			return cert(f.t, "issuer-new"), nil
 		},
-		Probe: func(_ context.Context, pods []*observe.Pod, progress func(int, int)) map[string]observe.ProbeResult {
-			out := map[string]observe.ProbeResult{}
+		Probe: func(_ context.Context, pods []*podindex.Pod, progress func(int, int)) map[string]probe.ProbeResult {
+			out := map[string]probe.ProbeResult{}
 			for _, p := range pods {
-				if !observe.Probeable(p) {
+				if !probe.Probeable(p) {
 					continue
 				}
 				r, ok := f.probes[p.Key()]
 				if !ok {
-					r = observe.ProbeResult{Err: errors.New("dial tcp " + p.IP + ":4191: connect: connection refused")}
+					r = probe.ProbeResult{Err: errors.New("dial tcp " + p.IP + ":4191: connect: connection refused")}
 				}
 				out[p.Key()] = r
 			}
@@ -447,10 +449,10 @@ func (f *fixture) midRotation() {
 // its identity but without its key.
 func rejectedChains(f *fixture) {
 	f.midRotation()
-	f.probes["linkerd/linkerd-identity-5d8f9c7b6-aaaaa"] = observe.ProbeResult{Err: &observe.ChainRejectedError{
+	f.probes["linkerd/linkerd-identity-5d8f9c7b6-aaaaa"] = probe.ProbeResult{Err: &probe.ChainRejectedError{
 		Expected:  "linkerd-identity.linkerd.serviceaccount.identity.linkerd.cluster.local",
 		Presented: []string{"web.emojivoto.serviceaccount.identity.linkerd.cluster.local"}}}
-	f.probes["emojivoto/web-7c9d8f6b5-qx2lp"] = observe.ProbeResult{Err: &observe.ChainRejectedError{
+	f.probes["emojivoto/web-7c9d8f6b5-qx2lp"] = probe.ProbeResult{Err: &probe.ChainRejectedError{
 		Expected:  "web.emojivoto.serviceaccount.identity.linkerd.cluster.local",
 		Presented: []string{"web.emojivoto.serviceaccount.identity.linkerd.cluster.local"},
 		Proof:     errors.New("tls: invalid signature by the server certificate: ECDSA verification failure")}}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
+	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -217,7 +219,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	check := observe.NewCertificateCheck(s.CertificateRoot())
+	check := probe.NewCertificateCheck(s.CertificateRoot())
 	certs := check.Convergence(reading.Pods, results)
 	in.Live.WorkloadCertificates = count{certs.Converged, certs.Target, certs.NotProbed}
 	for _, p := range certs.Pods[:min(certs.Rejected, len(certs.Pods))] {
@@ -243,11 +245,11 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		}
 		var problems []string
 		if hash != "" {
-			if why := observe.BundleProblem(p, hash); why != "" {
+			if why := podindex.BundleProblem(p, hash); why != "" {
 				problems = append(problems, why)
 			}
 		}
-		var r *observe.ProbeResult
+		var r *probe.ProbeResult
 		if got, ok := results[p.Key()]; ok {
 			r = &got
 		}
@@ -271,7 +273,7 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 }
 
 // workloadName drops the namespace from the pod's "namespace/Kind/name" workload.
-func workloadName(p *observe.Pod) string {
+func workloadName(p *podindex.Pod) string {
 	return strings.TrimPrefix(p.Workload, p.Namespace+"/")
 }
 

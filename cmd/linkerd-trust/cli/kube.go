@@ -114,7 +114,7 @@ type Clients struct {
 	// Secret in namespace; nil: observe.RemoteClient (tests use a fake).
 	Remote func(ctx context.Context, namespace string, t observe.RemoteTarget) (observe.RotationGetter, error)
 	// Reader, when set, reads the cluster through the operator's own clients, which decode
-	// meshed pods off the wire (observe.WirePod), at a quarter of a full decode's CPU
+	// meshed pods off the wire (podindex.WirePod), at a quarter of a full decode's CPU
 	// (BenchmarkPodDecode). Nil: reads go through Kube (tests use a fake).
 	Reader stepskube.Interface
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps/apply"
 	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -233,8 +234,8 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			cfg.CertManagerNamespace, cfg.AnchorSecret, steps.ShortFingerprint(steps.Fingerprint(renewed))))
 	}
 	results := probes.wait(reading.Pods)
-	s.Certificates = observe.NewCertificateCheck(s.CertificateRoot()).Convergence(reading.Pods, results)
-	s.LiveChains = observe.LiveChains(reading.Pods, results)
+	s.Certificates = probe.NewCertificateCheck(s.CertificateRoot()).Convergence(reading.Pods, results)
+	s.LiveChains = probe.LiveChains(reading.Pods, results)
 	// The linked clusters, read as the operator reads them, with its credentials: the remote
 	// gates below wait on them.
 	linked, err := linkedClusters(ctx, cl, kf, tar.Spec.RemoteClusters, s.Now)

@@ -19,7 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport/spdy"
 
-	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
+	"github.com/linkerd/trust-rotation/steps/probe"
 )
 
 // portForwardProtocol is the apiserver's port-forward subprotocol (client-go tools/portforward).
@@ -51,7 +52,7 @@ func (p *probeFlags) validate() error {
 }
 
 // prober probes the live certificates of pods; progress, when set, is called after each probe.
-type prober func(ctx context.Context, pods []*observe.Pod, progress func(done, total int)) map[string]observe.ProbeResult
+type prober func(ctx context.Context, pods []*podindex.Pod, progress func(done, total int)) map[string]probe.ProbeResult
 
 // liveProbes probes the live certificates of meshed pods as the pod list's pages arrive
 // (observe.ReadFeeding): with ten thousand pods, the list takes most of a second that the
@@ -59,7 +60,7 @@ type prober func(ctx context.Context, pods []*observe.Pod, progress func(done, t
 type liveProbes struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
-	probes   *observe.Probes    // nil with env.Probe (tests), which probes in wait
+	probes   *probe.Probes      // nil with env.Probe (tests), which probes in wait
 	forward  *portForwardDialer // with --port-forward
 	test     prober
 	progress func(done, total int)
@@ -74,7 +75,7 @@ func (e *Env) startProbes(ctx context.Context, cl *Clients, pf *probeFlags, prog
 	if e.Probe != nil {
 		return lp, nil
 	}
-	var dial observe.DialFunc
+	var dial probe.DialFunc
 	if pf.portForward {
 		if cl.REST == nil {
 			cancel()
@@ -88,7 +89,7 @@ func (e *Env) startProbes(ctx context.Context, cl *Clients, pf *probeFlags, prog
 		lp.forward, dial = d, d.dial
 	}
 	var done atomic.Int64
-	lp.probes = observe.StartProbes(ctx, dial, pf.concurrency, pf.timeout, func(*observe.Pod, observe.ProbeResult) {
+	lp.probes = probe.StartProbes(ctx, dial, pf.concurrency, pf.timeout, func(*podindex.Pod, probe.ProbeResult) {
 		n := done.Add(1)
 		if progress != nil {
 			progress(int(n), int(lp.total.Load()))
@@ -98,12 +99,12 @@ func (e *Env) startProbes(ctx context.Context, cl *Clients, pf *probeFlags, prog
 }
 
 // feed hands a page of listed pods to the probes.
-func (lp *liveProbes) feed(page []*observe.Pod) {
+func (lp *liveProbes) feed(page []*podindex.Pod) {
 	if lp.probes == nil {
 		return
 	}
 	for _, p := range page {
-		if observe.Probeable(p) {
+		if probe.Probeable(p) {
 			lp.total.Add(1)
 		}
 	}
@@ -114,7 +115,7 @@ func (lp *liveProbes) feed(page []*observe.Pod) {
 }
 
 // wait returns the results of the probes of every pod fed; pods are all of them, for env.Probe.
-func (lp *liveProbes) wait(pods []*observe.Pod) map[string]observe.ProbeResult {
+func (lp *liveProbes) wait(pods []*podindex.Pod) map[string]probe.ProbeResult {
 	defer lp.cancel()
 	if lp.test != nil {
 		return lp.test(lp.ctx, pods, lp.progress)
@@ -140,7 +141,7 @@ type portForwardDialer struct {
 	kube      kubernetes.Interface
 
 	mu   sync.Mutex
-	byIP map[string]*observe.Pod
+	byIP map[string]*podindex.Pod
 }
 
 func newPortForwardDialer(cfg *rest.Config) (*portForwardDialer, error) {
@@ -152,11 +153,11 @@ func newPortForwardDialer(cfg *rest.Config) (*portForwardDialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &portForwardDialer{transport: transport, upgrader: upgrader, kube: kube, byIP: map[string]*observe.Pod{}}, nil
+	return &portForwardDialer{transport: transport, upgrader: upgrader, kube: kube, byIP: map[string]*podindex.Pod{}}, nil
 }
 
 // learn records the IPs of pods.
-func (d *portForwardDialer) learn(pods []*observe.Pod) {
+func (d *portForwardDialer) learn(pods []*podindex.Pod) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, p := range pods {

@@ -18,6 +18,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -178,7 +179,7 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 
 // fill adds to the State what the automations the spec enables need, from the informers it
 // starts for them (observe.FillAutomations reads them through the automation's getters).
-func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, rot *steps.Ordered, step string, index *observe.PodIndex) {
+func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, rot *steps.Ordered, step string, index *podindex.Index) {
 	a.ensure(ctx, tar.Spec)
 	// At an idle step automatic restarts need to know only the workloads that still carry
 	// the refresh override; during a rotation they look at every meshed workload (the

@@ -21,6 +21,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -103,7 +104,7 @@ func TestEvictedWorkloadWithoutPodsStaysInTheState(t *testing.T) {
 		}
 	}
 	s := &steps.State{Spec: spec}
-	observe.FillWorkloads(s, a, true, observe.NewPodIndex(nil), "T")
+	observe.FillWorkloads(s, a, true, podindex.New(nil), "T")
 	if s.WorkloadsProblem != "" {
 		t.Fatal(s.WorkloadsProblem)
 	}
@@ -155,9 +156,9 @@ func TestRestartNamespacesWatchOnlyThere(t *testing.T) {
 			t.Fatalf("%s did not sync: %s", l.what, why)
 		}
 	}
-	index := observe.NewPodIndex(nil)
+	index := podindex.New(nil)
 	for _, ns := range []string{"a", "b"} {
-		index.Upsert(&observe.Pod{Namespace: ns, Name: "web-1", UID: ns, Workload: ns + "/Deployment/web", Meshed: true, Alive: true, Running: true, TrustRootHash: "old"})
+		index.Upsert(&podindex.Pod{Namespace: ns, Name: "web-1", UID: ns, Workload: ns + "/Deployment/web", Meshed: true, Alive: true, Running: true, TrustRootHash: "old"})
 	}
 	s := &steps.State{Spec: spec}
 	observe.FillWorkloads(s, a, true, index, "T")
@@ -186,7 +187,7 @@ func TestForbiddenClusterWideListIsExplained(t *testing.T) {
 	var last string
 	err := utilwait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
 		s := &steps.State{Spec: spec}
-		observe.FillWorkloads(s, a, true, observe.NewPodIndex(nil), "T")
+		observe.FillWorkloads(s, a, true, podindex.New(nil), "T")
 		last = s.WorkloadsProblem
 		for _, w := range want {
 			if !strings.Contains(last, w) {

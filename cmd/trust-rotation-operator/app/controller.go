@@ -22,6 +22,8 @@ import (
 	"github.com/linkerd/trust-rotation/steps/apply"
 	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
+	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
@@ -39,7 +41,7 @@ type Options struct {
 	// change, and at the moments the decisions say they depend on (steps.State.RecheckAt).
 	MaxPollInterval time.Duration
 	// Dial reaches pods' admin ports; nil dials directly.
-	Dial observe.DialFunc
+	Dial probe.DialFunc
 	// CertManager renews the identity issuer when spec.identityIssuerRenewal is Automatic.
 	CertManager kube.CertManager
 	// RestartNamespaces limits automatic restarts (spec.dataPlaneRestart.policy Automatic) to the
@@ -70,12 +72,12 @@ type Options struct {
 
 // Controller runs the rotation.
 type Controller struct {
-	opts     Options
-	kube     kube.Interface
-	tars     *client.Client
-	wf       *workflow.Workflow[*steps.State]
+	opts Options
+	kube kube.Interface
+	tars *client.Client
+	wf   *workflow.Workflow[*steps.State]
 	// steps are wf's steps, which the checkpoint's step is looked up in.
-	steps *steps.Ordered
+	steps    *steps.Ordered
 	writer   steps.Writer
 	crash    *crashHook
 	metrics  *Metrics
@@ -83,9 +85,9 @@ type Controller struct {
 	trigger  chan struct{}
 
 	anchor, previous, issuer, bundle, deployments, rotation cache.SharedIndexInformer
-	pods                                                    *observe.PodInformer
-	index                                                   *observe.PodIndex
-	certs                                                   *observe.CertTracker
+	pods                                                    *podindex.PodInformer
+	index                                                   *podindex.Index
+	certs                                                   *probe.CertTracker
 	// auto watches what the opt-in automations need, once the spec enables them.
 	auto *automation
 	// remotes watches the linked clusters' TrustAnchorRotations.
@@ -162,13 +164,13 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	c.deployments = cache.NewSharedIndexInformer(
 		cache.NewListWatchFromClient(kube.AppsV1().RESTClient(), "deployments", cfg.LinkerdNamespace, fields.Everything()),
 		&appsv1.Deployment{}, 0, cache.Indexers{})
-	// Meshed pods are decoded off the wire as observe.WirePods, only what the rotation reads,
+	// Meshed pods are decoded off the wire as podindex.WirePods, only what the rotation reads,
 	// when the clients can (kube.Clients; a fake clientset decodes them in full).
 	podClient := kube
 	if opts.Pods != nil {
 		podClient = opts.Pods
 	}
-	pods, err := observe.MeshedPodsListWatch(podClient)
+	pods, err := podindex.MeshedPodsListWatch(podClient)
 	if err != nil {
 		return nil, err
 	}
@@ -178,11 +180,11 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 		&v1alpha1.TrustAnchorRotation{}, 0, cache.Indexers{})
 
 	c.remotes = newRemotes(kube, opts.Dynamic, opts.Discovery, opts.MulticlusterNamespace, opts.RemoteWatchTimeout, c.poke)
-	c.index = observe.NewPodIndex(c.podChanged)
+	c.index = podindex.New(c.podChanged)
 	// The index is the pod informer's store: each pod is held once, as the few fields the
-	// rotation reads (observe.SlimPod).
-	c.pods = observe.NewPodInformer(pods, cfg, c.index)
-	c.certs = observe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *observe.Pod) { c.churned(p.ControlPlane) })
+	// rotation reads (podindex.SlimPod).
+	c.pods = podindex.NewPodInformer(pods, cfg, c.index)
+	c.certs = probe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *podindex.Pod) { c.churned(p.ControlPlane) })
 	c.certs.OnProbe = metrics.countProbe
 	c.snapshots = &observe.Snapshotter{Config: cfg, Steps: c.steps, Caches: caches{c}, Index: c.index, Certs: c.certs}
 
@@ -212,7 +214,7 @@ func must(err error) {
 	}
 }
 
-func (c *Controller) podChanged(old, cur *observe.Pod) {
+func (c *Controller) podChanged(old, cur *podindex.Pod) {
 	c.certs.PodChanged(old, cur)
 	c.churned(old != nil && old.ControlPlane || cur != nil && cur.ControlPlane)
 }

@@ -12,7 +12,7 @@
 //  1. The event (controller.go). New wires the informers (informers.go: the anchor, previous
 //     anchor and issuer Secrets, the trust bundle, the control plane; the meshed pods, held in
 //     observe's PodIndex; the TrustAnchorRotations), the live-certificate probes
-//     (observe.CertTracker), the automations' informers (automation.go) and the linked
+//     (probe.CertTracker), the automations' informers (automation.go) and the linked
 //     clusters' watches (remote.go) to poke the controller. churn.go paces the pokes of pods
 //     that only move counts; rotationUpdated drops the echo of the operator's own status write.
 //     Run's loop waits in nextEvent and counts each reconcile by its cause (metrics.go); a

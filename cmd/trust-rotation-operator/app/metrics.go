@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/linkerd/trust-rotation/steps"
-	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -142,7 +142,7 @@ const (
 
 // countProbe counts a probe of a pod's live certificate that ended with err.
 func (m *Metrics) countProbe(err error) {
-	var rejected *observe.ChainRejectedError
+	var rejected *probe.ChainRejectedError
 	switch {
 	case err == nil:
 		m.probes.WithLabelValues(ProbePresented).Inc()

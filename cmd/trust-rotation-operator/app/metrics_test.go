@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
-	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -163,7 +163,7 @@ func TestProbeCounter(t *testing.T) {
 	m.countProbe(nil)
 	m.countProbe(errors.New("connection refused"))
 	// A rejected chain, however the probe wrapped it, is counted as rejected, not failed.
-	m.countProbe(fmt.Errorf("probing pod emojivoto/web-1: %w", &observe.ChainRejectedError{
+	m.countProbe(fmt.Errorf("probing pod emojivoto/web-1: %w", &probe.ChainRejectedError{
 		Expected: "web.emojivoto.serviceaccount.identity.linkerd.cluster.local", Presented: []string{"vote.emojivoto.serviceaccount.identity.linkerd.cluster.local"}}))
 	if got := count(); got[ProbePresented] != 2 || got[ProbeRejected] != 1 || got[ProbeFailed] != 1 {
 		t.Errorf("after 2 chains read, 1 rejected and 1 failure: %v", got)

@@ -30,7 +30,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube/clientset"
-	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
@@ -586,7 +586,7 @@ func TestReconcileScalesIdentityBackBeforeSuperseding(t *testing.T) {
 	if err := b.kube.Tracker().Add(identity); err != nil {
 		t.Fatal(err)
 	}
-	pod := &observe.Pod{Namespace: ns, Name: name + "-old", UID: "u", Workload: ns + "/Deployment/" + name, ControlPlane: true, Meshed: true, Alive: true}
+	pod := &podindex.Pod{Namespace: ns, Name: name + "-old", UID: "u", Workload: ns + "/Deployment/" + name, ControlPlane: true, Meshed: true, Alive: true}
 	b.c.index.Upsert(pod)
 
 	b.reconcile()

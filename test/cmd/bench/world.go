@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/linkerd/trust-rotation/steps"
-	"github.com/linkerd/trust-rotation/steps/observe"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
@@ -253,15 +253,15 @@ func (w *world) run(ctx context.Context, kube kubernetes.Interface, tars *client
 
 	pods := cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = observe.MeshedPodSelector
+			o.LabelSelector = podindex.MeshedPodSelector
 			return kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = observe.MeshedPodSelector
+			o.LabelSelector = podindex.MeshedPodSelector
 			return kube.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
 		},
 	}, &corev1.Pod{}, 0, cache.Indexers{})
-	_ = pods.SetTransform(observe.TransformPod)
+	_ = pods.SetTransform(podindex.TransformPod)
 	podHandler := func(obj any, deleted bool) {
 		w.mu.Lock()
 		defer w.mu.Unlock()

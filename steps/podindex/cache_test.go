@@ -1,4 +1,4 @@
-package observe
+package podindex
 
 import (
 	"encoding/json"
@@ -164,7 +164,7 @@ func BenchmarkPodCache(b *testing.B) {
 	for name, transform := range map[string]func(any) (any, error){
 		"stripped-corev1.Pod+Pod": func(obj any) (any, error) {
 			slim, err := TransformPod(obj)
-			_ = SlimPod(cfg, slim.(*corev1.Pod)) // the PodIndex's copy
+			_ = SlimPod(cfg, slim.(*corev1.Pod)) // the Index's copy
 			return slim, err
 		},
 		"Pod": PodTransform(cfg),

@@ -1,4 +1,4 @@
-package observe
+package probe
 
 import (
 	"crypto/x509"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
 
 // rejectedBed is three pods on the new anchor's issuer: web-0 presents its own chain; on web-1's
@@ -17,7 +18,7 @@ import (
 // presents web-0's chain with its key, which names another identity than db-0's.
 type rejectedBed struct {
 	anchor             *x509.Certificate
-	web0, web1, db0    *Pod
+	web0, web1, db0    *podindex.Pod
 	webIdentity, dbIDs string
 }
 
@@ -44,7 +45,7 @@ func newRejectedBed(t *testing.T) *rejectedBed {
 	}
 }
 
-func (b *rejectedBed) pods() []*Pod { return []*Pod{b.web0, b.web1, b.db0} }
+func (b *rejectedBed) pods() []*podindex.Pod { return []*podindex.Pod{b.web0, b.web1, b.db0} }
 
 // check asserts what a convergence says of the bed's pods: web-0 alone converged, the two
 // others named first, each with what was wrong.

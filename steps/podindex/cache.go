@@ -1,4 +1,4 @@
-package observe
+package podindex
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 )
 
-// PodInformer keeps a PodIndex in step with a list-watch of pods: the index is the informer's
+// PodInformer keeps an Index in step with a list-watch of pods: the index is the informer's
 // store. Each event's pod is turned into a Pod (SlimPod) as it is queued, and the queue's consumer
 // upserts it into the index, or deletes it, in the informer's own goroutine.
 //
@@ -27,7 +27,7 @@ type PodInformer struct {
 
 // NewPodInformer returns an informer that feeds index from lw, with the identity names computed
 // by cfg. lw lists and watches WirePods (MeshedPodsListWatch).
-func NewPodInformer(lw cache.ListerWatcher, cfg steps.Config, index *PodIndex) *PodInformer {
+func NewPodInformer(lw cache.ListerWatcher, cfg steps.Config, index *Index) *PodInformer {
 	fifo := cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
 		Name:         "meshed pods",
 		KeyFunction:  podKey,
@@ -90,7 +90,7 @@ func podKey(obj any) (string, error) {
 }
 
 // indexKeys is the index as the queue's known objects (cache.KeyListerGetter).
-type indexKeys struct{ x *PodIndex }
+type indexKeys struct{ x *Index }
 
 func (k indexKeys) ListKeys() []string {
 	k.x.mu.RLock()

@@ -1,4 +1,4 @@
-package observe
+package probe
 
 import (
 	"crypto/x509"
@@ -8,73 +8,8 @@ import (
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
-
-// podOf is an alive, running, meshed data-plane pod of the Deployment web or api in app.
-func podOf(workload, name, uid, hash string) *Pod {
-	return &Pod{Namespace: "app", Name: name, UID: uid, Workload: "app/Deployment/" + workload,
-		TrustRootHash: hash, Meshed: true, Alive: true, Running: true}
-}
-
-// controlPlanePod is an alive, running, meshed pod of a Linkerd Deployment.
-func controlPlanePod(deployment, name, uid, hash string) *Pod {
-	p := podOf("", name, uid, hash)
-	p.Namespace, p.Workload, p.ControlPlane = "linkerd", "linkerd/Deployment/"+deployment, true
-	return p
-}
-
-// endedPod is a pod of the Job job that ended: it no longer counts.
-func endedPod(name, uid, hash string) *Pod {
-	p := podOf("job", name, uid, hash)
-	p.Alive = false
-	return p
-}
-
-// TrustBundle counts the alive meshed data-plane pods on the wanted hash, out of all of them:
-// control-plane pods, pods that ended and pods without a proxy do not count; an update or a
-// deletion moves the counts, and asking for another hash counts against that one.
-func TestTrustBundleCounts(t *testing.T) {
-	x := NewPodIndex(nil)
-	x.Upsert(podOf("web", "web-0", "1", "new"))
-	x.Upsert(podOf("web", "web-1", "2", "old"))
-	x.Upsert(podOf("web", "web-2", "3", "old"))
-	x.Upsert(podOf("api", "api-0", "4", ""))
-	x.Upsert(controlPlanePod("linkerd-destination", "linkerd-destination-0", "5", "old"))
-	x.Upsert(endedPod("job-0", "6", "old"))
-	plain := podOf("plain", "plain-0", "7", "old")
-	plain.Meshed = false
-	x.Upsert(plain)
-
-	check := func(what, hash string, want steps.Convergence) {
-		t.Helper()
-		if got := x.TrustBundle(hash); !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: TrustBundle(%q) =\n  %+v\nwant\n  %+v", what, hash, got, want)
-		}
-	}
-	wrong := func(name, has, want string) steps.PodProblem {
-		return steps.PodProblem{Namespace: "app", Name: name, Reason: "trust-root-sha256 " + has + ", want " + want}
-	}
-	check("at first", "new", steps.Convergence{Converged: 1, Target: 4,
-		Behind:          []steps.WorkloadCount{{Workload: "app/Deployment/web", Pods: 2}, {Workload: "app/Deployment/api", Pods: 1}},
-		BehindWorkloads: 2,
-		Pods:            []steps.PodProblem{wrong("api-0", "(none)", "new"), wrong("web-1", "old", "new"), wrong("web-2", "old", "new")}})
-	if got := x.MeshedPods(); got != 5 {
-		t.Errorf("MeshedPods = %d, want 5 (the control plane's included, the ended and unmeshed pods not)", got)
-	}
-
-	x.Upsert(podOf("web", "web-1", "2", "new")) // restarted onto the new bundle
-	x.Delete("app/api-0")
-	check("after an update and a deletion", "new", steps.Convergence{Converged: 2, Target: 3,
-		Behind: []steps.WorkloadCount{{Workload: "app/Deployment/web", Pods: 1}}, BehindWorkloads: 1,
-		Pods: []steps.PodProblem{wrong("web-2", "old", "new")}})
-
-	check("against the other hash", "old", steps.Convergence{Converged: 1, Target: 3,
-		Behind: []steps.WorkloadCount{{Workload: "app/Deployment/web", Pods: 2}}, BehindWorkloads: 1,
-		Pods: []steps.PodProblem{wrong("web-0", "new", "old"), wrong("web-1", "new", "old")}})
-
-	x.Upsert(podOf("web", "web-2", "3", "new"))
-	check("converged", "new", steps.Convergence{Converged: 3, Target: 3})
-}
 
 // Certificates counts the alive meshed pods, the control plane's included, whose last probe
 // presented a chain to the root, and says why each pod it names is behind: not running, not
@@ -87,11 +22,11 @@ func TestCertificatesCounts(t *testing.T) {
 	stranger, _ := newCert(t, "stranger", true, other, otherKey)
 
 	var tr *CertTracker
-	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	x := podindex.New(func(old, cur *podindex.Pod) { tr.PodChanged(old, cur) })
 	tr = NewCertTracker(x, nil, 1, 0, nil)
 	tr.SetActive(anchor, false)
-	pods := map[string]*Pod{}
-	for _, p := range []*Pod{
+	pods := map[string]*podindex.Pod{}
+	for _, p := range []*podindex.Pod{
 		podOf("web", "web-0", "1", ""), podOf("web", "web-1", "2", ""), podOf("web", "web-2", "3", ""),
 		podOf("api", "api-0", "4", ""), podOf("api", "api-1", "5", ""),
 	} {
@@ -150,8 +85,29 @@ func TestCertificatesCounts(t *testing.T) {
 		t.Errorf("on the other root: %d of %d, %d workloads behind; want 1 of 5, 3", c.Converged, c.Target, c.BehindWorkloads)
 	}
 	tr.SetActive(anchor, false)
-	tr.record(ctx, x.pods["app/web-0"], []*x509.Certificate{issuer}, time.Time{}, nil)
+	web0, _ := x.Get("app/web-0")
+	tr.record(ctx, web0, []*x509.Certificate{issuer}, time.Time{}, nil)
 	tr.record(ctx, pods["web-2"], []*x509.Certificate{issuer}, time.Time{}, nil)
 	tr.record(ctx, pods["api-0"], []*x509.Certificate{issuer}, time.Time{}, nil)
 	check("converged", steps.Convergence{Converged: 5, Target: 5})
+}
+
+// podOf is an alive, running, meshed data-plane pod of the Deployment web or api in app.
+func podOf(workload, name, uid, hash string) *podindex.Pod {
+	return &podindex.Pod{Namespace: "app", Name: name, UID: uid, Workload: "app/Deployment/" + workload,
+		TrustRootHash: hash, Meshed: true, Alive: true, Running: true}
+}
+
+// controlPlanePod is an alive, running, meshed pod of a Linkerd Deployment.
+func controlPlanePod(deployment, name, uid, hash string) *podindex.Pod {
+	p := podOf("", name, uid, hash)
+	p.Namespace, p.Workload, p.ControlPlane = "linkerd", "linkerd/Deployment/"+deployment, true
+	return p
+}
+
+// endedPod is a pod of the Job job that ended: it no longer counts.
+func endedPod(name, uid, hash string) *podindex.Pod {
+	p := podOf("job", name, uid, hash)
+	p.Alive = false
+	return p
 }

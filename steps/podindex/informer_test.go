@@ -1,4 +1,4 @@
-package observe
+package podindex
 
 import (
 	"context"
@@ -53,7 +53,7 @@ func TestPodInformerFeedsTheIndex(t *testing.T) {
 		},
 	}
 	var gone []string
-	index := NewPodIndex(func(old, cur *Pod) {
+	index := New(func(old, cur *Pod) {
 		if cur == nil {
 			mu.Lock()
 			gone = append(gone, old.Name)
@@ -111,7 +111,7 @@ func TestPodInformerFeedsTheIndex(t *testing.T) {
 
 // syncPodInformer runs a PodInformer of lw into x until ctx ends, and waits until it has synced.
 // The fake watches serve no watch-list (initial events ended by a bookmark): the informer lists.
-func syncPodInformer(ctx context.Context, tb testing.TB, lw *cache.ListWatch, x *PodIndex) {
+func syncPodInformer(ctx context.Context, tb testing.TB, lw *cache.ListWatch, x *Index) {
 	inf := NewPodInformer(cache.ToListWatcherWithWatchListSemantics(lw, listOnly{}), steps.DefaultConfig(), x)
 	go inf.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -137,7 +137,7 @@ type listOnly struct{}
 func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
 
 // BenchmarkPodInformerRetained is the heap the operator keeps per meshed pod once synced: the
-// pods upserted into a PodIndex by hand (the floor), and listed through the PodInformer into one.
+// pods upserted into an Index by hand (the floor), and listed through the PodInformer into one.
 // The informer's store is the index, so the two are the same but for the queue's leftovers.
 func BenchmarkPodInformerRetained(b *testing.B) {
 	const pods = 10000
@@ -145,14 +145,14 @@ func BenchmarkPodInformerRetained(b *testing.B) {
 	list := &WirePodList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: numberedWirePods(pods)}
 	for _, bc := range []struct {
 		name string
-		fill func(*testing.B, *PodIndex)
+		fill func(*testing.B, *Index)
 	}{
-		{"PodIndex", func(_ *testing.B, x *PodIndex) {
+		{"PodIndex", func(_ *testing.B, x *Index) {
 			for i := range list.Items {
 				x.Upsert(SlimPod(cfg, &list.Items[i].Pod))
 			}
 		}},
-		{"PodInformer+PodIndex", func(b *testing.B, x *PodIndex) {
+		{"PodInformer+PodIndex", func(b *testing.B, x *Index) {
 			lw := &cache.ListWatch{
 				ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) { return list, nil },
 				WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
@@ -170,7 +170,7 @@ func BenchmarkPodInformerRetained(b *testing.B) {
 				goruntime.GC()
 				var before, after goruntime.MemStats
 				goruntime.ReadMemStats(&before)
-				x := NewPodIndex(nil)
+				x := New(nil)
 				bc.fill(b, x)
 				goruntime.GC()
 				goruntime.ReadMemStats(&after)
@@ -191,7 +191,7 @@ func BenchmarkPodInformerEvent(b *testing.B) {
 	const pods = 1000
 	updates := numberedWirePods(pods)
 	seen := make(chan struct{}, 1)
-	x := NewPodIndex(func(_, _ *Pod) {
+	x := New(func(_, _ *Pod) {
 		select {
 		case seen <- struct{}{}:
 		default:

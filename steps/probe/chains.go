@@ -1,4 +1,4 @@
-package observe
+package probe
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
 
 // chainKey names an issuer chain by its certificates' fingerprints.
@@ -63,9 +64,9 @@ func (c *certificateCheck) verifies(key string, certs []*x509.Certificate) bool 
 // offPath says why a pod whose certificate the given issuer signed has not converged.
 func (c *certificateCheck) offPath(issuer string) string {
 	if c.root == nil {
-		return "certificate issued by " + shortHash(issuer) + "; the active issuer, and so its trust anchor, is unknown"
+		return "certificate issued by " + podindex.ShortHash(issuer) + "; the active issuer, and so its trust anchor, is unknown"
 	}
-	return "certificate issued by " + shortHash(issuer) + ", which does not chain to " + shortHash(c.rootFP) + ", the active issuer's trust anchor"
+	return "certificate issued by " + podindex.ShortHash(issuer) + ", which does not chain to " + podindex.ShortHash(c.rootFP) + ", the active issuer's trust anchor"
 }
 
 // liveChains groups pods by the issuer chain they present (steps.LiveChain).

@@ -1,4 +1,4 @@
-package observe
+package probe
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
 
 func get(t *testing.T, q *probeQueue, soonOnly bool) string {
@@ -137,8 +138,8 @@ func TestCertTrackerProbesNewPodsBeforeReprobes(t *testing.T) {
 
 	changed := make(chan struct{}, 1)
 	var tracker *CertTracker
-	index := NewPodIndex(func(old, cur *Pod) { tracker.PodChanged(old, cur) })
-	tracker = NewCertTracker(index, dial, 4, time.Minute, func(*Pod) {
+	index := podindex.New(func(old, cur *podindex.Pod) { tracker.PodChanged(old, cur) })
+	tracker = NewCertTracker(index, dial, 4, time.Minute, func(*podindex.Pod) {
 		select {
 		case changed <- struct{}{}:
 		default:
@@ -165,7 +166,7 @@ func TestCertTrackerProbesNewPodsBeforeReprobes(t *testing.T) {
 
 	const bulk = 40
 	for i := range bulk {
-		index.Upsert(&Pod{Namespace: "app", Name: fmt.Sprintf("old-%d", i), UID: fmt.Sprint(i), Workload: "app/Deployment/old",
+		index.Upsert(&podindex.Pod{Namespace: "app", Name: fmt.Sprintf("old-%d", i), UID: fmt.Sprint(i), Workload: "app/Deployment/old",
 			Meshed: true, Alive: true, Running: true, IP: "127.0.0.2", AdminPort: 1, Identity: identity})
 	}
 	waitFor("every pod converged on the old issuer", func(c steps.Convergence) bool { return c.Converged == bulk })
@@ -175,7 +176,7 @@ func TestCertTrackerProbesNewPodsBeforeReprobes(t *testing.T) {
 	if soon, later := tracker.queue.Len(); soon != 0 || later < bulk-4 {
 		t.Fatalf("after the issuer change: %d re-probes in the soon lane, %d in the later lane; want them all later", soon, later)
 	}
-	index.Upsert(&Pod{Namespace: "linkerd", Name: "destination-new", UID: "new", Workload: "linkerd/Deployment/destination",
+	index.Upsert(&podindex.Pod{Namespace: "linkerd", Name: "destination-new", UID: "new", Workload: "linkerd/Deployment/destination",
 		ControlPlane: true, Meshed: true, Alive: true, Running: true, IP: "127.0.0.1", AdminPort: newPort, Identity: identity})
 	waitFor("the new pod converged while the re-probes hang", func(c steps.Convergence) bool { return c.Converged == 1 })
 }

@@ -1,4 +1,4 @@
-package observe
+package probe
 
 import (
 	"container/heap"
@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
 
-// TestCountsKeptPerChangeMatchAWalk drives a PodIndex and its CertTracker through random pod
+// TestCountsKeptPerChangeMatchAWalk drives a podindex.Index and its CertTracker through random pod
 // events, probe results, changes of the certificate root and of the wanted trust-root hash, and
 // after each one compares both convergences, read from the counts kept per change, with the same
 // figures computed by walking every pod: the accounting must never drift from what a walk says.
@@ -30,7 +31,7 @@ func TestCountsKeptPerChangeMatchAWalk(t *testing.T) {
 	hashes := []string{"hash-a", "hash-b"}
 
 	var tr *CertTracker
-	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	x := podindex.New(func(old, cur *podindex.Pod) { tr.PodChanged(old, cur) })
 	tr = NewCertTracker(x, nil, 1, 0, nil)
 	tr.SetActive(anchorA, true)
 
@@ -42,7 +43,7 @@ func TestCountsKeptPerChangeMatchAWalk(t *testing.T) {
 		case op < 5: // a pod appears or changes, sometimes as a new incarnation
 			n := rng.IntN(60)
 			key := fmt.Sprintf("ns%d/pod-%d", n%3, n)
-			p := &Pod{Namespace: fmt.Sprintf("ns%d", n%3), Name: fmt.Sprintf("pod-%d", n),
+			p := &podindex.Pod{Namespace: fmt.Sprintf("ns%d", n%3), Name: fmt.Sprintf("pod-%d", n),
 				Workload:      fmt.Sprintf("ns%d/Deployment/w%d", n%3, n%7),
 				TrustRootHash: hashes[rng.IntN(2)], Meshed: rng.IntN(8) > 0, Alive: rng.IntN(8) > 0,
 				Running: rng.IntN(4) > 0, ControlPlane: n%7 == 0}
@@ -57,8 +58,8 @@ func TestCountsKeptPerChangeMatchAWalk(t *testing.T) {
 			n := rng.IntN(60)
 			x.Delete(fmt.Sprintf("ns%d/pod-%d", n%3, n))
 		case op < 9: // a probe of some pod ends
-			var pods []*Pod
-			x.Each(func(p *Pod) { pods = append(pods, p) })
+			var pods []*podindex.Pod
+			x.Each(func(p *podindex.Pod) { pods = append(pods, p) })
 			if len(pods) == 0 {
 				continue
 			}
@@ -99,10 +100,10 @@ func sameConvergence(a, b steps.Convergence) bool {
 		reflect.DeepEqual(a.Behind, b.Behind)
 }
 
-func walkTrustBundle(x *PodIndex, hash string) steps.Convergence {
+func walkTrustBundle(x *podindex.Index, hash string) steps.Convergence {
 	c := steps.Convergence{}
 	behind := map[string]int{}
-	x.Each(func(p *Pod) {
+	x.Each(func(p *podindex.Pod) {
 		if p.ControlPlane {
 			return
 		}
@@ -122,7 +123,7 @@ func walkTrustBundle(x *PodIndex, hash string) steps.Convergence {
 func walkCertificates(tr *CertTracker) steps.Convergence {
 	c := steps.Convergence{}
 	behind := map[string]int{}
-	tr.index.Each(func(p *Pod) {
+	tr.index.Each(func(p *podindex.Pod) {
 		c.Target++
 		if tp := tr.live[p.UID]; tp != nil && tp.probed && tp.result.chain != nil && tr.root.verifies(tp.result.chain.key, tp.result.chain.certs) {
 			c.Converged++
@@ -144,35 +145,7 @@ func walkTop(counts map[string]int) ([]steps.WorkloadCount, int) {
 	sort.Slice(all, func(i, j int) bool {
 		return all[i].Pods > all[j].Pods || all[i].Pods == all[j].Pods && all[i].Workload < all[j].Workload
 	})
-	return all[:min(len(all), behindLimit)], len(all)
-}
-
-// TestConvergenceNamesPodsOfTheWorkloadsMostBehind: the pods a convergence names are pods behind,
-// taken from the workloads most behind.
-func TestConvergenceNamesPodsOfTheWorkloadsMostBehind(t *testing.T) {
-	x := NewPodIndex(nil)
-	for i := range 30 {
-		w := "big"
-		if i >= 25 {
-			w = "small"
-		}
-		x.Upsert(&Pod{Namespace: "app", Name: fmt.Sprintf("%s-%02d", w, i), UID: fmt.Sprint(i),
-			Workload: "app/Deployment/" + w, TrustRootHash: "old", Meshed: true, Alive: true, Running: true})
-	}
-	x.Upsert(&Pod{Namespace: "app", Name: "big-00", UID: "0", Workload: "app/Deployment/big",
-		TrustRootHash: "new", Meshed: true, Alive: true, Running: true})
-	c := x.TrustBundle("new")
-	if c.Converged != 1 || c.Target != 30 || c.BehindWorkloads != 2 || c.Behind[0].Workload != "app/Deployment/big" || c.Behind[0].Pods != 24 {
-		t.Fatalf("convergence = %+v", c)
-	}
-	if len(c.Pods) != behindLimit {
-		t.Fatalf("named %d pods, want %d", len(c.Pods), behindLimit)
-	}
-	for _, p := range c.Pods {
-		if p.Name == "big-00" || p.Name[:3] != "big" {
-			t.Errorf("named %s: not a pod behind of the workload most behind", p.Name)
-		}
-	}
+	return all[:min(len(all), podindex.BehindLimit)], len(all)
 }
 
 // TestProbeReportsWhatTheStatusWouldShow: the operator observes on changes only, so a probe
@@ -184,10 +157,10 @@ func TestProbeReportsWhatTheStatusWouldShow(t *testing.T) {
 	issuer, _ := newCert(t, "identity", true, anchor, key)
 	stranger, _ := newCert(t, "stranger", true, other, otherKey)
 	var tr *CertTracker
-	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	x := podindex.New(func(old, cur *podindex.Pod) { tr.PodChanged(old, cur) })
 	tr = NewCertTracker(x, nil, 1, 0, nil)
 	tr.SetActive(anchor, true)
-	p := &Pod{Namespace: "app", Name: "web-0", UID: "u", Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true}
+	p := &podindex.Pod{Namespace: "app", Name: "web-0", UID: "u", Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true}
 	x.Upsert(p)
 	refused, hung := errors.New("connection refused"), errors.New("context deadline exceeded")
 	for i, step := range []struct {
@@ -218,11 +191,11 @@ func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
 	other, otherKey := newCert(t, "other-root", true, nil, nil)
 	stranger, _ := newCert(t, "stranger", true, other, otherKey)
 	var tr *CertTracker
-	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	x := podindex.New(func(old, cur *podindex.Pod) { tr.PodChanged(old, cur) })
 	tr = NewCertTracker(x, nil, 1, 0, nil)
 	defer tr.queue.ShutDown()
 	tr.SetActive(anchor, true)
-	p := &Pod{Namespace: "app", Name: "web-0", UID: "u", Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true}
+	p := &podindex.Pod{Namespace: "app", Name: "web-0", UID: "u", Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true}
 	x.Upsert(p)
 	due := func() time.Duration {
 		d, _ := pendingDelay(tr.queue, p.Key())
@@ -305,8 +278,8 @@ func TestOffPathPodWaitsForItsProxyRefresh(t *testing.T) {
 func TestRefreshIsNotPredictedFromALeafOlderThanThePod(t *testing.T) {
 	issued := time.Now().Add(-time.Hour).Truncate(time.Second)
 	leaf := &x509.Certificate{NotBefore: issued.Add(-steps.DefaultClockSkew), NotAfter: issued.Add(24 * time.Hour)}
-	pod := func(created time.Time) *Pod {
-		return &Pod{Created: created, RefreshMin: steps.DefaultMinRefresh, RefreshMax: steps.DefaultMaxRefresh}
+	pod := func(created time.Time) *podindex.Pod {
+		return &podindex.Pod{Created: created, RefreshMin: steps.DefaultMinRefresh, RefreshMax: steps.DefaultMaxRefresh}
 	}
 	want := steps.NextRefresh(leaf.NotBefore, leaf.NotAfter, steps.DefaultMinRefresh, steps.DefaultMaxRefresh)
 	for _, c := range []struct {
@@ -323,7 +296,7 @@ func TestRefreshIsNotPredictedFromALeafOlderThanThePod(t *testing.T) {
 			t.Errorf("%s: refresh %v, want %v", c.name, got, c.want)
 		}
 	}
-	if got := predictRefresh(&Pod{Created: issued}, leaf); !got.IsZero() {
+	if got := predictRefresh(&podindex.Pod{Created: issued}, leaf); !got.IsZero() {
 		t.Errorf("refresh bounds unknown: refresh %v, want none", got)
 	}
 }
@@ -334,10 +307,10 @@ func TestRefreshIsNotPredictedFromALeafOlderThanThePod(t *testing.T) {
 func TestFirstProbeWaitsForTheProxyUnlessTheRotationDoes(t *testing.T) {
 	anchor, _ := newCert(t, "root", true, nil, nil)
 	var tr *CertTracker
-	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	x := podindex.New(func(old, cur *podindex.Pod) { tr.PodChanged(old, cur) })
 	tr = NewCertTracker(x, nil, 1, 0, nil)
 	defer tr.queue.ShutDown()
-	due := func(p *Pod) (time.Duration, bool) {
+	due := func(p *podindex.Pod) (time.Duration, bool) {
 		tr.queue.mu.Lock()
 		_, now := tr.queue.queued[p.Key()]
 		tr.queue.mu.Unlock()
@@ -346,8 +319,8 @@ func TestFirstProbeWaitsForTheProxyUnlessTheRotationDoes(t *testing.T) {
 		}
 		return pendingDelay(tr.queue, p.Key())
 	}
-	pod := func(name string, controlPlane bool) *Pod {
-		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, ControlPlane: controlPlane,
+	pod := func(name string, controlPlane bool) *podindex.Pod {
+		return &podindex.Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, ControlPlane: controlPlane,
 			Meshed: true, Alive: true, Running: true}
 	}
 
@@ -391,7 +364,7 @@ func TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt(t *testing.T) {
 	other, otherKey := newCert(t, "other-root", true, nil, nil)
 	stranger, _ := newCert(t, "stranger", true, other, otherKey)
 	var tr *CertTracker
-	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	x := podindex.New(func(old, cur *podindex.Pod) { tr.PodChanged(old, cur) })
 	dials := 0 // of the old pod's address
 	dial := func(_ context.Context, _, addr string) (net.Conn, error) {
 		if addr == "10.0.0.1:4191" {
@@ -404,9 +377,9 @@ func TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt(t *testing.T) {
 	tr.SetActive(anchor, true)
 	t0 := time.Now().Add(-time.Hour)
 	ips := 0
-	pod := func(name, hash string, created time.Duration) *Pod {
+	pod := func(name, hash string, created time.Duration) *podindex.Pod {
 		ips++
-		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/web", TemplateHash: hash,
+		return &podindex.Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/web", TemplateHash: hash,
 			Created: t0.Add(created), Meshed: true, Alive: true, Running: true, IP: fmt.Sprintf("10.0.0.%d", ips), AdminPort: 4191}
 	}
 	old := pod("web-a-1", "a", 0)
@@ -457,7 +430,8 @@ func TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt(t *testing.T) {
 		t.Error("rolled back to template a: the re-read made no handshake")
 	}
 	x.Delete(rollback.Key())
-	gone := *x.pods["app/web-b-1"]
+	newer, _ := x.Get("app/web-b-1")
+	gone := *newer
 	gone.Terminating = true
 	x.Upsert(&gone)
 	if !reread() {
@@ -472,14 +446,14 @@ func TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt(t *testing.T) {
 func TestFailedProbeOfAStartingPodIsRetriedPromptly(t *testing.T) {
 	anchor, _ := newCert(t, "root", true, nil, nil)
 	var tr *CertTracker
-	x := NewPodIndex(func(old, cur *Pod) { tr.PodChanged(old, cur) })
+	x := podindex.New(func(old, cur *podindex.Pod) { tr.PodChanged(old, cur) })
 	tr = NewCertTracker(x, nil, 1, 0, nil)
 	defer tr.queue.ShutDown()
 	tr.SetActive(anchor, false)
 	noCert := errors.New("remote error: tls: internal error")
 	// retryAfter records the failed probe that makes failures in a row, and returns when the
 	// next probe of the pod falls due.
-	retryAfter := func(p *Pod, failures int) time.Duration {
+	retryAfter := func(p *podindex.Pod, failures int) time.Duration {
 		t.Helper()
 		tr.mu.Lock()
 		tr.live[p.UID].result.failures = failures - 1
@@ -497,15 +471,15 @@ func TestFailedProbeOfAStartingPodIsRetriedPromptly(t *testing.T) {
 		}
 		return d
 	}
-	pod := func(name string, age time.Duration) *Pod {
-		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, Created: time.Now().Add(-age),
+	pod := func(name string, age time.Duration) *podindex.Pod {
+		return &podindex.Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, Created: time.Now().Add(-age),
 			RefreshMin: steps.DefaultMinRefresh, Meshed: true, Alive: true, Running: true}
 	}
 	fresh, old := pod("fresh", time.Second), pod("old", time.Hour)
 	x.Upsert(fresh)
 	x.Upsert(old)
 	for _, c := range []struct {
-		p        *Pod
+		p        *podindex.Pod
 		failures int
 		min, max time.Duration
 	}{
@@ -522,7 +496,7 @@ func TestFailedProbeOfAStartingPodIsRetriedPromptly(t *testing.T) {
 	if starting(pod("late", probeStartingWindow*steps.DefaultMinRefresh+time.Second), time.Now()) {
 		t.Error("a pod past its proxy's first certification attempts is still starting")
 	}
-	if starting(&Pod{}, time.Now()) {
+	if starting(&podindex.Pod{}, time.Now()) {
 		t.Error("a pod of unknown creation is starting")
 	}
 }

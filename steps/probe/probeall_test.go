@@ -1,4 +1,4 @@
-package observe
+package probe
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
 
 // newCert returns a certificate for cn, and its key: self-signed when parent is nil. Its DNS
@@ -60,8 +61,8 @@ func TestProbeAllReadsLiveIssuers(t *testing.T) {
 	active, activeKey := newCert(t, "identity-new", true, newAnchor, newAnchorKey)
 	earlier, earlierKey := newCert(t, "identity-new-earlier", true, newAnchor, newAnchorKey)
 	old, oldKey := newCert(t, "identity-old", true, oldAnchor, oldAnchorKey)
-	pod := func(name string, port int32) *Pod {
-		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, Meshed: true, Alive: true, Running: true,
+	pod := func(name string, port int32) *podindex.Pod {
+		return &podindex.Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, Meshed: true, Alive: true, Running: true,
 			IP: "127.0.0.1", AdminPort: port, Identity: name + ".app.serviceaccount.identity.linkerd.cluster.local"}
 	}
 	onActive := pod("on-active", 0)
@@ -73,10 +74,10 @@ func TestProbeAllReadsLiveIssuers(t *testing.T) {
 	closed := pod("closed", 1) // nothing listens on port 1
 	pending := pod("pending", 0)
 	pending.Running = false
-	pods := []*Pod{onActive, onEarlier, onOld, closed, pending}
+	pods := []*podindex.Pod{onActive, onEarlier, onOld, closed, pending}
 
 	var calls atomic.Int32
-	results := ProbeAll(t.Context(), nil, pods, 2, 2*time.Second, func(*Pod, ProbeResult) { calls.Add(1) })
+	results := ProbeAll(t.Context(), nil, pods, 2, 2*time.Second, func(*podindex.Pod, ProbeResult) { calls.Add(1) })
 	if calls.Load() != 4 || len(results) != 4 {
 		t.Fatalf("probed %d pods (%d results), want the 4 running ones", calls.Load(), len(results))
 	}
@@ -125,7 +126,7 @@ func BenchmarkProbeAll(b *testing.B) {
 	issuer, issuerKey := newCert(b, "identity", true, anchor, anchorKey)
 	const identity = "default.bench.serviceaccount.identity.linkerd.cluster.local"
 	port := serveAdmin(b, identity, issuer, issuerKey)
-	pods := make([]*Pod, 100)
+	pods := make([]*podindex.Pod, 100)
 	for i := range pods {
 		pods[i] = meshedPod("bench", "p"+strconv.Itoa(i), "uid-"+strconv.Itoa(i), "127.0.0.1", port, identity)
 	}
@@ -160,10 +161,10 @@ func TestProbesStartBeforeTheListEnds(t *testing.T) {
 	issuer, issuerKey := newCert(t, "identity", true, anchor, anchorKey)
 	const identity = "default.app.serviceaccount.identity.linkerd.cluster.local"
 	port := serveAdmin(t, identity, issuer, issuerKey)
-	pod := func(name string) *Pod { return meshedPod("app", name, name, "127.0.0.1", port, identity) }
+	pod := func(name string) *podindex.Pod { return meshedPod("app", name, name, "127.0.0.1", port, identity) }
 
 	probed := make(chan string, 10)
-	p := StartProbes(t.Context(), nil, 2, 2*time.Second, func(pod *Pod, r ProbeResult) {
+	p := StartProbes(t.Context(), nil, 2, 2*time.Second, func(pod *podindex.Pod, r ProbeResult) {
 		if r.Err != nil {
 			t.Errorf("pod %s: %v", pod.Key(), r.Err)
 		}

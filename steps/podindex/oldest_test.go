@@ -1,7 +1,6 @@
-package observe
+package podindex
 
 import (
-	"crypto/x509"
 	"testing"
 	"time"
 )
@@ -11,7 +10,7 @@ func TestOldestMeshed(t *testing.T) {
 	pod := func(name string, age int, cp bool) *Pod {
 		return &Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name, Meshed: true, Alive: true, ControlPlane: cp, Created: t0.AddDate(0, 0, age)}
 	}
-	x := NewPodIndex(nil)
+	x := New(nil)
 	if got := x.OldestMeshed(); !got.IsZero() {
 		t.Errorf("empty index: %s", got)
 	}
@@ -29,17 +28,5 @@ func TestOldestMeshed(t *testing.T) {
 	x.Delete("app/b")
 	if got := x.OldestMeshed(); !got.Equal(t0) {
 		t.Errorf("oldest %s, want z's", got)
-	}
-}
-
-func TestLeafLifetimeKeepsTheLongest(t *testing.T) {
-	var l leafLifetime
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, d := range []time.Duration{24 * time.Hour, 48 * time.Hour, time.Hour} {
-		l.observe(&x509.Certificate{NotBefore: t0, NotAfter: t0.Add(d)})
-	}
-	l.observe(nil)
-	if got := time.Duration(l.longest.Load()); got != 48*time.Hour {
-		t.Errorf("longest %s", got)
 	}
 }

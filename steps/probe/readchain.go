@@ -1,4 +1,4 @@
-package observe
+package probe
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
 
 // DialFunc opens a connection to a pod's address; the CLI swaps in a port-forward.
@@ -174,7 +175,7 @@ func IssuerChain(chain []*x509.Certificate) ([]*x509.Certificate, error) {
 
 // ProbePod reads a pod's live certificate chain and returns its issuer chain (IssuerChain) and
 // its leaf.
-func ProbePod(ctx context.Context, dial DialFunc, p *Pod, timeout time.Duration) (issuers []*x509.Certificate, leaf *x509.Certificate, err error) {
+func ProbePod(ctx context.Context, dial DialFunc, p *podindex.Pod, timeout time.Duration) (issuers []*x509.Certificate, leaf *x509.Certificate, err error) {
 	if !p.Running {
 		return nil, nil, errors.New("pod is not running")
 	}

@@ -1,14 +1,14 @@
-package observe
+package probe
 
 import (
 	"context"
 	"crypto/x509"
-	"fmt"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
 
 // ProbeResult is what one probe of a pod's admin port found.
@@ -30,7 +30,7 @@ type ProbeResult struct {
 // operator's CertTracker, for a CLI. done, when set, is called after each probe (from the probing
 // goroutines, so it must be safe for concurrent use) to report progress. The results are keyed
 // by pod key; a pod that is not running has none. An ended ctx stops the remaining probes.
-func ProbeAll(ctx context.Context, dial DialFunc, pods []*Pod, concurrency int, timeout time.Duration, done func(p *Pod, r ProbeResult)) map[string]ProbeResult {
+func ProbeAll(ctx context.Context, dial DialFunc, pods []*podindex.Pod, concurrency int, timeout time.Duration, done func(p *podindex.Pod, r ProbeResult)) map[string]ProbeResult {
 	p := StartProbes(ctx, dial, concurrency, timeout, done)
 	p.Add(pods...)
 	return p.Wait()
@@ -42,20 +42,20 @@ type Probes struct {
 	ctx     context.Context
 	dial    DialFunc
 	timeout time.Duration
-	done    func(*Pod, ProbeResult)
+	done    func(*podindex.Pod, ProbeResult)
 	wg      sync.WaitGroup
 	stop    func() bool // stops the watch of ctx
 
 	mu      sync.Mutex
 	more    *sync.Cond // signalled on an Add, on Wait and when ctx ends
-	queue   []*Pod
+	queue   []*podindex.Pod
 	ended   bool // no more Adds, or ctx ended
 	results map[string]ProbeResult
 }
 
 // StartProbes starts concurrency probing goroutines that probe the pods Add hands them (see
 // ProbeAll for the arguments); Wait returns the results.
-func StartProbes(ctx context.Context, dial DialFunc, concurrency int, timeout time.Duration, done func(*Pod, ProbeResult)) *Probes {
+func StartProbes(ctx context.Context, dial DialFunc, concurrency int, timeout time.Duration, done func(*podindex.Pod, ProbeResult)) *Probes {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
@@ -73,7 +73,7 @@ func StartProbes(ctx context.Context, dial DialFunc, concurrency int, timeout ti
 }
 
 // Add queues the probeable pods (Probeable) among pods.
-func (p *Probes) Add(pods ...*Pod) {
+func (p *Probes) Add(pods ...*podindex.Pod) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, pod := range pods {
@@ -103,7 +103,7 @@ func (p *Probes) end() {
 }
 
 // next is the next pod to probe; nil once the queue is drained and ended, or ctx has ended.
-func (p *Probes) next() *Pod {
+func (p *Probes) next() *podindex.Pod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for len(p.queue) == 0 && !p.ended {
@@ -137,7 +137,7 @@ func (p *Probes) work() {
 
 // LiveChains groups the probed pods by the issuer chain they present, as the operator's
 // CertTracker does (steps.State.LiveChains).
-func LiveChains(pods []*Pod, results map[string]ProbeResult) []steps.LiveChain {
+func LiveChains(pods []*podindex.Pod, results map[string]ProbeResult) []steps.LiveChain {
 	var lc liveChains
 	for _, p := range pods {
 		if r, ok := results[p.Key()]; ok && r.Err == nil && len(r.Chain) > 0 && p.Meshed && p.Alive {
@@ -148,16 +148,7 @@ func LiveChains(pods []*Pod, results map[string]ProbeResult) []steps.LiveChain {
 }
 
 // Probeable reports whether ProbeAll probes the pod.
-func Probeable(p *Pod) bool { return p.Meshed && p.Alive && p.Running }
-
-// BundleProblem says why a meshed non-control-plane pod has not converged on the trust bundle
-// of the given hash, or "" when it has. The wording is the operator's (PodIndex.TrustBundle).
-func BundleProblem(p *Pod, hash string) string {
-	if p.TrustRootHash == hash {
-		return ""
-	}
-	return fmt.Sprintf("trust-root-sha256 %s, want %s", shortHash(p.TrustRootHash), shortHash(hash))
-}
+func Probeable(p *podindex.Pod) bool { return p.Meshed && p.Alive && p.Running }
 
 // CertificateCheck judges probed pods' live chains against the rotation's certificate root
 // (steps.State.CertificateRoot: the active issuer's trust anchor), as the operator's CertTracker
@@ -172,7 +163,7 @@ func NewCertificateCheck(root *x509.Certificate) *CertificateCheck {
 // Problem says why a meshed pod's live certificate has not converged, or "" when its chain
 // verifies to the root. r is nil when the pod was not probed. The wording is the operator's
 // (CertTracker.Certificates).
-func (k *CertificateCheck) Problem(p *Pod, r *ProbeResult) string {
+func (k *CertificateCheck) Problem(p *podindex.Pod, r *ProbeResult) string {
 	switch {
 	case r != nil && r.Err == nil && k.c.verifies(r.key, r.Chain):
 		return ""
@@ -189,7 +180,7 @@ func (k *CertificateCheck) Problem(p *Pod, r *ProbeResult) string {
 // Convergence counts the alive meshed pods, control plane included, whose live chain verifies
 // to the root, as the operator's CertTracker counts them, naming the pods whose chain was
 // rejected first, then the first few others that are behind.
-func (k *CertificateCheck) Convergence(pods []*Pod, results map[string]ProbeResult) steps.Convergence {
+func (k *CertificateCheck) Convergence(pods []*podindex.Pod, results map[string]ProbeResult) steps.Convergence {
 	var c steps.Convergence
 	var others []steps.PodProblem
 	behind := map[string]int{}
@@ -215,16 +206,16 @@ func (k *CertificateCheck) Convergence(pods []*Pod, results map[string]ProbeResu
 		if r != nil && p.Running && rejectedChain(r.Err) {
 			c.Rejected++
 			c.Pods = append(c.Pods, problem)
-		} else if len(others) < behindLimit {
+		} else if len(others) < podindex.BehindLimit {
 			others = append(others, problem)
 		}
 	}
 	if !c.Done() {
-		c.Behind, c.BehindWorkloads = topWorkloads(behind)
-		sortProblems(c.Pods)
-		c.Pods = c.Pods[:min(len(c.Pods), behindLimit)]
-		sortProblems(others)
-		c.Pods = append(c.Pods, others[:min(len(others), behindLimit-len(c.Pods))]...)
+		c.Behind, c.BehindWorkloads = podindex.TopWorkloads(behind)
+		podindex.SortProblems(c.Pods)
+		c.Pods = c.Pods[:min(len(c.Pods), podindex.BehindLimit)]
+		podindex.SortProblems(others)
+		c.Pods = append(c.Pods, others[:min(len(others), podindex.BehindLimit-len(c.Pods))]...)
 	}
 	return c
 }

@@ -1,4 +1,4 @@
-package observe
+package podindex
 
 import (
 	"fmt"
@@ -18,17 +18,17 @@ func TestTopWorkloadsKeepsTheSortedTop(t *testing.T) {
 		all = append(all, steps.WorkloadCount{Workload: w, Pods: n})
 	}
 	steps.SortWorkloads(all)
-	top, n := topWorkloads(counts)
-	if n != 50 || fmt.Sprint(top) != fmt.Sprint(all[:behindLimit]) {
-		t.Errorf("topWorkloads = %v, %d; want %v, 50", top, n, all[:behindLimit])
+	top, n := TopWorkloads(counts)
+	if n != 50 || fmt.Sprint(top) != fmt.Sprint(all[:BehindLimit]) {
+		t.Errorf("topWorkloads = %v, %d; want %v, 50", top, n, all[:BehindLimit])
 	}
-	if top, n := topWorkloads(map[string]int{"a": 1}); n != 1 || len(top) != 1 || top[0].Workload != "a" {
+	if top, n := TopWorkloads(map[string]int{"a": 1}); n != 1 || len(top) != 1 || top[0].Workload != "a" {
 		t.Errorf("one workload: %v, %d", top, n)
 	}
 }
 
 func TestFillControlPlaneNamesTheAlivePodsOfEachDeployment(t *testing.T) {
-	x := NewPodIndex(nil)
+	x := New(nil)
 	cp := func(name, uid string, running, alive bool) *Pod {
 		return &Pod{Namespace: "linkerd", Name: name, UID: uid, Workload: "linkerd/Deployment/linkerd-identity",
 			ControlPlane: true, Meshed: true, Alive: alive, Running: running}

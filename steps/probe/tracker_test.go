@@ -1,4 +1,4 @@
-package observe
+package probe
 
 import (
 	"context"
@@ -11,14 +11,15 @@ import (
 	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 )
 
-// raceBed is a CertTracker over a PodIndex whose probes of the pods at blockedIP wait, once
+// raceBed is a CertTracker over a podindex.Index whose probes of the pods at blockedIP wait, once
 // dialing, until release is closed, and then reach the admin port they were given. Every probe
 // accounted for is reported on probed.
 type raceBed struct {
 	t       *testing.T
-	index   *PodIndex
+	index   *podindex.Index
 	tracker *CertTracker
 	dialing chan string   // the address of a blocked probe, once it dials
 	release chan struct{} // closed: blocked probes go on
@@ -43,7 +44,7 @@ func newRaceBed(t *testing.T) *raceBed {
 		}
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}
-	b.index = NewPodIndex(func(old, cur *Pod) { b.tracker.PodChanged(old, cur) })
+	b.index = podindex.New(func(old, cur *podindex.Pod) { b.tracker.PodChanged(old, cur) })
 	// The timeout only bounds a probe that would hang: the blocked probe waits on release.
 	b.tracker = NewCertTracker(b.index, dial, 4, time.Minute, nil)
 	b.tracker.probed = func(key, uid string) { b.probed <- [2]string{key, uid} }
@@ -89,8 +90,8 @@ func (b *raceBed) waitDialing() {
 	}
 }
 
-func meshedPod(ns, name, uid, ip string, port int32, identity string) *Pod {
-	return &Pod{Namespace: ns, Name: name, UID: uid, Workload: ns + "/StatefulSet/" + strings.Split(name, "-")[0],
+func meshedPod(ns, name, uid, ip string, port int32, identity string) *podindex.Pod {
+	return &podindex.Pod{Namespace: ns, Name: name, UID: uid, Workload: ns + "/StatefulSet/" + strings.Split(name, "-")[0],
 		Meshed: true, Alive: true, Running: true, IP: ip, AdminPort: port, Identity: identity}
 }
 
@@ -207,7 +208,7 @@ func TestCertTrackerCountsEveryIssuerOfTheNewAnchor(t *testing.T) {
 	b := newRaceBed(t)
 	b.tracker.SetActive(state(first).CertificateRoot(), true)
 	b.run()
-	pods := []*Pod{
+	pods := []*podindex.Pod{
 		meshedPod("app", "web-0", "a", "127.0.0.1", firstPort, identity),
 		meshedPod("app", "web-1", "b", "127.0.0.1", firstPort, identity),
 		meshedPod("app", "legacy-0", "c", "127.0.0.1", oldPort, identity),
