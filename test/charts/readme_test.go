@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -367,10 +368,7 @@ func readmeLeader(ctx context.Context, kube kubernetes.Interface, l leaseConfig,
 	if err != nil {
 		return nil, err
 	}
-	holder := ""
-	if lease.Spec.HolderIdentity != nil {
-		holder = *lease.Spec.HolderIdentity
-	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	for _, p := range pods {
 		if p.identity() == holder && !p.Exited() && strings.Contains(p.log(), `"Became leader"`) {
 			return p, nil
