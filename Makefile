@@ -189,6 +189,23 @@ chart: ## Package both charts into .local/charts; CHART_REPO=oci://<registry>/<p
 	  echo "$${ref%:*}@$$digest" >> $(CHART_DIR)/refs; \
 	done)
 
+# Signing what make image and make chart pushed, by digest (IMAGE_DIR/ref, CHART_DIR/refs), with
+# sigstore's cosign (COSIGN_VERSION in scripts/tools.sh, built into the tools cache; COSIGN=<path>
+# uses another): the image's index and each platform's image, and both charts; the signatures go
+# to the same repositories. Keyless without COSIGN_KEY, as the release workflow signs: a Fulcio
+# certificate for the workflow's OIDC identity, recorded in Rekor. COSIGN_KEY=<file or KMS URI>
+# signs with a key (COSIGN_PASSWORD for a file of `cosign generate-key-pair`); COSIGN_TLOG=false
+# records it in no transparency log, for a machine that reaches none. See scripts/sign.sh.
+COSIGN ?=
+COSIGN_KEY ?=
+COSIGN_TLOG ?= true
+
+.PHONY: sign
+sign: ## Sign the image and charts pushed by make image/chart, by digest, with cosign: keyless (OIDC), or COSIGN_KEY=<key file or KMS URI>; COSIGN_TLOG=false: no transparency log.
+	@cosign="$(COSIGN)"; [ -n "$$cosign" ] || cosign=$$(scripts/tools.sh path cosign)/cosign || exit 1; \
+	IMAGE="$(IMAGE)" CHART_REPO="$(CHART_REPO)" COSIGN_KEY="$(COSIGN_KEY)" COSIGN_TLOG="$(COSIGN_TLOG)" \
+	  scripts/sign.sh "$$cosign" $(IMAGE_DIR)/ref $(CHART_DIR)/refs
+
 .PHONY: unit
 unit: ## Run the unit tests only, no cluster (go test -short).
 	go test -short $(GO_TEST_FLAGS) ./...
