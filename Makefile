@@ -170,7 +170,9 @@ release-binaries: ## Build static, version-stamped linkerd-trust (linux, darwin 
 
 # The charts as OCI artifacts, as a release publishes them: `helm package` into CHART_DIR, and
 # with CHART_REPO=oci://<registry>/<path>, `helm push` there (HELM_PUSH_FLAGS=--plain-http for a
-# registry without TLS, such as the test bed's on the loopback).
+# registry without TLS, such as the test bed's on the loopback), each pushed chart's
+# <registry>/<path>/<chart>@<digest> in CHART_DIR/refs (from helm push's Pushed: and Digest:) for
+# make sign.
 CHART_DIR ?= $(LOCAL)/charts
 CHART_REPO ?=
 HELM_PUSH_FLAGS ?=
@@ -179,7 +181,30 @@ HELM_PUSH_FLAGS ?=
 chart: ## Package both charts into .local/charts; CHART_REPO=oci://<registry>/<path> pushes them (HELM_PUSH_FLAGS=--plain-http without TLS).
 	@rm -rf $(CHART_DIR) && mkdir -p $(CHART_DIR)
 	$(HELM3) package $(CHARTS) --destination $(CHART_DIR)
-	$(if $(CHART_REPO),for c in $(CHART_DIR)/*.tgz; do $(HELM3) push $$c $(CHART_REPO) $(HELM_PUSH_FLAGS) || exit 1; done)
+	$(if $(CHART_REPO),@for c in $(CHART_DIR)/*.tgz; do \
+	  echo "$(HELM3) push $$c $(CHART_REPO) $(HELM_PUSH_FLAGS)"; \
+	  out=$$($(HELM3) push $$c $(CHART_REPO) $(HELM_PUSH_FLAGS) 2>&1) || { echo "$$out"; exit 1; }; echo "$$out"; \
+	  ref=$$(sed -n 's/^Pushed: *//p' <<< "$$out"); digest=$$(sed -n 's/^Digest: *//p' <<< "$$out"); \
+	  [ -n "$$ref" ] && [ -n "$$digest" ] || { echo "chart: helm push printed no Pushed: and Digest: lines"; exit 1; }; \
+	  echo "$${ref%:*}@$$digest" >> $(CHART_DIR)/refs; \
+	done)
+
+# Signing what make image and make chart pushed, by digest (IMAGE_DIR/ref, CHART_DIR/refs), with
+# sigstore's cosign (COSIGN_VERSION in scripts/tools.sh, built into the tools cache; COSIGN=<path>
+# uses another): the image's index and each platform's image, and both charts; the signatures go
+# to the same repositories. Keyless without COSIGN_KEY, as the release workflow signs: a Fulcio
+# certificate for the workflow's OIDC identity, recorded in Rekor. COSIGN_KEY=<file or KMS URI>
+# signs with a key (COSIGN_PASSWORD for a file of `cosign generate-key-pair`); COSIGN_TLOG=false
+# records it in no transparency log, for a machine that reaches none. See scripts/sign.sh.
+COSIGN ?=
+COSIGN_KEY ?=
+COSIGN_TLOG ?= true
+
+.PHONY: sign
+sign: ## Sign the image and charts pushed by make image/chart, by digest, with cosign: keyless (OIDC), or COSIGN_KEY=<key file or KMS URI>; COSIGN_TLOG=false: no transparency log.
+	@cosign="$(COSIGN)"; [ -n "$$cosign" ] || cosign=$$(scripts/tools.sh path cosign)/cosign || exit 1; \
+	IMAGE="$(IMAGE)" CHART_REPO="$(CHART_REPO)" COSIGN_KEY="$(COSIGN_KEY)" COSIGN_TLOG="$(COSIGN_TLOG)" \
+	  scripts/sign.sh "$$cosign" $(IMAGE_DIR)/ref $(CHART_DIR)/refs
 
 .PHONY: unit
 unit: ## Run the unit tests only, no cluster (go test -short).

@@ -9,7 +9,8 @@
 #   scripts/tools.sh list                    print the components and their cache keys
 #
 # Components: etcd kubernetes kwok cert-manager helm3 helm4 codegen (controller-gen) oci (the
-# image builder and the bed's registry, test/tools/oci, on go-containerregistry).
+# image builder and the bed's registry, test/tools/oci, on go-containerregistry) cosign (sigstore's
+# signer, for make sign; built only on demand: `path cosign`, not part of bin-dir).
 # Cache: $TRUST_ROTATION_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/linkerd-trust-rotation).
 # Builds of the same key are serialised with flock and land with an atomic rename, so concurrent
 # runs never see a half-written tool.
@@ -26,11 +27,15 @@ CERT_MANAGER_VERSION=v1.21.2
 HELM3_VERSION=v3.22.0
 HELM4_VERSION=v4.3.1
 CONTROLLER_GEN_VERSION=v0.23.0
+COSIGN_VERSION=v3.1.3
 # go-containerregistry, as test/tools/oci/go.mod requires it.
 OCI_VERSION=$(awk '$1 == "github.com/google/go-containerregistry" { print $2 }
   $1 == "require" && $2 == "github.com/google/go-containerregistry" { print $3 }' "$tools/oci/go.mod")
 
 components=(etcd kubernetes kwok cert-manager helm3 helm4 codegen oci)
+# Built on demand only (scripts/tools.sh path NAME): make sign's cosign is a release tool, not
+# part of the test bed every cluster needs, and a cold build of it takes minutes of its own.
+on_demand=(cosign)
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -44,7 +49,8 @@ version_of() {
     helm4) echo "$HELM4_VERSION" ;;
     codegen) echo "$CONTROLLER_GEN_VERSION" ;;
     oci) echo "$OCI_VERSION" ;;
-    *) log "unknown component '$1' (known: ${components[*]})"; exit 2 ;;
+    cosign) echo "$COSIGN_VERSION" ;;
+    *) log "unknown component '$1' (known: ${components[*]} ${on_demand[*]})"; exit 2 ;;
   esac
 }
 
@@ -128,6 +134,15 @@ build_oci() {
   (cd "$tools/oci" && go build -trimpath -ldflags "-s -w" -o "$1/oci" .)
 }
 
+# cosign as sigstore's release builds it (its Makefile's LDFLAGS), stamped with the version that
+# `cosign version` prints; the module has no replace directives, so go install builds it as is.
+build_cosign() {
+  local v=sigs.k8s.io/release-utils/version
+  GOBIN="$1" go install -trimpath \
+    -ldflags "-s -w -buildid= -X $v.gitVersion=$COSIGN_VERSION -X $v.gitTreeState=clean" \
+    "github.com/sigstore/cosign/v3/cmd/cosign@$COSIGN_VERSION"
+}
+
 # build NAME: prints the directory holding the component's binaries.
 build() {
   local name=$1 key dir
@@ -181,7 +196,7 @@ case $cmd in
     for c in "$@"; do build "$c" >/dev/null; done ;;
   bin-dir) bin_dir ;;
   path) [ $# -eq 2 ] || { log "usage: $0 path COMPONENT"; exit 2; }; version_of "$2" >/dev/null; build "$2" ;;
-  list) for c in "${components[@]}"; do echo "$c $(version_of "$c") $cache/$(key_of "$c")"; done ;;
+  list) for c in "${components[@]}" "${on_demand[@]}"; do echo "$c $(version_of "$c") $cache/$(key_of "$c")"; done ;;
   -h|--help|help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) for c in "$@"; do build "$c" >/dev/null; done ;;
 esac

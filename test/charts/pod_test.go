@@ -315,6 +315,9 @@ type podRunner struct {
 	kubelet   *podrun.Kubelet
 	img       podrun.Image
 	clusterIP net.IP
+	// podNet, when set, is the cluster's pod network, which the containers then reach as pods
+	// reach other pods: the meshed pods' proxies, served on loopback addresses of this machine.
+	podNet *net.IPNet
 }
 
 // runningPod is a pod's operator container, running.
@@ -333,6 +336,9 @@ func (r *podRunner) run(pod *corev1.Pod) *runningPod {
 	n, err := podrun.ReserveNet(r.clusterIP)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.podNet != nil {
+		n.LoopbackNets = []*net.IPNet{r.podNet}
 	}
 	spec, err := r.kubelet.Spec(r.ctx, pod, "operator", r.img, n.PodIP)
 	if err != nil {

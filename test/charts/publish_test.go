@@ -33,6 +33,9 @@ type published struct {
 	Charts, ChartVersion string
 	// AppVersion is the operator chart's appVersion: the version make image stamps.
 	AppVersion string
+	// ImageDir and ChartDir are make image's IMAGE_DIR and make chart's CHART_DIR: what make
+	// sign signs is recorded there.
+	ImageDir, ChartDir string
 }
 
 // publishedToBed is what publish pushed to the registry of this package's cluster, which lives
@@ -43,45 +46,28 @@ var publishedToBed *published
 func publishOnce(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm) published {
 	t.Helper()
 	if publishedToBed == nil || !strings.HasPrefix(publishedToBed.Repository, c.Registry()+"/") {
-		p := publish(t, ctx, c, h)
+		if c.Registry() == "" {
+			t.Fatal("the cluster has no registry (cluster.Options.Registry)")
+		}
+		p := publish(t, ctx, c.Registry(), h)
 		publishedToBed = &p
 	}
 	return *publishedToBed
 }
 
-// publish publishes the operator image and both charts to the test bed's registry the way a
-// release does, with the Makefile's own targets: `make image` (the image built without a Docker
-// engine, on a base made here: IMAGE_BASE=local) pushed with IMAGE, and `make chart` (helm
-// package and helm push) with CHART_REPO.
-func publish(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm) published {
+// publish publishes the operator image and both charts to the registry reg (host:port, the test
+// bed's) the way a release does, with the Makefile's own targets: `make image` (the image built
+// without a Docker engine, on a base made here: IMAGE_BASE=local) pushed with IMAGE, and `make
+// chart` (helm package and helm push) with CHART_REPO.
+func publish(t *testing.T, ctx context.Context, reg string, h Helm) published {
 	t.Helper()
-	reg := c.Registry()
-	if reg == "" {
-		t.Fatal("the cluster has no registry (cluster.Options.Registry)")
-	}
 	root, err := cluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	repo := reg + "/linkerd/trust-rotation"
-	make := func(args ...string) string {
-		t.Helper()
-		began := time.Now()
-		cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", "-C", root}, args...)...)
-		cmd.Env = append(os.Environ(),
-			"HELM_CACHE_HOME="+filepath.Join(h.Home, "cache"),
-			"HELM_CONFIG_HOME="+filepath.Join(h.Home, "config"),
-			"HELM_DATA_HOME="+filepath.Join(h.Home, "data"),
-		)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out.String())
-		}
-		t.Logf("make %s: %s", args[0], time.Since(began).Round(time.Millisecond))
-		return out.String()
-	}
+	make := func(args ...string) string { t.Helper(); return runMake(t, ctx, h, nil, args...) }
 	make("image", "IMAGE_BASE=local", "IMAGE="+repo, "IMAGE_DIR="+filepath.Join(dir, "image"))
 	ref, err := os.ReadFile(filepath.Join(dir, "image", "ref"))
 	if err != nil {
@@ -92,8 +78,9 @@ func publish(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm) publ
 	if pushed != repo || !digestRE.MatchString(digest) {
 		t.Fatalf("make image IMAGE=%s printed %q, want %s@sha256:<digest>", repo, image, repo)
 	}
-	p := published{Image: image, Repository: repo, Digest: digest, Charts: "oci://" + reg + "/charts"}
-	make("chart", "CHART_DIR="+filepath.Join(dir, "charts"), "CHART_REPO="+p.Charts, "HELM_PUSH_FLAGS=--plain-http")
+	p := published{Image: image, Repository: repo, Digest: digest, Charts: "oci://" + reg + "/charts",
+		ImageDir: filepath.Join(dir, "image"), ChartDir: filepath.Join(dir, "charts")}
+	make("chart", "CHART_DIR="+p.ChartDir, "CHART_REPO="+p.Charts, "HELM_PUSH_FLAGS=--plain-http")
 
 	// Both charts are released together, at one version (Install pins it for both).
 	for _, name := range []string{CRDChart, OperatorChart} {
@@ -115,6 +102,30 @@ func publish(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm) publ
 	}
 	t.Logf("published %s and the charts %s at %s", p.Image, p.Charts, p.ChartVersion)
 	return p
+}
+
+// runMake runs make in the module's root with args, helm's directories in h.Home and env added
+// to the environment, and returns its output; a failure fails the test.
+func runMake(t *testing.T, ctx context.Context, h Helm, env []string, args ...string) string {
+	t.Helper()
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", "-C", root}, args...)...)
+	cmd.Env = append(append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(h.Home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(h.Home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(h.Home, "data"),
+	), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	t.Logf("make %s: %s", args[0], time.Since(began).Round(time.Millisecond))
+	return out.String()
 }
 
 // pullImage pulls ref as a container runtime does before it starts a container — the image of

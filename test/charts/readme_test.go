@@ -20,12 +20,13 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/cluster"
-	"github.com/linkerd/trust-rotation/test/internal/podrun"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
@@ -45,8 +46,10 @@ import (
 // as a first install), their Helm hooks on (the preflight check and the wait), and the
 // operator's pods and the hooks' pods run from the pushed image. Then `linkerd trust check` is
 // all √, and `linkerd trust rotate` completes a rotation, doing what each blocking message asks,
-// with no violation of the mesh's mTLS oracle. For the rotation the operator runs on the
-// machine's network, from the image's binary (see below).
+// with no violation of the mesh's mTLS oracle. The chart's Deployment leads it: its pods, run from
+// the image under the chart's ServiceAccount, on the pod network (they reach the meshed pods'
+// proxies on their pod IPs, as the operator observes their certificates), and the Lease names
+// one of them at every phase of the rotation.
 func TestReadmeInstallAndFirstRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	if os.Geteuid() != 0 {
@@ -142,7 +145,7 @@ func TestReadmeInstallAndFirstRotation(t *testing.T) {
 
 	// 5. The operator: both charts from the OCI registry, hooks on, its pods from the image.
 	pub := publishOnce(t, ctx, c, h)
-	rel, img, pods := readmeInstallOperator(t, ctx, c, h, pub)
+	lease, pods := readmeInstallOperator(t, ctx, c, h, pub)
 
 	// 6. Check: every check √, and the TrustAnchorRotation Synced and Ready.
 	out := run(trust, "check")
@@ -168,27 +171,13 @@ func TestReadmeInstallAndFirstRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The operator observes each proxy's live certificate on its pod IP, which on this bed is
-	// a loopback address of the machine that a pod's own network namespace cannot reach: for the
-	// rotation, the lead passes from the pods (stopped as a pod is deleted: they release the
-	// Lease) to the image's own operator binary on the machine's network, with the chart's
-	// arguments under the chart's ServiceAccount.
-	for _, p := range pods {
-		p.Stop(time.Duration(*p.pod.Spec.TerminationGracePeriodSeconds) * time.Second)
-	}
-	if len(img.Entrypoint) == 0 || filepath.Base(img.Entrypoint[0]) != "trust-rotation-operator" {
-		t.Fatalf("the image's entrypoint %q is not the operator", img.Entrypoint)
-	}
-	op := startOperatorBinary(t, filepath.Join(img.Root, img.Entrypoint[0]), rel)
-	err = poll.Until(ctx, 2*time.Minute, "the image's operator to lead", func(ctx context.Context) (bool, error) {
-		if op.Exited() {
-			return false, fmt.Errorf("it exited:\n%s", op.LogTail(30))
-		}
-		m, err := op.get(ctx, "/metrics")
+	// The leader reports the rotation's phase on its admin port, at its pod IP.
+	err = poll.Until(ctx, 2*time.Minute, "the leading pod to report the rotation Synced", func(ctx context.Context) (bool, error) {
+		leader, err := readmeLeader(ctx, kube, lease, pods)
 		if err != nil {
 			return false, poll.Pending("%v", err)
 		}
-		return strings.Contains(m, `trust_rotation_phase{phase="Synced"} 1`), nil
+		return leader.reportsSynced(ctx)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +185,20 @@ func TestReadmeInstallAndFirstRotation(t *testing.T) {
 
 	// Rotate: rotate, then do what each blocking message asks, as README's table says.
 	t.Logf("linkerd trust rotate:\n%s", run(trust, "rotate"))
-	readmeFollowRotation(t, ctx, c, tars, mesh, apps)
+	led := readmeFollowRotation(t, ctx, c, tars, mesh, apps, func(ctx context.Context) (string, error) {
+		leader, err := readmeLeader(ctx, kube, lease, pods)
+		if err != nil {
+			return "", err
+		}
+		return leader.identity(), nil
+	})
+	// The phases that wait for the user are observed for sure (the others may pass between two
+	// looks): each was led by a pod of the chart.
+	for _, p := range []v1alpha1.Phase{v1alpha1.PhasePropagatingTrustRoots, v1alpha1.PhaseWaitingForIdentityRotation, v1alpha1.PhaseRemovingOldTrustRoots} {
+		if led[p] == "" {
+			t.Errorf("the rotation was never observed in %s while a pod of the chart held the Lease", p)
+		}
+	}
 	if err := mesh.Oracle().CheckNoViolationsSince(began); err != nil {
 		t.Errorf("the mesh's oracle: %v", err)
 	}
@@ -325,8 +327,9 @@ func containerHasArg(d *appsv1.Deployment, arg string) bool {
 }
 
 // readmeInstallOperator installs both charts from the registry with the hooks on, runs the
-// hook pods and the operator's pods from the pushed image, and waits for helm to return.
-func readmeInstallOperator(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm, pub published) (*Release, podrun.Image, []*runningPod) {
+// hook pods and the operator's pods from the pushed image, on the pod network, and waits for
+// helm to return. It returns the operator's Lease and its pods.
+func readmeInstallOperator(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm, pub published) (leaseConfig, []*runningPod) {
 	t.Helper()
 	kube := c.Kube()
 	img := pullImage(t, ctx, pub.Image)
@@ -340,7 +343,7 @@ func readmeInstallOperator(t *testing.T, ctx context.Context, c *cluster.Cluster
 	if pre := hooks.only(t, OperatorChart+"-preflight-"); pre.exit != 0 {
 		t.Fatalf("the preflight hook exited %d:\n%s", pre.exit, pre.log)
 	}
-	r := &podRunner{t: t, ctx: ctx, kubelet: hooks.kubelet, img: img, clusterIP: clusterIP}
+	r := &podRunner{t: t, ctx: ctx, kubelet: hooks.kubelet, img: img, clusterIP: clusterIP, podNet: c.PodCIDR()}
 	var running []*runningPod
 	for _, p := range deploymentPods(t, ctx, kube, dep) {
 		if p.Spec.Containers[0].Image != pub.Image {
@@ -348,21 +351,40 @@ func readmeInstallOperator(t *testing.T, ctx context.Context, c *cluster.Cluster
 		}
 		running = append(running, r.run(p))
 	}
-	ctr := running[0].ctr
-	r.waitLeader(leaseOf(t, ctr.Args), "", running...)
-	rel := installed()
+	lease := leaseOf(t, running[0].ctr.Args)
+	leader := r.waitLeader(lease, "", running...)
+	t.Logf("%s leads", leader.identity())
+	installed()
 	if wait := hooks.only(t, OperatorChart+"-wait-ready-"); wait.exit != 0 {
 		t.Fatalf("the post-install hook exited %d:\n%s", wait.exit, wait.log)
 	}
-	return rel, img, running
+	return lease, running
+}
+
+// readmeLeader returns the pod that holds the operator's Lease: one of pods, running, that says
+// it became the leader.
+func readmeLeader(ctx context.Context, kube kubernetes.Interface, l leaseConfig, pods []*runningPod) (*runningPod, error) {
+	lease, err := kube.CoordinationV1().Leases(l.namespace).Get(ctx, l.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	for _, p := range pods {
+		if p.identity() == holder && !p.Exited() && strings.Contains(p.log(), `"Became leader"`) {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("Lease %s/%s is held by %q, none of the chart's running pods", l.namespace, l.name, holder)
 }
 
 // readmeFollowRotation does, phase by phase, what README's Rotate table says while the rotation
 // waits for the user, until it is Synced again: restart the workloads the blocking message names,
-// or renew the identity issuer as `cmctl renew` does.
-func readmeFollowRotation(t *testing.T, ctx context.Context, c *cluster.Cluster, tars *client.Client, mesh *meshsim.Mesh, apps []meshsim.Workload) {
+// or renew the identity issuer as `cmctl renew` does. At each phase it asks leader who leads (an
+// error fails the test), and returns, by phase, who led when it was first observed.
+func readmeFollowRotation(t *testing.T, ctx context.Context, c *cluster.Cluster, tars *client.Client, mesh *meshsim.Mesh, apps []meshsim.Workload, leader func(context.Context) (string, error)) map[v1alpha1.Phase]string {
 	t.Helper()
 	acted := map[v1alpha1.Phase]bool{}
+	led := map[v1alpha1.Phase]string{}
 	left := false // the rotation has left Synced
 	err := poll.Until(ctx, 10*time.Minute, "the rotation to be Synced again", func(ctx context.Context) (bool, error) {
 		tar, err := tars.Get(ctx, steps.DefaultRotationName)
@@ -372,6 +394,14 @@ func readmeFollowRotation(t *testing.T, ctx context.Context, c *cluster.Cluster,
 		phase, msg := tar.Status.Phase, tar.Status.BlockingMessage
 		if phase != v1alpha1.PhaseSynced {
 			left = true
+		}
+		if _, seen := led[phase]; !seen && left {
+			who, err := leader(ctx)
+			if err != nil {
+				return false, fmt.Errorf("phase %s: %w", phase, err)
+			}
+			led[phase] = who
+			t.Logf("phase %s, led by %s", phase, who)
 		}
 		if phase == v1alpha1.PhaseSynced && left {
 			return true, nil
@@ -431,6 +461,7 @@ func readmeFollowRotation(t *testing.T, ctx context.Context, c *cluster.Cluster,
 			t.Errorf("the rotation never waited in %s for a restart", p)
 		}
 	}
+	return led
 }
 
 // serverSideApply applies every object of manifest as `kubectl apply --server-side

@@ -24,7 +24,8 @@ func TestMain(m *testing.M) {
 
 // A sandbox runs its command as PID 1 of its own namespaces, chrooted into its root, with its
 // hostname, credentials, read-only root and volumes, reachable at its pod IP and reaching this
-// machine through its gateway; it is stopped by SIGTERM and its veth goes with it.
+// machine through its gateway and on the loopback networks it is given (and on no other); it is
+// stopped by SIGTERM and its veth goes with it.
 func TestSandbox(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: a sandbox needs root")
@@ -45,30 +46,23 @@ func TestSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Something outside the sandbox to reach, through a proxy on the host end of its veth.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprint(c, "hello from outside")
-			c.Close()
-		}
-	}()
-	proxy, err := NewServiceProxy(ctx, n.Gateway.String(), 0, ln.Addr().String())
+	outside := serve(t, "127.0.0.1:0", "hello from outside")
+	proxy, err := NewServiceProxy(ctx, n.Gateway.String(), 0, outside)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
+	// Pods served on loopback addresses of this machine, as the mesh simulator serves them: one
+	// in a network the sandbox reaches (LoopbackNets), one in a network it does not.
+	_, reached, _ := net.ParseCIDR("127.30.0.0/16")
+	n.LoopbackNets = []*net.IPNet{reached}
+	loopback := serve(t, "127.30.0.7:0", "hello from a loopback pod")
+	unrouted := serve(t, "127.29.0.7:0", "the sandbox reached an unrouted loopback network")
 
 	spec := Spec{
 		Root: root, ReadOnlyRoot: true, Hostname: "pod-a", Argv: []string{"container"},
-		Env: []string{"PATH=/bin", "OUTSIDE=" + proxy.Addr()}, UID: 65532, GID: 65532, Groups: []uint32{65532},
+		Env: []string{"PATH=/bin", "OUTSIDE=" + proxy.Addr(),
+			"LOOPBACK=" + loopback, "UNROUTED=" + unrouted}, UID: 65532, GID: 65532, Groups: []uint32{65532},
 		NoNewPrivs: true, DropAllCapabilities: true,
 		Mounts: []Mount{
 			{Target: "/config", ReadOnly: true, Files: map[string]File{"file": {Data: []byte("content"), Mode: 0o644}}},
@@ -105,6 +99,8 @@ func TestSandbox(t *testing.T) {
 		"write /scratch: <nil>",
 		`read /config/file: "content" <nil>`,
 		`outside: "hello from outside" <nil>`,
+		`loopback: "hello from a loopback pod" <nil>`,
+		"unrouted: dial tcp " + unrouted + ": connect: connection refused",
 		"terminated",
 	} {
 		if !strings.Contains(log, want) {
@@ -118,4 +114,25 @@ func TestSandbox(t *testing.T) {
 	if _, err := net.InterfaceByName(s.HostInterface); err == nil {
 		t.Errorf("the sandbox's veth %s is still there", s.HostInterface)
 	}
+}
+
+// serve answers every connection to addr with msg until the test ends, and returns the address.
+func serve(t *testing.T, addr, msg string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprint(c, msg)
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
 }

@@ -83,6 +83,11 @@ type File struct {
 type Net struct {
 	PodIP, Gateway net.IP
 	HostAddrs      []net.IP
+	// LoopbackNets are networks of 127.0.0.0/8 that the sandbox reaches on this machine through
+	// its veth, as a pod reaches other pods: the test bed's pod network, whose pods the mesh
+	// simulator serves on loopback addresses of this machine. Without them a sandbox's 127/8 is
+	// its own loopback, as in any network namespace (see setupNet).
+	LoopbackNets []*net.IPNet
 	// lock is the exclusive flock that reserves the /30 among every process of this machine.
 	lock *os.File
 }
@@ -220,6 +225,25 @@ func (s *Sandbox) setupNet() error {
 		append(in, "link", "set", "eth0", "up"),
 		append(in, "route", "add", "default", "via", gw),
 	)
+	// A loopback network of this machine, reached from another network namespace. Inside, the
+	// kernel's local table routes all of 127/8 to the namespace's own lo; a more specific route
+	// in that table sends the network out of eth0 instead. Linux then drops a packet to or from
+	// 127/8 on any interface but lo as a martian, unless the interface has route_localnet
+	// (Documentation/networking/ip-sysctl.rst): eth0 needs it for the answers that come from a
+	// loopback address, and the host end for the requests to one and for its answers. On the
+	// host end, the local table delivers them to the listener on that address.
+	if len(s.Net.LoopbackNets) > 0 {
+		cmds = append(cmds,
+			[]string{"sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/" + host + "/route_localnet"},
+			[]string{"nsenter", "--target", pid, "--net", "sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/eth0/route_localnet"},
+		)
+	}
+	for _, n := range s.Net.LoopbackNets {
+		if !n.IP.IsLoopback() {
+			return fmt.Errorf("sandbox network: %s is not a loopback network", n)
+		}
+		cmds = append(cmds, append(in, "route", "add", n.String(), "via", gw, "dev", "eth0", "table", "local"))
+	}
 	for _, c := range cmds {
 		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("sandbox network: %s: %v: %s", strings.Join(c, " "), err, strings.TrimSpace(string(out)))

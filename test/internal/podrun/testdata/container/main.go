@@ -1,5 +1,6 @@
 // Command container reports how it runs, for podrun's test: its credentials, hostname and PID,
-// what it can write, a volume's file, and an answer from outside the sandbox; then it serves
+// what it can write, a volume's file, and answers from outside the sandbox (through its gateway
+// and on loopback addresses of the machine); then it serves
 // /healthz on :8080 until SIGTERM.
 package main
 
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -27,6 +29,17 @@ func main() {
 		b, err := io.ReadAll(c)
 		fmt.Printf("outside: %q %v\n", b, err)
 		c.Close()
+	}
+	// A pod served on a loopback address of the machine (LOOPBACK, in a network the sandbox
+	// routes), and one in a network it does not (UNROUTED): that one is the sandbox's own lo.
+	for _, env := range []string{"LOOPBACK", "UNROUTED"} {
+		if c, err := net.Dial("tcp", os.Getenv(env)); err != nil {
+			fmt.Printf("%s: %v\n", strings.ToLower(env), err)
+		} else {
+			b, err := io.ReadAll(c)
+			fmt.Printf("%s: %q %v\n", strings.ToLower(env), b, err)
+			c.Close()
+		}
 	}
 	http.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	ln, err := net.Listen("tcp", ":8080")
