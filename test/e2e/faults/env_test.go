@@ -552,14 +552,6 @@ func driveErr(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) error {
 				fn()
 			}
 		}
-		if cp := tar.Status.Checkpoint; cp != nil && cp.Strategy == v1alpha1.StrategyCrossSigned &&
-			strings.Contains(tar.Status.BlockingMessage, "to converge on the expanded trust bundle again") {
-			// A cross-signed rotation superseded after its bundle was reduced: the pods, still on
-			// the bundle of the rotation before, are named for a restart onto the current one,
-			// at a step where the standard strategy's user restarts nothing (propagate-trust-roots
-			// is passed over). Restart them, as the message says.
-			once("regressed", e.RestartApps)
-		}
 		switch step {
 		case steps.StepPropagateTrustRoots:
 			once("propagate", e.RestartApps)
