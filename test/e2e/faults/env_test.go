@@ -554,6 +554,13 @@ func driveErr(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) error {
 		}
 		switch step {
 		case steps.StepPropagateTrustRoots:
+			if tar.Status.Checkpoint.Strategy == v1alpha1.StrategyCrossSigned {
+				// A cross-signed rotation waits here only for pods behind its unchanged bundle
+				// (a superseded rotation's final restart that did not happen): say so in the log.
+				once("cross-signed-propagate", func() {
+					t.Logf("cross-signed rotation to %.12s waits at %s: %s", rotation, step, tar.Status.BlockingMessage)
+				})
+			}
 			once("propagate", e.RestartApps)
 		case steps.StepWaitForIdentityIssuer:
 			if !strings.Contains(tar.Status.BlockingMessage, "signed by neither") {
