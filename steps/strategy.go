@@ -67,12 +67,40 @@ const ReasonNotNeededCrossSigned = "NotNeededWhenCrossSigned"
 
 // skipCrossSigned wraps the Observe of a step the cross-signed strategy does not need
 // (Step.CrossSignedSkips): done at once, with why, in a cross-signed rotation.
+//
+// Except propagate-trust-roots (the step that waits on the trust bundle, WaitsOnTrustBundle)
+// while some meshed pod is behind the bundle: it then observes, and restarts, as in a standard
+// rotation. In an ordinary cross-signed rotation no pod is: the bundle has not changed since the
+// last rotation's final restart. One case leaves pods behind: a cross-signed round superseded
+// from retire-previous-anchor on (the anchor renewed again, A -> B -> C) finishes on B's
+// reduced bundle [B] and jumps from remove-old-trust-roots to the next round without its
+// restart (see superseded), so the pods still injected with [A] are behind the next round's
+// bundle, which stays [B]. The steps from wait-for-remote-trust-roots on need every pod on it
+// (Step.NeedsExpandedPods), and none of them restarts pods: passed over, propagate-trust-roots
+// would leave the rotation waiting there for good under automatic restarts. Restarting those
+// pods onto [B] keeps the safety rule: every live certificate chains to B (the round's
+// reduction was refused until they all did), which [B] verifies directly and [A] through the
+// bridge B signed by A, and the new issuer's chain [issuer, C, B] verifies under [B] as under
+// [A]. It also keeps what the strategy's argument assumes of the next rounds: every pod trusts
+// the current anchor or the previous one (docs/design/fewer-restarts.md, "As implemented"),
+// not an anchor two renewals back, which would leave the mesh bound to A's validity and to the
+// oldest bridge staying in the issuer's chain. Those pods restart once more, at the round's own
+// final restart, as the standard strategy restarts them.
 func skipCrossSigned(st Step, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
 	return func(s *State, token string) workflow.Decision {
-		if s.CrossSigned() {
-			return workflow.Completed(ReasonNotNeededCrossSigned, "spec.strategy CrossSigned: "+st.CrossSignedSkips)
+		if !s.CrossSigned() {
+			return observe(s, token)
 		}
-		return observe(s, token)
+		if st.WaitsOnTrustBundle && !s.TrustBundle.Done() {
+			d := observe(s, token)
+			if d.Outcome == workflow.Wait {
+				d.Message += "; spec.strategy CrossSigned: the bundle is unchanged, but these pods were not injected with it " +
+					"(the final restart of a rotation superseded by a renewal of the anchor did not happen): they restart onto it here, " +
+					"as every pod must run with it from wait-for-remote-trust-roots on"
+			}
+			return d
+		}
+		return workflow.Completed(ReasonNotNeededCrossSigned, "spec.strategy CrossSigned: "+st.CrossSignedSkips)
 	}
 }
 

@@ -66,7 +66,11 @@ func TestCrossSignedSteps(t *testing.T) {
 			step: StepRefreshControlPlane, state: crossState(p), wantOutcome: workflow.Done, wantReason: ReasonNotNeededCrossSigned,
 		},
 		"propagate-trust-roots restarts nothing": {
-			step: StepPropagateTrustRoots, state: crossState(p, bundlePods(0, 10)), wantOutcome: workflow.Done, wantReason: ReasonNotNeededCrossSigned,
+			step: StepPropagateTrustRoots, state: crossState(p, bundlePods(10, 10)), wantOutcome: workflow.Done, wantReason: ReasonNotNeededCrossSigned,
+		},
+		"propagate-trust-roots waits for pods behind the unchanged bundle, naming them": {
+			step: StepPropagateTrustRoots, state: crossState(p, bundlePods(8, 10, WorkloadCount{"apps/Deployment/web", 2})),
+			wantOutcome: workflow.Wait, wantReason: "TrustBundleConverging", wantInMsg: "restart: apps/Deployment/web (2 pods); spec.strategy CrossSigned: the bundle is unchanged",
 		},
 		"restart-identity is not needed": {
 			step: StepRestartIdentity, state: crossState(p), wantOutcome: workflow.Done, wantReason: ReasonNotNeededCrossSigned,
