@@ -64,17 +64,17 @@ func TestCrossSignedSupersededAfterReduction(t *testing.T) {
 			n := 0
 			advance := func() workflow.Result {
 				t.Helper()
-				if err := s.FromStatus(&st); err != nil {
+				if err := s.FromStatus(rotationSteps, &st); err != nil {
 					t.Fatal(err)
 				}
 				res, err := wf.Advance(context.Background(), WorkflowCheckpoint(st.Checkpoint), s, func(_ context.Context, next workflow.Checkpoint) error {
-					SaveCheckpoint(&st, next, s, s.Now)
+					SaveCheckpoint(rotationSteps, &st, next, s, s.Now)
 					return nil
 				}, func() string { n++; return NewActStamp(now.Add(time.Duration(n) * time.Second)) })
 				if err != nil {
 					t.Fatal(err)
 				}
-				st = Project(st, s.Spec, 1, s, res, s.Now) // as the operator publishes it
+				st = Project(rotationSteps, st, s.Spec, 1, s, res, s.Now) // as the operator publishes it
 				// A workload the operator restarted rolls out at once, its pods on the current bundle.
 				for _, wl := range s.Workloads {
 					if wl.RestartedAt != "" && !wl.RolledOut {
