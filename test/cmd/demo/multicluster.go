@@ -305,14 +305,11 @@ func startSide(ctx context.Context, name, bin, workDir string, oracle *meshsim.O
 	return s, stop, s.mesh.WaitForCertificates(ctx, 0, nil)
 }
 
-// linkSides links from to to as `linkerd multicluster link` does: a Link and a credentials
-// Secret in from, whose kubeconfig reaches to's apiserver as its remote-access ServiceAccount.
+// linkSides links from to to as `linkerd multicluster link-gen` does: a Link and a credentials
+// Secret in from, whose kubeconfig reaches to's apiserver with the token of its remote-access
+// ServiceAccount.
 func linkSides(ctx context.Context, from, to *side) error {
-	path, err := to.c.KubeconfigFor(cluster.ServiceAccountUser(meshsim.MulticlusterNamespace, meshsim.RemoteAccessServiceAccount))
-	if err != nil {
-		return err
-	}
-	kubeconfig, err := os.ReadFile(path)
+	kubeconfig, err := meshsim.RemoteAccessKubeconfig(ctx, to.c.RESTConfig())
 	if err != nil {
 		return err
 	}

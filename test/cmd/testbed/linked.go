@@ -72,11 +72,8 @@ func startLinked(ctx context.Context, b *Bed, mesh, proxyAsContainer bool) (stop
 		}
 	}
 	for from, to := range map[string]string{"west": linkedName, linkedName: "west"} {
-		path, err := clusters[to].KubeconfigFor(cluster.ServiceAccountUser(meshsim.MulticlusterNamespace, meshsim.RemoteAccessServiceAccount))
-		if err != nil {
-			return fail(err)
-		}
-		kubeconfig, err := os.ReadFile(path)
+		// As link-gen writes it: the remote-access ServiceAccount's own token.
+		kubeconfig, err := meshsim.RemoteAccessKubeconfig(ctx, clusters[to].RESTConfig())
 		if err != nil {
 			return fail(err)
 		}

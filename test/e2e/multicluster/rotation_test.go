@@ -3,7 +3,6 @@ package multicluster
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -62,15 +61,12 @@ func startCluster(t *testing.T, ctx context.Context, name string) *cluster.Clust
 	return c
 }
 
-// link links from to to as `linkerd multicluster link` does: a Link and a credentials Secret in
-// from, whose kubeconfig reaches to's apiserver as to's remote-access ServiceAccount.
+// link links from to to as `linkerd multicluster link-gen` does: a Link and a credentials Secret
+// in from, whose kubeconfig reaches to's apiserver with the token of to's remote-access
+// ServiceAccount (the shape test/reallinkerd recorded from link-gen).
 func link(t *testing.T, ctx context.Context, from, to *linked) {
 	t.Helper()
-	path, err := to.c.KubeconfigFor(cluster.ServiceAccountUser(meshsim.MulticlusterNamespace, meshsim.RemoteAccessServiceAccount))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := os.ReadFile(path)
+	kubeconfig, err := meshsim.RemoteAccessKubeconfig(ctx, to.c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
