@@ -11,9 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +22,6 @@ import (
 
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
-	"github.com/linkerd/trust-rotation/test/internal/proc"
 	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
@@ -211,64 +208,16 @@ func renderedArgs(t *testing.T, subcommand string) []string {
 }
 
 // identityProc is one run of the real identity controller.
-type identityProc struct {
-	cmd  *exec.Cmd
-	addr string // its gRPC address
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
-
-func (p *identityProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *identityProc) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
-const identitySetup = `set -e
-mount -t tmpfs tmpfs /run
-d=/run/linkerd/identity
-mkdir -p $d/trust-roots $d/issuer/..1
-cp "$SRC/roots.pem" $d/trust-roots/ca-bundle.crt
-cp "$SRC/tls.crt" "$SRC/tls.key" $d/issuer/..1/
-ln -s ..1 $d/issuer/..data
-ln -s ..data/tls.crt $d/issuer/tls.crt
-ln -s ..data/tls.key $d/issuer/tls.key
-exec "$@"`
+// identityProc is one run of the real identity controller.
+type identityProc struct{ *controllerProc }
 
 func startIdentity(t *testing.T, bin string, args []string, kubeconfig string, rootsPEM []byte, ic reallinkerd.IssuerCase) *identityProc {
 	t.Helper()
-	src := t.TempDir()
-	for name, b := range map[string][]byte{"roots.pem": rootsPEM, "tls.crt": ic.Crt, "tls.key": ic.Key} {
-		if err := os.WriteFile(filepath.Join(src, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := proc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := append(append([]string{}, args...), "-kubeconfig="+kubeconfig, "-addr="+addr, "-admin-addr="+admin)
-	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", identitySetup, "sh", bin}, all...)...)
-	cmd.Env = append(os.Environ(), "SRC="+src)
-	p := &identityProc{cmd: cmd, addr: addr, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(p.stop)
-	return p
+	return &identityProc{startController(t, bin, args, kubeconfig, "-admin-addr", map[string][]byte{
+		"identity/trust-roots/ca-bundle.crt": rootsPEM,
+		"identity/issuer/tls.crt":            ic.Crt,
+		"identity/issuer/tls.key":            ic.Key,
+	})}
 }
 
 // await waits for one of the outcomes: started (serving gRPC), exited, updated (IssuerUpdated)
@@ -316,42 +265,9 @@ func (p *identityProc) lastMessage() string {
 	return last
 }
 
-var runningVersion = regexp.MustCompile(`running version ([^" ]+)`)
-
-func (p *identityProc) version() string {
-	if m := runningVersion.FindStringSubmatch(p.log()); m != nil {
-		return m[1]
-	}
-	return ""
-}
-
 // reload writes the issuer into the controller's Secret volume as a kubelet updates one: a new
 // timestamped directory, then the ..data link renamed onto it.
 func (p *identityProc) reload(t *testing.T, ic reallinkerd.IssuerCase) {
 	t.Helper()
-	dir := filepath.Join("/proc", strconv.Itoa(p.cmd.Process.Pid), "root", "run", "linkerd", "identity", "issuer")
-	if err := os.Mkdir(filepath.Join(dir, "..2"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string][]byte{"tls.crt": ic.Crt, "tls.key": ic.Key} {
-		if err := os.WriteFile(filepath.Join(dir, "..2", name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink("..2", filepath.Join(dir, "..data_tmp")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (p *identityProc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	p.refresh(t, "identity/issuer", map[string][]byte{"tls.crt": ic.Crt, "tls.key": ic.Key})
 }

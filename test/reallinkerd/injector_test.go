@@ -1,7 +1,6 @@
 package reallinkerd_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -14,11 +13,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +27,6 @@ import (
 
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
-	"github.com/linkerd/trust-rotation/test/internal/proc"
 	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
@@ -121,7 +116,7 @@ func TestLinkerdInjectorAfterTrustRootsChange(t *testing.T) {
 	admit(momentStart, "before", "before")
 	setConfigMap(t, ctx, kube, after)
 	admit(momentConfigMapUpdated, "after", "before")
-	inj.refresh(t, "identity/trust-roots", trustRootsKey, []byte(after))
+	inj.refresh(t, "identity/trust-roots", map[string][]byte{trustRootsKey: []byte(after)})
 	admit(momentFileRefreshed, "after", "after")
 
 	rec.Linkerd = inj.version()
@@ -350,88 +345,19 @@ func admitPod(t *testing.T, ctx context.Context, kube kubernetes.Interface, name
 }
 
 // injectorProc is one run of the real proxy injector.
-type injectorProc struct {
-	cmd   *exec.Cmd
-	addr  string // its webhook's address
-	mu    sync.Mutex
-	out   bytes.Buffer
-	done  chan struct{}
-	swaps int
-}
-
-func (p *injectorProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *injectorProc) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
-func (p *injectorProc) version() string {
-	if m := runningVersion.FindStringSubmatch(p.log()); m != nil {
-		return m[1]
-	}
-	return ""
-}
-
-// volumeSetup lays out, under /run/linkerd (/var/run/linkerd), each volume of $SRC as a kubelet
-// lays out a ConfigMap or Secret volume: the files in ..1, a ..data link to it, and a link per
-// file through ..data. $SRC/<volume dir>/<file> becomes /run/linkerd/<volume dir>/<file>.
-const volumeSetup = `set -e
-mount -t tmpfs tmpfs /run
-cd "$SRC"
-for f in $(find . -type f); do
-	rel=${f#./}; vol=/run/linkerd/$(dirname "$rel"); name=$(basename "$rel")
-	mkdir -p "$vol/..1"
-	cp "$rel" "$vol/..1/$name"
-	[ -L "$vol/..data" ] || ln -s ..1 "$vol/..data"
-	ln -s "..data/$name" "$vol/$name"
-done
-cd /
-exec "$@"`
+type injectorProc struct{ *controllerProc }
 
 func startInjector(t *testing.T, bin string, args []string, kubeconfig string, files map[string][]byte) *injectorProc {
 	t.Helper()
-	src := t.TempDir()
-	for rel, b := range files {
-		path := filepath.Join(src, rel)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := proc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := append(append([]string{}, args...), "-kubeconfig="+kubeconfig, "-addr="+addr, "-metrics-addr="+admin)
-	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", volumeSetup, "sh", bin}, all...)...)
-	cmd.Env = append(os.Environ(), "SRC="+src)
-	p := &injectorProc{cmd: cmd, addr: addr, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(p.stop)
+	p := &injectorProc{startController(t, bin, args, kubeconfig, "-metrics-addr", files)}
 	// Ready once its informers have synced and it serves (controller/webhook/launcher.go).
-	err = poll.Until(t.Context(), time.Minute, "the proxy injector to be ready", func(ctx context.Context) (bool, error) {
+	err := poll.Until(t.Context(), time.Minute, "the proxy injector to be ready", func(ctx context.Context) (bool, error) {
 		select {
 		case <-p.done:
 			return false, fmt.Errorf("the proxy injector exited")
 		default:
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/ready", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.admin+"/ready", nil)
 		if err != nil {
 			return false, err
 		}
@@ -446,35 +372,4 @@ func startInjector(t *testing.T, bin string, args []string, kubeconfig string, f
 		t.Fatalf("%v\n%s", err, p.log())
 	}
 	return p
-}
-
-// refresh writes a volume's file as a kubelet refreshes a ConfigMap volume: a new directory,
-// then the ..data link renamed onto it.
-func (p *injectorProc) refresh(t *testing.T, volume, name string, b []byte) {
-	t.Helper()
-	p.swaps++
-	dir := filepath.Join("/proc", strconv.Itoa(p.cmd.Process.Pid), "root", "run", "linkerd", volume)
-	gen := fmt.Sprintf("..%d", p.swaps+1)
-	if err := os.Mkdir(filepath.Join(dir, gen), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, gen, name), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(gen, filepath.Join(dir, "..data_tmp")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (p *injectorProc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
 }
