@@ -29,7 +29,9 @@
 // workloads, with the TrustAnchorRotation's spec and checkpoint. Package steps/observe reads it,
 // one reader for both: the operator from its informers' snapshot, the CLI from one round of GETs.
 // Steps never read the cluster themselves; they write only through a Writer (rotation.go), which
-// package steps/apply implements for real and for dry runs.
+// package steps/apply implements for real and for dry runs. Simulated (simulated.go) is the one
+// simulated Writer: it makes each write in a State as the apiserver shows it once accepted; a
+// plan's look ahead (apply.Ahead) builds on it, and this package's tests run the rotation over it.
 //
 // # The files by job
 //
@@ -37,7 +39,8 @@
 //     control-plane restarts), propagate.go (the data plane on a new bundle), identity.go,
 //     issuer.go, renewcertificates.go, retire.go, remote.go (the gates of linked clusters);
 //   - what they share: step.go, rotation.go, reasons.go (reasons others match on), token.go
-//     (the act-token grammar), assume.go (a plan's assumptions);
+//     (the act-token grammar), assume.go (a plan's assumptions), simulated.go (the writes made
+//     in a State);
 //   - the state and what it derives: state.go, anchors.go (the wanted bundle), certificates.go
 //     (certificate convergence), keep.go (anchors a bundle must keep), workload.go, proxy.go,
 //     pki.go (certificate helpers), config.go (the object names and their flags);

@@ -205,7 +205,7 @@ func terminatingIdentityPod(name string) ControlPlanePod {
 // restartIdentityDriver runs restart-identity alone through the engine over s.
 func restartIdentityDriver(t *testing.T, s *State) (*fakeWriter, *workflow.Workflow[*State], *workflow.Checkpoint, func() workflow.Result) {
 	t.Helper()
-	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	w := newFakeWriter(s)
 	var st Step
 	for _, x := range Rotation(w) {
 		if x.Name == StepRestartIdentity {

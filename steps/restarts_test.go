@@ -10,7 +10,7 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// The fake writer's automation writes (see fakeWriter in rotation_test.go).
+// The automation's writes, made by fakeWriter (writer_test.go).
 
 type workloadOpt func(*Workload)
 
@@ -272,7 +272,7 @@ func TestWorkloadsThatDoNotRollAreEvicted(t *testing.T) {
 	if d.Outcome != workflow.Act || !strings.Contains(d.Message, want) {
 		t.Fatalf("got %v %q, want an act saying %q", d.Outcome, d.Message, want)
 	}
-	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	w := newFakeWriter(s)
 	if err := actRestarts(w, propagate)(context.Background(), s, "T"); err != nil {
 		t.Fatal(err)
 	}
@@ -287,10 +287,11 @@ func TestWorkloadsThatDoNotRollAreEvicted(t *testing.T) {
 			t.Errorf("%s: evicted-for %q, override %q: want evicted under T, template untouched", k, wl.EvictedFor, wl.RefreshOverride)
 		}
 	}
-	// Replaced and ready, the evicted ones are restarted; the Deployment still rolls.
+	// Replaced and ready (their status shows it), the evicted ones are restarted; the
+	// Deployment still rolls.
 	for _, k := range []string{"a/StatefulSet/db", "b/StatefulSet/kv"} {
 		wl := s.Workloads[k]
-		wl.BundleBehind, wl.Replicas, wl.Running = nil, 2, 2
+		wl.BundleBehind, wl.Replicas, wl.Running, wl.RolledOut, wl.Progress = nil, 2, 2, true, ""
 	}
 	d = observeBundleRestarts(propagate, "expanded")(s, "T")
 	if d.Outcome != workflow.Wait || !strings.Contains(d.Message, "restarting c/Deployment/web") || strings.Contains(d.Message, "StatefulSet") {
@@ -306,7 +307,7 @@ func TestRemoveOldTrustRootsRemovesTheOverride(t *testing.T) {
 	if d.Outcome != workflow.Act {
 		t.Fatalf("a workload with the override must be restarted to remove it: %v %s", d.Outcome, d.Message)
 	}
-	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	w := newFakeWriter(s)
 	if err := actRestarts(w, reduce)(context.Background(), s, "T"); err != nil {
 		t.Fatal(err)
 	}

@@ -336,7 +336,7 @@ var errCrash = errors.New("crashed")
 // driveRotation runs the whole rotation workflow over s with a fakeWriter: each advance is one
 // Advance from cp (which it moves), with saves that succeed and tokens a second apart.
 func driveRotation(t *testing.T, s *State) (*fakeWriter, *workflow.Checkpoint, func() workflow.Result) {
-	w := &fakeWriter{s: s, restarts: map[string]int{}}
+	w := newFakeWriter(s)
 	wf, err := NewWorkflow(Rotation(w))
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +402,7 @@ func TestRotationOrder(t *testing.T) {
 	if w.restarts["linkerd-identity"] != 2 || w.restarts["linkerd-destination"] != 2 {
 		t.Fatalf("restarts after the issuer switch: %v", w.restarts)
 	}
-	s.Certificates = Convergence{Converged: 4, Target: 4} // (the reduced bundle is new to every pod: see fakeWriter)
+	s.Certificates = Convergence{Converged: 4, Target: 4} // (the reduced bundle is new to every pod: see Simulated)
 	if res := until(StepRemoveOldTrustRoots); res.Phase != "RemovingOldTrustRoots" {
 		t.Fatalf("phase %s", res.Phase)
 	}

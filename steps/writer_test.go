@@ -7,9 +7,85 @@ import (
 	"time"
 )
 
-// fakeWriter applies writes to a State, so a whole rotation can run without a cluster.
+// fakeWriter is the tests' Writer: Simulated, the plan's simulated Writer, makes every write in
+// the State, a writeLog records it first in writes, and the control plane's controllers act at once: a
+// rollout a write starts finishes with it (see rollOut), so a whole rotation runs without a
+// cluster, its pods converging as soon as asked.
 type fakeWriter struct {
-	s        *State
+	*Simulated
+	*writes
+}
+
+func newFakeWriter(s *State) *fakeWriter {
+	ws := &writes{restarts: map[string]int{}}
+	return &fakeWriter{Simulated: NewSimulated(writeLog{ws, s}, s), writes: ws}
+}
+
+func (w *fakeWriter) RestartDeployment(ctx context.Context, namespace, name, token string) error {
+	if err := w.Simulated.RestartDeployment(ctx, namespace, name, token); err != nil {
+		return err
+	}
+	w.rollOut(name)
+	return nil
+}
+
+func (w *fakeWriter) ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error {
+	if err := w.Simulated.ScaleDeployment(ctx, namespace, name, replicas); err != nil {
+		return err
+	}
+	w.rollOut(name)
+	return nil
+}
+
+func (w *fakeWriter) DeletePods(ctx context.Context, namespace string, names []string) error {
+	if err := w.Simulated.DeletePods(ctx, namespace, names); err != nil {
+		return err
+	}
+	for name := range w.State().ControlPlane {
+		w.rollOut(name)
+	}
+	return nil
+}
+
+// rollOut finishes a control-plane Deployment's rollout at once, as its ReplicaSets would: scaled
+// to 0, its pods are left terminating (a test removes them); otherwise every pod not of its
+// template's latest restart is replaced by one that is, and a Deployment with no pod gets its
+// replicas, each started a second after now.
+func (w *fakeWriter) rollOut(name string) {
+	d := w.State().ControlPlane[name]
+	if d.RolledOut || !d.Found {
+		return
+	}
+	switch {
+	case d.Replicas == 0:
+		for i := range d.Members {
+			d.Members[i].Terminating = true
+		}
+		d.RunningPods = 0
+	case len(d.Members) == 0:
+		for i := range int(d.Replicas) {
+			n := fmt.Sprintf("%s-s%d", name, i)
+			d.Pods = append(d.Pods, n)
+			d.Members = append(d.Members, ControlPlanePod{Name: n, Started: w.State().Now.Add(time.Second), RestartedAt: d.RestartedAt})
+		}
+		d.RunningPods = int(d.Replicas)
+	default:
+		for i, m := range d.Members {
+			if m.RestartedAt != d.RestartedAt || m.Terminating {
+				d.Members[i] = ControlPlanePod{Name: m.Name + "-r", Started: w.State().Now.Add(time.Second), RestartedAt: d.RestartedAt}
+			}
+		}
+		d.Pods = nil
+		for _, m := range d.Members {
+			d.Pods = append(d.Pods, m.Name)
+		}
+	}
+	d.RolledOut, d.Progress = true, ""
+	w.State().ControlPlane[name] = d
+}
+
+// writes are what the tests count of the writes.
+type writes struct {
 	restarts map[string]int
 	deleted  []string
 	// scales are the ScaleDeployment calls, "name=replicas".
@@ -24,128 +100,65 @@ type fakeWriter struct {
 	badRestarts []string
 }
 
-func (w *fakeWriter) checkBundle(what string) {
-	if w.s.Bundle.Data != w.s.DesiredBundle() {
-		w.badRestarts = append(w.badRestarts, what)
+// writeLog records each write in writes before Simulated makes it in s.
+type writeLog struct {
+	*writes
+	s *State
+}
+
+func (l writeLog) checkBundle(what string) {
+	if l.s.Bundle.Data != l.s.DesiredBundle() {
+		l.badRestarts = append(l.badRestarts, what)
 	}
 }
 
-func (w *fakeWriter) WritePreviousAnchor(_ context.Context, c *x509.Certificate) error {
-	before := w.s.DesiredBundle()
-	w.s.Previous.Found, w.s.Previous.Cert = true, c
-	w.log = append(w.log, "previous "+ShortFingerprint(Fingerprint(c)))
-	if w.s.DesiredBundle() != before {
-		// The operator counts the pods against the desired bundle: none is on the new one yet.
-		w.s.TrustBundle.Converged = 0
-	}
+func (l writeLog) WritePreviousAnchor(_ context.Context, c *x509.Certificate) error {
+	l.log = append(l.log, "previous "+ShortFingerprint(Fingerprint(c)))
 	return nil
 }
 
-func (w *fakeWriter) WriteTrustRoots(_ context.Context, b string) error {
+func (l writeLog) WriteTrustRoots(_ context.Context, b string) error {
 	certs, _ := ParseCertificates([]byte(b))
-	w.s.Bundle = Bundle{Found: true, Data: b, Certs: certs, Owners: []FieldOwner{{Manager: FieldManager, Operation: "Apply"}}}
-	w.log = append(w.log, "bundle "+fingerprints(certs))
+	l.log = append(l.log, "bundle "+fingerprints(certs))
 	return nil
 }
 
-func (w *fakeWriter) DeletePods(_ context.Context, _ string, names []string) error {
-	w.checkBundle("delete identity pods")
-	d := w.s.ControlPlane["linkerd-identity"]
-	// Every named pod is gone and replaced at once, by a pod of the same template started now.
-	gone := map[string]bool{}
-	for _, n := range names {
-		gone[n] = true
-	}
-	var pods []string
-	var members []ControlPlanePod
-	for _, m := range d.Members {
-		if gone[m.Name] {
-			m = ControlPlanePod{Name: m.Name + "-r", Started: w.s.Now.Add(time.Second), RestartedAt: m.RestartedAt}
-		}
-		members = append(members, m)
-		pods = append(pods, m.Name)
-	}
-	d.Pods, d.Members, d.RolledOut = pods, members, true
-	w.deleted = append(w.deleted, names...)
-	w.s.ControlPlane["linkerd-identity"] = d
+func (l writeLog) DeletePods(_ context.Context, _ string, names []string) error {
+	l.checkBundle("delete identity pods")
+	l.deleted = append(l.deleted, names...)
 	return nil
 }
 
-// ScaleDeployment scales a control-plane Deployment: scaled to 0, its pods start terminating
-// (the test removes them); scaled up from none, it gets fresh pods started now, rolled out.
-func (w *fakeWriter) ScaleDeployment(_ context.Context, _, name string, replicas int32) error {
-	d := w.s.ControlPlane[name]
-	w.scales = append(w.scales, fmt.Sprintf("%s=%d", name, replicas))
-	if d.Replicas == replicas {
-		return nil
-	}
-	d.Replicas = replicas
-	if replicas == 0 {
-		for i := range d.Members {
-			d.Members[i].Terminating = true
-		}
-		d.RolledOut, d.RunningPods = true, 0
-	} else {
-		w.checkBundle("scale " + name)
-		d.Pods, d.Members = nil, nil
-		for i := range int(replicas) {
-			n := fmt.Sprintf("%s-s%d", name, i)
-			d.Pods = append(d.Pods, n)
-			d.Members = append(d.Members, ControlPlanePod{Name: n, Started: w.s.Now.Add(time.Second)})
-		}
-		d.RolledOut, d.RunningPods = true, int(replicas)
-	}
-	w.s.ControlPlane[name] = d
-	return nil
-}
-
-func (w *fakeWriter) RestartDeployment(_ context.Context, _, name, token string) error {
-	w.checkBundle("restart " + name)
-	d := w.s.ControlPlane[name]
-	d.RestartedAt, d.RolledOut = token, true // an instant rollout
-	for i, m := range d.Members {
-		d.Members[i] = ControlPlanePod{Name: m.Name + "-r", Started: w.s.Now.Add(time.Second), RestartedAt: token}
-		d.Pods[i] = d.Members[i].Name
-	}
-	w.s.ControlPlane[name] = d
-	w.restarts[name]++
-	w.log = append(w.log, "restart "+name+" on "+fingerprints(w.s.Bundle.Certs))
-	return nil
-}
-
-func (w *fakeWriter) RestartWorkload(_ context.Context, ref WorkloadRef, token string, ann map[string]*string) error {
-	w.restarts[ref.String()]++
-	if wl := w.s.Workloads[ref.String()]; wl != nil {
-		wl.RestartedAt, wl.RolledOut = token, false
-		if v, ok := ann[RefreshOverrideAnnotation]; ok {
-			wl.RefreshOverride = ""
-			if v != nil {
-				wl.RefreshOverride = *v
-			}
-		}
-		if v, ok := ann[AdditionalEnvAnnotation]; ok {
-			wl.AdditionalEnv = ""
-			if v != nil {
-				wl.AdditionalEnv = *v
-			}
-		}
+func (l writeLog) ScaleDeployment(_ context.Context, _, name string, replicas int32) error {
+	l.scales = append(l.scales, fmt.Sprintf("%s=%d", name, replicas))
+	if replicas > 0 && l.s.ControlPlane[name].Replicas != replicas {
+		l.checkBundle("scale " + name)
 	}
 	return nil
 }
 
-func (w *fakeWriter) AnnotateWorkload(_ context.Context, ref WorkloadRef, ann map[string]string) error {
-	if wl := w.s.Workloads[ref.String()]; wl != nil {
-		wl.EvictedFor = ann[EvictedForAnnotation]
-	}
+func (l writeLog) RestartDeployment(_ context.Context, _, name, _ string) error {
+	l.checkBundle("restart " + name)
+	l.restarts[name]++
+	l.log = append(l.log, "restart "+name+" on "+fingerprints(l.s.Bundle.Certs))
 	return nil
 }
 
-func (w *fakeWriter) EvictPods(_ context.Context, _ WorkloadRef, names []string) (int, error) {
-	w.evicted = append(w.evicted, names...)
+func (l writeLog) RestartWorkload(_ context.Context, ref WorkloadRef, _ string, _ map[string]*string) error {
+	l.restarts[ref.String()]++
+	return nil
+}
+
+func (l writeLog) AnnotateWorkload(context.Context, WorkloadRef, map[string]string) error {
+	return nil
+}
+
+func (l writeLog) EvictPods(_ context.Context, _ WorkloadRef, names []string) (int, error) {
+	l.evicted = append(l.evicted, names...)
 	return len(names), nil
 }
 
-func (w *fakeWriter) RenewCertificate(_ context.Context, ns, name string) error {
-	w.renewed = append(w.renewed, ns+"/"+name)
+func (l writeLog) RenewCertificate(_ context.Context, ns, name string) error {
+	l.renewed = append(l.renewed, ns+"/"+name)
 	return nil
 }

@@ -14,10 +14,11 @@ import (
 	"github.com/linkerd/trust-rotation/steps/probe"
 )
 
-// Ahead carries a plan forward: it is the simulated steps.Writer, which hands every write to a
-// recorder (the plan shows them) and makes it in a copy of the observe.Reading, as the cluster
-// would show it once made, and it makes the assumptions (steps.Assumption) that let a step's wait pass. Each step of
-// a plan then observes the state the steps before it leave, not today's: the trust bundle
+// Ahead carries a plan forward: it is steps.Simulated, the simulated Writer, which hands every
+// write to a recorder (the plan shows them) and makes it in a copy of the state read from the
+// cluster, as the cluster would show it once made; Ahead adds the pods of the observe.Reading
+// and makes the assumptions (steps.Assumption) that let a step's wait pass. Each step of a plan
+// then observes the state the steps before it leave, not today's: the trust bundle
 // reduce-trust-bundle writes is the reduced one, whatever the ConfigMap holds today.
 //
 // What it changes are objects, never decisions: the ConfigMap, the previous-anchor Secret, the
@@ -25,7 +26,7 @@ import (
 // live certificates, the identity issuer; the counts are made again from them by the code that
 // makes them from a cluster.
 type Ahead struct {
-	steps.Writer
+	*steps.Simulated
 	// RenewIssuer makes the stand-in of the identity issuer renewed onto the state's trust anchor;
 	// nil when the plan cannot make one (it holds no key of the anchor): a wait for the issuer
 	// then cannot be assumed away.
@@ -54,11 +55,8 @@ func NewAhead(recorder steps.Writer, r *observe.Reading, results map[string]prob
 		c := *p
 		pods[i] = &c
 	}
-	return &Ahead{Writer: recorder, reading: &observe.Reading{State: &s, Pods: pods}, results: maps.Clone(results)}
+	return &Ahead{Simulated: steps.NewSimulated(recorder, &s), reading: &observe.Reading{State: &s, Pods: pods}, results: maps.Clone(results)}
 }
-
-// State is the simulated state the steps observe.
-func (a *Ahead) State() *steps.State { return a.reading.State }
 
 // recount counts again what the steps read of the pods: the trust-bundle convergence, the
 // control-plane pods, the workloads' pods behind the bundle, the live certificates.
@@ -86,54 +84,27 @@ func (a *Ahead) recount() {
 	s.LiveChains = probe.LiveChains(a.reading.Pods, a.results)
 }
 
+// WritePreviousAnchor changes the desired bundle: the pods are counted against it again.
 func (a *Ahead) WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error {
-	if err := a.Writer.WritePreviousAnchor(ctx, cert); err != nil {
+	if err := a.Simulated.WritePreviousAnchor(ctx, cert); err != nil {
 		return err
 	}
-	s := a.reading.State
-	s.Previous.Found, s.Previous.Cert, s.Previous.Err = true, cert, nil
 	a.recount()
 	return nil
 }
 
+// WriteTrustRoots changes the bundle the live chains are checked against: counted again.
 func (a *Ahead) WriteTrustRoots(ctx context.Context, bundle string) error {
-	if err := a.Writer.WriteTrustRoots(ctx, bundle); err != nil {
+	if err := a.Simulated.WriteTrustRoots(ctx, bundle); err != nil {
 		return err
 	}
-	certs, _ := steps.ParseCertificates([]byte(bundle))
-	a.reading.State.Bundle = steps.Bundle{Found: true, Data: bundle, Certs: certs,
-		Owners: []steps.FieldOwner{{Manager: steps.FieldManager, Operation: "Apply", Time: a.reading.State.Now}}}
 	a.recount()
 	return nil
 }
 
-// restarting marks a control-plane Deployment as rolling out a new template.
-func (a *Ahead) restarting(name string, change func(*steps.Deployment)) {
-	s := a.reading.State
-	d := s.ControlPlane[name]
-	change(&d)
-	d.RolledOut, d.Progress = false, "waiting for the restart to roll out"
-	s.ControlPlane[name] = d
-}
-
-func (a *Ahead) RestartDeployment(ctx context.Context, namespace, name, token string) error {
-	if err := a.Writer.RestartDeployment(ctx, namespace, name, token); err != nil {
-		return err
-	}
-	a.restarting(name, func(d *steps.Deployment) { d.RestartedAt = token })
-	return nil
-}
-
-func (a *Ahead) ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error {
-	if err := a.Writer.ScaleDeployment(ctx, namespace, name, replicas); err != nil {
-		return err
-	}
-	a.restarting(name, func(d *steps.Deployment) { d.Replicas = replicas })
-	return nil
-}
-
+// DeletePods makes the named pods gone, and counts again.
 func (a *Ahead) DeletePods(ctx context.Context, namespace string, names []string) error {
-	if err := a.Writer.DeletePods(ctx, namespace, names); err != nil {
+	if err := a.Simulated.DeletePods(ctx, namespace, names); err != nil {
 		return err
 	}
 	for _, n := range names {
@@ -143,70 +114,7 @@ func (a *Ahead) DeletePods(ctx context.Context, namespace string, names []string
 			}
 		}
 	}
-	for name, d := range a.reading.State.ControlPlane {
-		if d.Namespace == namespace {
-			a.restarting(name, func(*steps.Deployment) {})
-		}
-	}
 	a.recount()
-	return nil
-}
-
-// workload changes a workload of the state, when the state has it.
-func (a *Ahead) workload(ref steps.WorkloadRef, change func(*steps.Workload)) {
-	if w := a.reading.State.Workloads[ref.String()]; w != nil {
-		change(w)
-	}
-}
-
-func (a *Ahead) RestartWorkload(ctx context.Context, ref steps.WorkloadRef, token string, annotations map[string]*string) error {
-	if err := a.Writer.RestartWorkload(ctx, ref, token, annotations); err != nil {
-		return err
-	}
-	a.workload(ref, func(w *steps.Workload) {
-		w.RestartedAt, w.RolledOut, w.Progress = token, false, "waiting for the restart to roll out"
-		for k, v := range annotations {
-			val := ""
-			if v != nil {
-				val = *v
-			}
-			switch k {
-			case steps.RefreshOverrideAnnotation:
-				w.RefreshOverride = val
-			case steps.AdditionalEnvAnnotation:
-				w.AdditionalEnv = val
-			}
-		}
-	})
-	return nil
-}
-
-func (a *Ahead) AnnotateWorkload(ctx context.Context, ref steps.WorkloadRef, annotations map[string]string) error {
-	if err := a.Writer.AnnotateWorkload(ctx, ref, annotations); err != nil {
-		return err
-	}
-	if v, ok := annotations[steps.EvictedForAnnotation]; ok {
-		a.workload(ref, func(w *steps.Workload) { w.EvictedFor = v })
-	}
-	return nil
-}
-
-func (a *Ahead) EvictPods(ctx context.Context, ref steps.WorkloadRef, names []string) (int, error) {
-	n, err := a.Writer.EvictPods(ctx, ref, names)
-	if err != nil {
-		return n, err
-	}
-	a.workload(ref, func(w *steps.Workload) {
-		w.RolledOut, w.Progress = false, "waiting for the evicted pods to be replaced"
-	})
-	return n, nil
-}
-
-func (a *Ahead) RenewCertificate(ctx context.Context, namespace, name string) error {
-	if err := a.Writer.RenewCertificate(ctx, namespace, name); err != nil {
-		return err
-	}
-	a.reading.State.IssuerCertificate.Issuing = true
 	return nil
 }
 
@@ -214,7 +122,7 @@ func (a *Ahead) RenewCertificate(ctx context.Context, namespace, name string) er
 // ok is false when it cannot (the stand-in issuer cannot be made, or there is nothing to assume),
 // and why says why.
 func (a *Ahead) Assume(as steps.Assumption) (said string, ok bool, why string) {
-	s := a.reading.State
+	s := a.State()
 	switch as {
 	case steps.AssumeControlPlaneRestarted:
 		a.controlPlaneRolledOut()
