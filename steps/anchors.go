@@ -81,6 +81,18 @@ func (s *State) signedByKept(c *x509.Certificate) bool {
 	return false
 }
 
+// issuerBridgedToKept reports whether the identity issuer leads to the previous anchor or an
+// in-flight one through the chain its Secret presents: an issuer renewed onto a cross-signed
+// anchor, [issuer, B] with B signed by A, after a newer anchor superseded B's rotation (B is in
+// no bundle, so not in flight). It is on its way out like an issuer on A, not unrelated.
+func (s *State) issuerBridgedToKept() bool {
+	if !s.Issuer.Usable() {
+		return false
+	}
+	_, _, ok := BridgePath(s.Issuer.Cert, s.Issuer.Chain, s.crossSignedRoots(), s.Now, maxSubCAs)
+	return ok
+}
+
 // IssuerOnCurrentAnchor reports whether the identity issuer is signed by the current anchor.
 func (s *State) IssuerOnCurrentAnchor() bool {
 	return s.Anchor.Usable() && s.Issuer.Usable() && SignedBy(s.Issuer.Cert, s.Anchor.Cert)

@@ -49,9 +49,12 @@ func issuerOnNewAnchor(s *State) (d workflow.Decision, renewable bool) {
 		return workflow.Waiting("IssuerUnavailable", s.Issuer.Problem("identity issuer Secret")), false
 	}
 	if s.IssuerOnCurrentAnchor() {
+		if p := issuerBridgeProblem(s); p != "" {
+			return workflow.Waiting(ReasonIssuerChainNotBridged, p), false
+		}
 		return workflow.Completed("IssuerRenewed", fmt.Sprintf("identity issuer %s is signed by the new trust anchor", ShortFingerprint(s.Issuer.Fingerprint()))), false
 	}
-	if s.Previous.Usable() && !s.signedByKept(s.Issuer.Cert) {
+	if s.Previous.Usable() && !s.signedByKept(s.Issuer.Cert) && !s.issuerBridgedToKept() {
 		return workflow.Waiting("IssuerUnrelated", fmt.Sprintf(
 			"identity issuer in Secret %s is signed by neither the new trust anchor %s nor the previous one %s; renew it from the ClusterIssuer backed by %s",
 			s.Issuer.Ref(), ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), s.Anchor.Ref())), false

@@ -66,7 +66,7 @@ func TestSimulatedMakesOnlyWhatTheRecorderAccepts(t *testing.T) {
 		}
 	}
 	if !reflect.DeepEqual(s.ControlPlane, before.ControlPlane) || !reflect.DeepEqual(*s.Workloads["a/StatefulSet/db"], wl) ||
-		s.Bundle.Data != before.Bundle.Data || s.Previous != before.Previous || s.IssuerCertificate != before.IssuerCertificate {
+		s.Bundle.Data != before.Bundle.Data || !reflect.DeepEqual(s.Previous, before.Previous) || s.IssuerCertificate != before.IssuerCertificate {
 		t.Fatal("a refused write changed the state")
 	}
 }

@@ -106,6 +106,10 @@ type Source struct {
 	Found bool
 	// Cert is the certificate, when the object holds a valid one.
 	Cert *x509.Certificate
+	// Chain is every certificate of tls.crt after Cert, in order: the intermediates
+	// cert-manager's CA issuer appends (for the identity issuer, what Linkerd identity hands
+	// every proxy after its leaf; for a cross-signed trust anchor, the bridges it carries).
+	Chain []*x509.Certificate
 	// Err says what is wrong with the object's content, when it exists but is unusable.
 	Err error
 }

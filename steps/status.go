@@ -190,7 +190,11 @@ func SavedCheckpoint(rot *Ordered, prev *v1alpha1.Checkpoint, next workflow.Chec
 	if rot.named(next.Step).Idle() {
 		return cp
 	}
-	if next.Jump == nil && prev != nil && prev.Rotation != "" && !rot.named(prev.Step).Idle() && rot.position(prev.Step) <= rot.position(next.Step) {
+	// A jump that does not supersede (a step that starts over, ReasonStepStartedOver) stays in
+	// the rotation it belongs to, and in its strategy: a rotation finishes the way it started
+	// (see CrossSigned), whatever spec.strategy says since.
+	if prev != nil && prev.Rotation != "" && !rot.named(prev.Step).Idle() &&
+		(next.Jump == nil && rot.position(prev.Step) <= rot.position(next.Step) || next.Jump != nil && !next.Jump.Supersedes) {
 		cp.Rotation, cp.StartTime, cp.Strategy = prev.Rotation, prev.StartTime, prev.Strategy
 		return cp
 	}

@@ -78,8 +78,12 @@ func TestCrossSignedSteps(t *testing.T) {
 		"the issuer switch waits for the issuer under the new anchor": {
 			step: StepWaitForIdentityIssuer, state: crossState(p), wantOutcome: workflow.Wait,
 		},
-		"the issuer switch is done once the issuer is under the new anchor": {
-			step: StepWaitForIdentityIssuer, state: crossState(p, issuer(p.newIssuer)), wantOutcome: workflow.Done,
+		"the issuer switch is done once the issuer is under the new anchor, the bridge in its chain": {
+			step: StepWaitForIdentityIssuer, state: crossState(p, issuedWith(p.newIssuer, p.newAnchor)), wantOutcome: workflow.Done,
+		},
+		"the issuer switch waits while the issuer's chain lacks the bridge, naming its Secret": {
+			step: StepWaitForIdentityIssuer, state: crossState(p, issuer(p.newIssuer)),
+			wantOutcome: workflow.Wait, wantReason: ReasonIssuerChainNotBridged, wantInMsg: "Secret linkerd/linkerd-identity-issuer presents the chain",
 		},
 		"renewal waits for proxies to refresh, and restarts nothing past the fallback": {
 			step: StepRenewWorkloadCertificates,

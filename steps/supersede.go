@@ -40,6 +40,10 @@ type supersession struct {
 	// keep is the in-flight anchor the trust bundle holds, which status.inFlightAnchors must
 	// record unless it does already; nil when there is none to add.
 	keep *x509.Certificate
+	// standard: spec.strategy is CrossSigned but the newer anchor does not bridge to the anchors
+	// the data plane trusts, so the rotation starting again records the Standard strategy (see
+	// crossSignedFallback).
+	standard bool
 }
 
 // superseded reports whether the rotation at step was superseded by a newer trust anchor.
@@ -75,6 +79,12 @@ func (s *State) superseded(at Step) (supersession, bool) {
 	}
 	if sup.keep != nil {
 		sup.message += fmt.Sprintf(", keeping %s in the trust bundle until the previous anchor is retired", ShortFingerprint(s.Rotation))
+	}
+	if note, standard := s.crossSignedFallback(sup.keep); standard {
+		sup.message += note
+		sup.standard = true
+	}
+	if sup.keep != nil {
 		for _, a := range s.InFlight {
 			if Fingerprint(a) == s.Rotation {
 				sup.keep = nil // recorded already
@@ -82,6 +92,39 @@ func (s *State) superseded(at Step) (supersession, bool) {
 		}
 	}
 	return sup, true
+}
+
+// crossSignedFallback decides the strategy of a rotation that starts again at
+// expand-trust-bundle towards a newer anchor (see superseded), when spec.strategy is
+// CrossSigned. The cross-signed steps then pass over the expansion and its restarts: the
+// bundle stays what the data plane trusts — the previous anchor, the in-flight ones, and keep,
+// about to be kept — and every pod must verify the chain of the issuer renewed onto the newer
+// anchor through the bridges that issuer presents, which are what the newer anchor's Secret
+// carries (anchorBridged). cert-manager's cross-signing gives them when the anchor renewed
+// again was signed by the one it replaced (its chain is then [C, B], B signed by A), but not
+// when it was issued otherwise meanwhile — self-signed, by another CA — and then no such chain
+// can ever be issued: the key that could sign a bridge is gone. Such a rotation goes on as a
+// Standard one, whatever spec.strategy says: the bundle is expanded with the newer anchor and
+// the data plane restarted onto it before the issuer switch, which needs no bridge. Waiting
+// instead would leave the mesh where a renewal of the issuer (cert-manager's own schedule)
+// hands identity a chain it cannot load, with nothing the user could do but change the
+// strategy. note is what the jump's message says of it.
+func (s *State) crossSignedFallback(keep *x509.Certificate) (note string, standard bool) {
+	if StrategyOf(s.Spec) != v1alpha1.StrategyCrossSigned {
+		return "", false
+	}
+	var extra []*x509.Certificate
+	if keep != nil {
+		extra = append(extra, keep)
+	}
+	roots := s.crossSignedRoots(extra...)
+	if s.anchorBridged(roots) {
+		return "", false
+	}
+	return fmt.Sprintf("; spec.strategy CrossSigned cannot carry it: the newer anchor %s in Secret %s (%s) has no path to the anchors every meshed pod trusts (%s), "+
+		"so pods that trust only them would reject the chains of an issuer renewed onto it; this rotation goes on as a Standard one (status.checkpoint.strategy): "+
+		"the trust bundle expanded with the newer anchor and the data plane restarted onto it before the issuer switch",
+		ShortFingerprint(s.Anchor.Fingerprint()), s.Anchor.Ref(), chainFingerprints(s.Anchor), fingerprints(roots)), true
 }
 
 // guardSupersede wraps the Observe of a step of a rotation: the workflow jumps when the rotation
@@ -114,8 +157,13 @@ func SaveCheckpoint(rot *Ordered, st *v1alpha1.TrustAnchorRotationStatus, next w
 	prev := st.Checkpoint
 	st.Checkpoint = SavedCheckpoint(rot, st.Checkpoint, next, s, now)
 	if j := next.Jump; j != nil && j.Supersedes {
-		if sup, ok := s.superseded(rot.named(j.From)); ok && sup.keep != nil {
-			st.InFlightAnchors = append([]string{string(EncodePEM(sup.keep))}, st.InFlightAnchors...)
+		if sup, ok := s.superseded(rot.named(j.From)); ok {
+			if sup.keep != nil {
+				st.InFlightAnchors = append([]string{string(EncodePEM(sup.keep))}, st.InFlightAnchors...)
+			}
+			if sup.standard && st.Checkpoint != nil {
+				st.Checkpoint.Strategy = v1alpha1.StrategyStandard
+			}
 		}
 	}
 	// The workflow passed the step it was at to reach this act: the history records a user's

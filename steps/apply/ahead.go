@@ -155,7 +155,7 @@ func (a *Ahead) Assume(as steps.Assumption) (said string, ok bool, why string) {
 		if err != nil {
 			return "", false, fmt.Sprintf("making a stand-in for the renewed identity issuer: %v", err)
 		}
-		s.Issuer.Found, s.Issuer.Cert, s.Issuer.Err = true, issuer, nil
+		s.Issuer.Found, s.Issuer.Cert, s.Issuer.Chain, s.Issuer.Err = true, issuer, nil, nil
 		s.IssuerCertificate.Issuing = false
 		s.IssuerCertificate.Revision++
 	case steps.AssumeCertificatesRenewed:

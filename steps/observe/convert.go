@@ -28,7 +28,7 @@ func SourceFromSecret(namespace, name string, secret *corev1.Secret) steps.Sourc
 		src.Err = fmt.Errorf("%s: %w", steps.CertificateKey, err)
 		return src
 	}
-	src.Cert = certs[0]
+	src.Cert, src.Chain = certs[0], certs[1:]
 	return src
 }
 

@@ -150,7 +150,7 @@ func (r PKIReader) fromRequest(ctx context.Context, ns, certName, secretName str
 		return steps.Source{Namespace: ns, Name: secretName},
 			fmt.Sprintf("Certificate %s status.notAfter %s does not describe the certificate of %s", ref, na.UTC().Format(time.RFC3339), reqRef), nil
 	}
-	src.Cert = certs[0]
+	src.Cert, src.Chain = certs[0], certs[1:]
 	return src, "", nil
 }
 
