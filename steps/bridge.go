@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/x509"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -126,31 +127,136 @@ func chainFingerprints(src Source) string {
 // ReasonIssuerChainNotBridged is wait-for-identity-issuer's reason for issuerBridgeProblem.
 const ReasonIssuerChainNotBridged = "IssuerChainNotBridged"
 
+// A bridge is a certificate that is not self-signed in the chain an identity issuer presents
+// under the cross-signed strategy: the trust anchor as cert-manager issued it, signed by the
+// anchor it replaced, and the older ones cert-manager keeps in the anchor's chain after it
+// (docs/cross-signed-rotation.md, "Limits"). BridgeExpiryProblem watches every one of them that
+// the issuer's Secret carries, or that the anchor's Secret carries and the issuer's next renewal
+// onto it will: a pod may still need each of them, in one of two ways.
+//
+//   - To verify. Until every pod restarted onto the reduced bundle, pods that trust only the
+//     previous anchor verify leaf -> issuer -> bridges -> previous anchor. rustls-webpki checks
+//     the validity of every presented certificate on the path (check_issuer_independent_properties),
+//     so once one of those expires those pods reject every new chain. The bridges on that path
+//     (BridgePath from the issuer, or from the anchor before the issuer switch) are these.
+//   - To be issued at all. Linkerd identity clamps every workload certificate to the earliest
+//     NotAfter of its issuer's chain, every certificate after the issuer included
+//     (pkg/tls/ca.go findFirstExpiration), whether or not a path needs it: once any of them
+//     expires, identity issues certificates that are already expired, to every pod, restarted
+//     or not. Restarting does not help there; only an identity issuer whose chain no longer
+//     carries it does: going back to a self-signed anchor (a Standard rotation).
+//
+// The anchors the pods trust (self-signed roots in ca.crt, never in the chain) are not bridges:
+// webpki checks no validity on a trust anchor.
+
+// bridge is a bridge certificate, where it is carried and whether a path needs it.
+type bridge struct {
+	cert *x509.Certificate
+	// where names the Secret that carries it and its place in its tls.crt.
+	where string
+	// onPath: pods that trust only the previous anchor verify through it.
+	onPath bool
+}
+
+// bridges returns the bridges the trust anchor's and the identity issuer's Secrets carry (see
+// above), each once, with every place it is carried, the anchor's first.
+func (s *State) bridges() []bridge {
+	var out []bridge
+	seen := map[string]int{}
+	add := func(c *x509.Certificate, where string, onPath bool) {
+		if c == nil || c.CheckSignatureFrom(c) == nil {
+			return // self-signed: a root, which webpki checks no validity of
+		}
+		if i, ok := seen[Fingerprint(c)]; ok {
+			out[i].onPath = out[i].onPath || onPath
+			out[i].where += ", and " + where
+			return
+		}
+		seen[Fingerprint(c)] = len(out)
+		out = append(out, bridge{cert: c, where: where, onPath: onPath})
+	}
+	// The anchors the pods that have not restarted trust: before retire-previous-anchor the
+	// bundle's, and the path to them is what they verify through. From that step on the
+	// previous-anchor Secret holds the new anchor and the anchor those pods trust is in no
+	// object any more; they verify through the copy of the new anchor that it signed, which
+	// has the new anchor's key (and, superseded since, the current anchor's: FinishingOn).
+	var roots []*x509.Certificate
+	if s.Retiring == "" {
+		roots = s.crossSignedRoots()
+	}
+	path := func(src Source, room int) map[string]bool {
+		on := map[string]bool{}
+		if p, _, ok := BridgePath(src.Cert, src.Chain, roots, s.Now, room); ok {
+			for _, c := range p {
+				on[Fingerprint(c)] = true
+			}
+		}
+		for _, c := range append([]*x509.Certificate{src.Cert}, src.Chain...) {
+			if SameKey(c, s.Anchor.Cert) || s.Retiring != "" && SameKey(c, s.Previous.Cert) {
+				on[Fingerprint(c)] = true
+			}
+		}
+		return on
+	}
+	if s.Anchor.Usable() {
+		on := path(s.Anchor, maxSubCAs-1)
+		add(s.Anchor.Cert, fmt.Sprintf("trust anchor %s in Secret %s (signed by the previous anchor)", ShortFingerprint(s.Anchor.Fingerprint()), s.Anchor.Ref()), on[s.Anchor.Fingerprint()])
+		for i, c := range s.Anchor.Chain {
+			add(c, fmt.Sprintf("certificate %d of the trust anchor Secret %s's %s", i+2, s.Anchor.Ref(), CertificateKey), on[Fingerprint(c)])
+		}
+	}
+	if s.Issuer.Usable() {
+		on := path(s.Issuer, maxSubCAs)
+		for i, c := range s.Issuer.Chain {
+			add(c, fmt.Sprintf("certificate %d of the identity issuer Secret %s's %s", i+2, s.Issuer.Ref(), CertificateKey), on[Fingerprint(c)])
+		}
+	}
+	return out
+}
+
 // BridgeExpiryProblem is what the status and `linkerd trust check` say when, in a cross-signed
-// rotation whose one data-plane restart is left to the cluster's churn, the bridge expires
-// before status.restartDeadline; "" otherwise. The bridge is the new trust anchor B as
-// cert-manager issued it: B's subject and key signed by the previous anchor A, the first
-// certificate of the anchor's Secret and an intermediate of every identity issuer's chain. Until
-// every pod restarted onto the reduced bundle, pods that trust only A verify
-// leaf -> issuer -> B -> A: rustls-webpki checks the validity of every presented certificate
-// (check_issuer_independent_properties), so once B expires those pods reject every new chain,
-// and Linkerd identity clamps each workload certificate to the earliest expiry in its issuer's
-// chain (pkg/tls/ca.go findFirstExpiration), B's included (docs/design/fewer-restarts.md). The
-// deadline must therefore come before the bridge's NotAfter.
+// rotation whose one data-plane restart is left to the cluster's churn, a bridge (see above)
+// expires before status.restartDeadline; "" otherwise. It names every such bridge, the earliest
+// first, where it is carried and what its expiry breaks. The deadline must come before every
+// bridge's NotAfter: the newest bridge, the anchor itself, for the pods that have not restarted
+// yet; the older ones for every pod.
 func BridgeExpiryProblem(s *State, deadline *v1alpha1.RestartDeadline) string {
 	if deadline == nil || !s.CrossSigned() || !s.Anchor.Usable() {
 		return ""
 	}
-	bridge := s.Anchor.Cert
-	if bridge.CheckSignatureFrom(bridge) == nil {
-		return "" // a self-signed anchor bridges nothing
+	var expiring []bridge
+	for _, b := range s.bridges() {
+		if b.cert.NotAfter.Before(deadline.Deadline.Time) {
+			expiring = append(expiring, b)
+		}
 	}
-	if !bridge.NotAfter.Before(deadline.Deadline.Time) {
+	if len(expiring) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("the bridge certificate, trust anchor %s in Secret %s (signed by the previous anchor), expires at %s, before status.restartDeadline %s: "+
-		"from then on pods that still trust only the previous anchor reject every new certificate chain, and linkerd-identity issues certificates that expire with it; "+
-		"restart the remaining workloads before %s, or shorten spec.naturalChurnPeriod (%s)",
-		ShortFingerprint(s.Anchor.Fingerprint()), s.Anchor.Ref(), bridge.NotAfter.UTC().Format(time.RFC3339),
-		deadline.Deadline.UTC().Format(time.RFC3339), bridge.NotAfter.UTC().Format(time.RFC3339), deadline.ChurnPeriod.Duration)
+	first := expiring[0]
+	for _, b := range expiring[1:] {
+		if b.cert.NotAfter.Before(first.cert.NotAfter) {
+			first = b
+		}
+	}
+	var parts []string
+	for _, b := range expiring {
+		end := b.cert.NotAfter.UTC().Format(time.RFC3339)
+		what := "linkerd-identity then issues certificates that expire with it, to every pod: restarting does not help; go back to a self-signed trust anchor " +
+			"(a Standard rotation, manifests/cert-manager/linkerd-pki.yaml) whose identity issuer's chain no longer carries it before " + end
+		if b.onPath {
+			what = "from then on pods that still trust only the previous anchor reject every new certificate chain, and linkerd-identity issues certificates that expire with it; " +
+				"restart the remaining workloads before " + end + ", or shorten spec.naturalChurnPeriod (" + deadline.ChurnPeriod.Duration.String() + ")"
+		}
+		name := "the bridge certificate, " + b.where
+		if !b.onPath {
+			name = "the older bridge certificate " + ShortFingerprint(Fingerprint(b.cert)) + ", " + b.where + ", which no pod verifies through"
+		}
+		parts = append(parts, fmt.Sprintf("%s, expires at %s, before status.restartDeadline %s: %s", name, end, deadline.Deadline.UTC().Format(time.RFC3339), what))
+	}
+	if len(parts) > 1 {
+		return fmt.Sprintf("%d bridge certificates expire before status.restartDeadline, the first at %s: %s",
+			len(parts), first.cert.NotAfter.UTC().Format(time.RFC3339), strings.Join(parts, "; "))
+	}
+	return parts[0]
 }

@@ -18,7 +18,8 @@ const crossSignedManifest = "manifests/cert-manager/linkerd-pki-cross-signed.yam
 // strategyPrerequisites checks what spec.strategy CrossSigned needs of cert-manager: the trust
 // anchor's Certificate issued by a CA issuer over the anchor's own Secret, so that each renewal
 // is signed by the anchor it replaces, with a new key; and, in a cross-signed rotation whose
-// restart is left to churn, that the anchor so issued, the bridge, outlives
+// restart is left to churn, that every bridge the anchor's and the identity issuer's Secrets
+// carry — the anchor so issued, and the older ones cert-manager keeps in its chain — outlives
 // status.restartDeadline (steps.BridgeExpiryProblem). The standard strategy needs nothing more
 // than the other checks ask.
 func (c *checks) strategyPrerequisites(ctx context.Context) error {
@@ -31,7 +32,21 @@ func (c *checks) strategyPrerequisites(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s := &steps.State{Spec: tar.Spec, Rotation: cp.Rotation, Strategy: cp.Strategy, Anchor: anchor}
+		s := &steps.State{Spec: tar.Spec, Now: c.now, Anchor: anchor}
+		if err := s.FromStatus(steps.NewOrdered(steps.Rotation(nil)), &tar.Status); err != nil {
+			return fmt.Errorf("TrustAnchorRotation %s: %w", tar.Name, err)
+		}
+		// The identity issuer's chain carries the older bridges; the previous anchor says which
+		// of them the pods not restarted yet verify through. Either unreadable, the check is
+		// made on what the anchor's Secret carries.
+		if iss, err := c.issuer.get(ctx); err == nil && iss.Usable() {
+			s.Issuer = iss
+		}
+		if bundle, err := c.bundle.get(ctx); err == nil {
+			if prev, err := c.cl.pkiReader(c.cfg).Previous(ctx, bundle, &tar.Status); err == nil && prev.Usable() {
+				s.Previous = prev
+			}
+		}
 		if p := steps.BridgeExpiryProblem(s, tar.Status.RestartDeadline); p != "" {
 			return fmt.Errorf("TrustAnchorRotation %s: %s", tar.Name, p)
 		}

@@ -140,3 +140,66 @@ func TestCheckBridgeExpiry(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckOlderBridgeExpiry: after two cross-signed rotations the identity issuer's chain is
+// [issuer, C, B], B the older bridge, which no pod verifies through but linkerd-identity clamps
+// every workload certificate to. check fails when B expires before status.restartDeadline,
+// naming where B is carried, although the newest bridge C outlives the deadline.
+func TestCheckOlderBridgeExpiry(t *testing.T) {
+	const line = "the trust anchor is issued as spec.strategy needs"
+	bridgeEnd, olderEnd := testNow.Add(400*24*time.Hour), testNow.Add(100*24*time.Hour)
+	key := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	type ca struct {
+		cert *x509.Certificate
+		key  *ecdsa.PrivateKey
+	}
+	issue := func(cn string, serial int64, notAfter time.Time, parent *ca) *ca {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: testNow.Add(-time.Hour), NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true,
+			KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+		k := key()
+		signer, signerKey := tmpl, k
+		if parent != nil {
+			signer, signerKey = parent.cert, parent.key
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, k.Public(), signerKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &ca{cert: c, key: k}
+	}
+	a := issue("root.linkerd.cluster.local", 1, testNow.Add(87600*time.Hour), nil)
+	b := issue("root.linkerd.cluster.local", 2, olderEnd, a)
+	c := issue("root.linkerd.cluster.local", 3, bridgeEnd, b)
+	iss := issue("identity.linkerd.cluster.local", 4, testNow.Add(48*time.Hour), c)
+
+	f := newFixture(t)
+	crossSigned(f)
+	anchorCertificate(f).Spec.IssuerRef.Name, anchorCertificate(f).Spec.IssuerRef.Kind = "linkerd-identity-issuer", cmapi.ClusterIssuerKind
+	f.issue("cert-manager", "linkerd-trust-anchor", steps.EncodePEM(c.cert, b.cert))
+	f.issue("linkerd", "linkerd-identity-issuer", steps.EncodePEM(iss.cert, c.cert, b.cert))
+	deadline := bridgeEnd.Add(-time.Hour)
+	since := metav1.NewTime(deadline.Add(-168 * time.Hour))
+	st := &f.rotations["cluster"].Status
+	st.Phase = v1alpha1.PhaseRemovingOldTrustRoots
+	st.Checkpoint = &v1alpha1.Checkpoint{Step: steps.StepRemoveOldTrustRoots, Rotation: steps.Fingerprint(c.cert), StartTime: &since, Strategy: v1alpha1.StrategyCrossSigned}
+	st.RestartDeadline = &v1alpha1.RestartDeadline{Deadline: metav1.NewTime(deadline), Since: since, ChurnPeriod: metav1.Duration{Duration: 168 * time.Hour}}
+	out, errOut, _ := f.run("check")
+	for _, want := range []string{"× " + line + "\n    TrustAnchorRotation cluster: the older bridge certificate " + steps.ShortFingerprint(steps.Fingerprint(b.cert)),
+		"certificate 3 of the identity issuer Secret linkerd/linkerd-identity-issuer's tls.crt",
+		"expires at " + olderEnd.UTC().Format(time.RFC3339), "go back to a self-signed trust anchor"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s%s", want, out, errOut)
+		}
+	}
+}
