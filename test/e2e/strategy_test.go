@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +26,7 @@ var crossSignedValues = append(append([]string{}, automationValues...), "rotatio
 func TestCrossSignedRotation(t *testing.T) {
 	c := cluster.Shared(t)
 	cluster.DumpLogsOnFailure(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ChartSet: crossSignedValues, IssuanceLifetime: time.Minute},
 		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel) })
@@ -66,22 +68,101 @@ func TestCrossSignedRotation(t *testing.T) {
 		return
 	}
 
-	// Back to the default strategy and a self-signed anchor, as the tests after this one expect:
-	// a standard rotation, whose restarts are counted against the cross-signed one's.
-	t.Run("StandardRestartsTwice", func(t *testing.T) {
+	// A cross-signed round superseded after its reduction, with automatic restarts: B -> B2 is
+	// held at its one restart by a maintenance window that is closed, and the anchor renewed
+	// again there (B3, signed by B2). The round ends on [B2] without its restart, so every pod,
+	// injected with [B], is behind the next round's bundle, which stays [B2]; that round restarts
+	// them at propagate-trust-roots once the window is lifted — the operator, not the user — and
+	// its own final restart follows: twice each, no violation (steps
+	// TestCrossSignedSupersededAfterReduction drives the same case through the engine).
+	t.Run("SupersededAfterReductionRestartsAutomatically", func(t *testing.T) {
 		e := *e
 		e.T = t
-		if _, err := charts.Install(ctx, c, charts.InstallOptions{Set: automationValues}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.patchSpec(ctx, `{"spec":{"strategy":"Standard"}}`); err != nil {
+		closed := time.Now().UTC().Add(6 * time.Hour)
+		window := fmt.Sprintf(`{"spec":{"dataPlaneRestart":{"maintenanceWindows":[{"start":%q,"end":%q}]}}}`, closed.Format("15:04"), closed.Add(time.Hour).Format("15:04"))
+		if err := e.patchSpec(ctx, window); err != nil {
 			t.Fatal(err)
 		}
 		e.Mesh.ResetRolloutStats()
 		since := time.Now()
-		oldAnchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+		b2 := e.Renew("cert-manager", "linkerd-trust-anchor")
+		if _, err := WaitRotation(ctx, e.TARs, rotationName, 6*time.Minute, "the cross-signed round reduced, its restart held by the window",
+			func(tar *v1alpha1.TrustAnchorRotation) bool {
+				cp := tar.Status.Checkpoint
+				return cp != nil && cp.Rotation == steps.Fingerprint(b2) && cp.Strategy == v1alpha1.StrategyCrossSigned &&
+					cp.Step == steps.StepRemoveOldTrustRoots && strings.Contains(tar.Status.BlockingMessage, "the next maintenance window opens at")
+			}); err != nil {
+			t.Fatal(err)
+		}
+		if stats := e.Mesh.RolloutStats(); len(stats.Restarts) != 0 {
+			t.Fatalf("workloads restarted before the maintenance window opened: %v", stats.Restarts)
+		}
+		b3 := e.Renew("cert-manager", "linkerd-trust-anchor")
+		if !steps.SignedBy(b3, b2) {
+			t.Fatalf("cert-manager did not sign the newer anchor %s with %s", steps.Fingerprint(b3)[:12], steps.Fingerprint(b2)[:12])
+		}
+		if _, err := WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "the next round restarting the pods left behind",
+			func(tar *v1alpha1.TrustAnchorRotation) bool {
+				cp := tar.Status.Checkpoint
+				return cp != nil && cp.Rotation == steps.Fingerprint(b3) && cp.Strategy == v1alpha1.StrategyCrossSigned &&
+					cp.Step == steps.StepPropagateTrustRoots && strings.Contains(tar.Status.BlockingMessage, "the next maintenance window opens at")
+			}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.patchSpec(ctx, `{"spec":{"dataPlaneRestart":{"maintenanceWindows":null}}}`); err != nil {
+			t.Fatal(err)
+		}
+		e.waitSyncedOn(b3, 8*time.Minute)
+		e.checkRestarts(2, "the pods the superseded round left behind, then the reduced bundle")
+		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
+			t.Fatalf("mTLS violations: %v", err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	// Back to the default strategy and a self-signed anchor, as the tests after this one expect:
+	// a standard rotation, whose restarts are counted against the cross-signed one's. It starts
+	// as a cross-signed rotation (B -> B2, B2 signed by B), held before its issuer switch by an
+	// issuer renewal left to the user, and superseded there by the self-signed renewal C: no
+	// issuer under C can present a chain that pods trusting only B accept, so the operator goes on
+	// with the standard strategy (the bundle expanded to [C, B] and the data plane restarted
+	// before the issuer switch) instead of passing over the expansion, and the superseded round
+	// restarted nothing, so each workload restarts twice all told.
+	t.Run("StandardRestartsTwice", func(t *testing.T) {
+		e := *e
+		e.T = t
+		if err := e.patchSpec(ctx, `{"spec":{"identityIssuerRenewal":"Manual"}}`); err != nil {
+			t.Fatal(err)
+		}
+		e.Mesh.ResetRolloutStats()
+		since := time.Now()
+		crossAnchor := e.Renew("cert-manager", "linkerd-trust-anchor")
+		if _, err := WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "the cross-signed rotation waiting for the issuer's renewal",
+			func(tar *v1alpha1.TrustAnchorRotation) bool {
+				cp := tar.Status.Checkpoint
+				return cp != nil && cp.Rotation == steps.Fingerprint(crossAnchor) && cp.Strategy == v1alpha1.StrategyCrossSigned &&
+					cp.Step == steps.StepWaitForIdentityIssuer
+			}); err != nil {
+			t.Fatal(err)
+		}
 		e.ApplyAnchorCertificate(AnchorManifest(v1alpha1.StrategyStandard))
-		newAnchor := e.WaitAnchorRenewed(oldAnchor)
+		newAnchor := e.WaitAnchorRenewed(crossAnchor)
+		if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Minute, "the superseded rotation going on as a standard one",
+			func(tar *v1alpha1.TrustAnchorRotation) bool {
+				cp := tar.Status.Checkpoint
+				return cp != nil && cp.Rotation == steps.Fingerprint(newAnchor) && cp.Strategy == v1alpha1.StrategyStandard
+			}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := charts.Install(ctx, c, charts.InstallOptions{Set: automationValues}); err != nil {
+			t.Fatal(err)
+		}
+		// Helm's three-way merge leaves the fields patched since its last release alone: set both.
+		if err := e.patchSpec(ctx, `{"spec":{"strategy":"Standard","identityIssuerRenewal":"Automatic"}}`); err != nil {
+			t.Fatal(err)
+		}
 		e.waitSyncedOn(newAnchor, 8*time.Minute)
 		e.checkRestarts(2, "expanded bundle, reduced bundle")
 		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
