@@ -177,9 +177,10 @@ func (s *State) bridges() []bridge {
 	}
 	// The anchors the pods that have not restarted trust: before retire-previous-anchor the
 	// bundle's, and the path to them is what they verify through. From that step on the
-	// previous-anchor Secret holds the new anchor and the anchor those pods trust is in no
-	// object any more; they verify through the copy of the new anchor that it signed, which
-	// has the new anchor's key (and, superseded since, the current anchor's: FinishingOn).
+	// previous-anchor Secret holds the round's new anchor and the anchor those pods trust is in
+	// no object any more: they verify through the certificate with the round's anchor's key
+	// that it signed. The current anchor, when it is not self-signed, counts as on the path
+	// too: those pods verify through it once the issuer is on it.
 	var roots []*x509.Certificate
 	if s.Retiring == "" {
 		roots = s.crossSignedRoots()
