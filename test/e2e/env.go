@@ -16,6 +16,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
@@ -116,6 +117,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 		ClusterName:        opts.ClusterName,
 		Oracle:             opts.Oracle,
 		IssuanceLifetime:   opts.IssuanceLifetime,
+		LinkerdController:  reallinkerd.FromEnv().MeshController(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package meshsim
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -49,6 +48,9 @@ type IdentityState struct {
 	RootFingerprints        []string
 	IssuerFingerprint       string
 	IssuerAnchorFingerprint string // fingerprint of the root in its start-up roots the issuer chains to
+	// Linkerd is the version Linkerd's own identity controller logged at start
+	// (Config.LinkerdController), "" for the simulated one.
+	Linkerd string
 }
 
 // start runs the container's start-up; on failure it schedules the kubelet's restart.
@@ -147,14 +149,14 @@ func issuerReloadMessage(err error) string {
 }
 
 // certify signs a workload certificate (pkg/identity Service.Certify).
-func (id *identityProc) certify(identity string, pub crypto.PublicKey) ([]*x509.Certificate, error) {
+func (id *identityProc) certify(p *proxy) ([]*x509.Certificate, error) {
 	id.mu.Lock()
 	issuer := id.issuer
 	id.mu.Unlock()
 	if issuer == nil {
 		return nil, errors.New("cert issuer not ready yet")
 	}
-	return signLeaf(issuer, identity, pub, id.mesh.clock.Now(), id.mesh.cfg.IssuanceLifetime, id.mesh.cfg.ClockSkewAllowance)
+	return signLeaf(issuer, p.identity, p.key.Public(), id.mesh.clock.Now(), id.mesh.cfg.IssuanceLifetime, id.mesh.cfg.ClockSkewAllowance)
 }
 
 func (id *identityProc) ready() bool {
@@ -181,15 +183,7 @@ func (id *identityProc) state() IdentityState {
 	}
 	if id.issuer != nil {
 		s.IssuerFingerprint = Fingerprint(id.issuer.chain[0])
-		inter := x509.NewCertPool()
-		for _, c := range id.issuer.chain[1:] {
-			inter.AddCert(c)
-		}
-		if chains, err := id.issuer.chain[0].Verify(x509.VerifyOptions{Roots: id.roots.pool, Intermediates: inter,
-			CurrentTime: id.mesh.clock.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err == nil && len(chains) > 0 {
-			c := chains[0]
-			s.IssuerAnchorFingerprint = Fingerprint(c[len(c)-1])
-		}
+		s.IssuerAnchorFingerprint = anchorOf(id.issuer.chain, id.roots, id.mesh.clock.Now())
 	}
 	return s
 }

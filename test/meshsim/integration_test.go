@@ -63,6 +63,7 @@ func TestMeshOnRealCluster(t *testing.T) {
 		VolumeRefreshDelay: 2 * time.Second,
 		OracleTick:         200 * time.Millisecond,
 		Registerer:         prometheus.NewRegistry(),
+		LinkerdController:  reallinkerd.FromEnv().MeshController(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +100,7 @@ func TestMeshOnRealCluster(t *testing.T) {
 		name string
 		fn   func(e *env)
 	}{
+		{"RealIdentity", testRealIdentity},
 		{"Injection", testInjection},
 		{"RealLinkerdInject", testRealLinkerdInject},
 		{"SNI", testSNI},
@@ -123,6 +125,31 @@ func TestMeshOnRealCluster(t *testing.T) {
 }
 
 func isControlPlane(s meshsim.PodState) bool { return s.Component != "" }
+
+// testRealIdentity checks, in real-Linkerd mode (LINKERD_BIN and LINKERD_CONTROLLER_BIN), that
+// the identity the proxies certify with is Linkerd's own: each identity pod runs the controller
+// of the version the binaries report, and every proxy holds a certificate signed by the issuer
+// Secret's certificate, which only that controller holds the key of in the mesh.
+func testRealIdentity(e *env) {
+	bins := reallinkerd.FromEnv()
+	if !bins.Real() {
+		e.t.Skip("the bed simulates identity: set " + reallinkerd.EnvCLI + " and " + reallinkerd.EnvController + " to run Linkerd's own")
+	}
+	v, err := bins.Version(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ids := e.mesh.Identities()
+	if len(ids) == 0 {
+		e.t.Fatal("no identity controller runs")
+	}
+	for _, id := range ids {
+		if !id.Ready || id.Linkerd != v {
+			e.t.Errorf("identity %s: ready %v, Linkerd %q (%s), want Linkerd's own %s serving", id.Pod.Name, id.Ready, id.Linkerd, id.LastError, v)
+		}
+	}
+	e.waitAllOnIssuer()
+}
 
 func (e *env) waitCerts(min int, match func(meshsim.PodState) bool) {
 	e.t.Helper()

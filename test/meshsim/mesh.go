@@ -93,6 +93,13 @@ type Config struct {
 	Oracle *Oracle
 	// Clock drives every simulated timer (default: the real clock).
 	Clock clock.WithTicker
+
+	// LinkerdController, when set, is the path of Linkerd's own control-plane binary
+	// (LINKERD_CONTROLLER_BIN; reallinkerd.Binaries.Controller), and the mesh runs it, as
+	// `controller identity`, for each Running linkerd-identity pod instead of simulating
+	// identity (realidentity.go); the proxies certify through it. It needs root (a mount
+	// namespace per container), RESTConfig, and the real clock.
+	LinkerdController string
 }
 
 type clockWithAfterFunc interface {
@@ -134,6 +141,9 @@ func (c *Config) defaults() error {
 	if c.OracleTick == 0 {
 		c.OracleTick = time.Second
 	}
+	if _, realClock := c.Clock.(clock.RealClock); c.LinkerdController != "" && (c.RESTConfig == nil || c.Clock != nil && !realClock) {
+		return errors.New("meshsim: Config.LinkerdController runs Linkerd's own identity: it needs RESTConfig and the real clock")
+	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
@@ -161,12 +171,13 @@ type Mesh struct {
 
 	admin       *adminServer
 	webhook     *webhook
+	real        *realLinkerd // Linkerd's own processes' shared state; nil when simulated
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 
 	mu          sync.Mutex
 	proxies     map[types.UID]*proxy
-	identities  map[types.UID]*identityProc
+	identities  map[types.UID]identityController
 	injectors   map[types.UID]*injectorProc
 	pending     map[types.UID]string // pods whose containers cannot start yet, and why
 	proxyStarts map[string]int       // by "<ns>/<deployment>"
@@ -200,9 +211,12 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	mctx, cancel := context.WithCancel(context.Background())
 	m := &Mesh{
 		cfg: cfg, client: client, clock: cfg.Clock.(clockWithAfterFunc), ctx: mctx, cancel: cancel,
-		proxies: map[types.UID]*proxy{}, identities: map[types.UID]*identityProc{}, injectors: map[types.UID]*injectorProc{},
+		proxies: map[types.UID]*proxy{}, identities: map[types.UID]identityController{}, injectors: map[types.UID]*injectorProc{},
 		pending: map[types.UID]string{}, proxyStarts: map[string]int{}, restarts: map[string]int{},
 		rollouts: newRollouts(),
+	}
+	if cfg.LinkerdController != "" {
+		m.real = newRealLinkerd()
 	}
 	m.oracle = cfg.Oracle
 	if m.oracle == nil {
@@ -311,6 +325,9 @@ func (m *Mesh) Stop() {
 		m.stopPodLocked(uid)
 	}
 	m.mu.Unlock()
+	if m.real != nil {
+		m.real.close()
+	}
 	if m.webhook != nil {
 		m.webhook.close()
 	}
@@ -429,7 +446,7 @@ func (m *Mesh) secretEvent(obj any) {
 		return
 	}
 	m.mu.Lock()
-	ids := make([]*identityProc, 0, len(m.identities))
+	ids := make([]identityController, 0, len(m.identities))
 	for _, id := range m.identities {
 		ids = append(ids, id)
 	}
@@ -521,7 +538,10 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 	switch component {
 	case ComponentIdentity:
 		if m.identities[pod.UID] == nil {
-			id := &identityProc{mesh: m, pod: ref}
+			var id identityController = &identityProc{mesh: m, pod: ref}
+			if m.real != nil {
+				id = newRealIdentity(m, pod, ref)
+			}
 			m.identities[pod.UID] = id
 			m.mu.Unlock()
 			id.start()
@@ -589,8 +609,12 @@ func (m *Mesh) newProxy(pod *corev1.Pod, ref PodRef, component string) (*proxy, 
 	if err != nil {
 		return nil, fmt.Errorf("proxy failed to start: generating key: %w", err)
 	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
 	return &proxy{
-		mesh: m, pod: ref, podIP: pod.Status.PodIP, port: adminPort(c), workload: ownerDeployment(pod),
+		mesh: m, pod: ref, serviceAccount: sa, podIP: pod.Status.PodIP, port: adminPort(c), workload: ownerDeployment(pod),
 		component: component, identity: name, roots: roots, rootsPEM: env[EnvTrustAnchors],
 		minRef: minRef, maxRef: maxRef, key: key, started: m.clock.Now(), done: make(chan struct{}),
 	}, nil
@@ -605,6 +629,9 @@ func (m *Mesh) stopPodLocked(uid types.UID) {
 	if id := m.identities[uid]; id != nil {
 		delete(m.identities, uid)
 		id.stop()
+	}
+	if m.real != nil {
+		m.real.forget(uid)
 	}
 	if in := m.injectors[uid]; in != nil {
 		delete(m.injectors, uid)
@@ -623,7 +650,7 @@ func (m *Mesh) identityChanged() {}
 // do not trust identity's proxy certificate cannot refresh at all.
 func (m *Mesh) certify(p *proxy) ([]*x509.Certificate, error) {
 	m.mu.Lock()
-	var id *identityProc
+	var id identityController
 	var idProxy *proxy
 	if p.component == ComponentIdentity {
 		id = m.identities[p.pod.UID]
@@ -655,8 +682,7 @@ func (m *Mesh) certify(p *proxy) ([]*x509.Certificate, error) {
 			return nil, fmt.Errorf("TLS handshake with identity %s failed: %w", name, err)
 		}
 	}
-	key := p.key.Public()
-	return id.certify(p.identity, key)
+	return id.certify(p)
 }
 
 // ownerDeployment infers the Deployment of a pod from its ReplicaSet owner and template hash.
@@ -753,7 +779,7 @@ func (m *Mesh) LiveChain(uid types.UID) []*x509.Certificate {
 // Identities returns the ground truth of every identity controller.
 func (m *Mesh) Identities() []IdentityState {
 	m.mu.Lock()
-	ids := make([]*identityProc, 0, len(m.identities))
+	ids := make([]identityController, 0, len(m.identities))
 	for _, id := range m.identities {
 		ids = append(ids, id)
 	}

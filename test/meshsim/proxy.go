@@ -30,12 +30,14 @@ type proxy struct {
 	workload  string // owning Deployment, "" if none
 	component string // linkerd.io/control-plane-component, "" for application pods
 	identity  string
-	roots     *rootSet
-	rootsPEM  string
-	minRef    time.Duration
-	maxRef    time.Duration
-	key       *ecdsa.PrivateKey
-	started   time.Time
+	// serviceAccount is the pod's: the real identity checks the proxy's token against it.
+	serviceAccount string
+	roots          *rootSet
+	rootsPEM       string
+	minRef         time.Duration
+	maxRef         time.Duration
+	key            *ecdsa.PrivateKey
+	started        time.Time
 
 	mu          sync.Mutex
 	chain       []*x509.Certificate

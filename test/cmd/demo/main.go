@@ -34,6 +34,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/internal/proc"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
@@ -62,6 +63,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo: -clusters must be 1 or 2")
 		os.Exit(2)
 	}
+	fmt.Println(reallinkerd.FromEnv().Mode(ctx))
 	if err := play(ctx, *namespaces, *deployments, int32(*replicas), *keep, &result); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -133,7 +135,8 @@ func run(ctx context.Context, namespaces, deployments int, replicas int32, workD
 	say("bootstrapped: linkerd-previous-anchor and linkerd-identity-trust-roots exist; phase Synced")
 
 	say("starting the Linkerd mesh simulator: control plane and %d meshed Deployments x %d replicas", deployments, replicas)
-	mesh, err := meshsim.Start(ctx, meshsim.Config{RESTConfig: c.RESTConfig(), VolumeRefreshDelay: meshsim.Never, Registerer: prometheus.NewRegistry()})
+	mesh, err := meshsim.Start(ctx, meshsim.Config{RESTConfig: c.RESTConfig(), VolumeRefreshDelay: meshsim.Never,
+		Registerer: prometheus.NewRegistry(), LinkerdController: reallinkerd.FromEnv().MeshController()})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/internal/proc"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/linkerd/trust-rotation/workflow/client"
 )
@@ -281,7 +282,8 @@ func startSide(ctx context.Context, name, bin, workDir string, oracle *meshsim.O
 	}
 	say("%s: the mesh simulator, its control plane, %d meshed Deployments x %d replicas and the multicluster gateway", name, deployments, replicas)
 	if s.mesh, err = meshsim.Start(ctx, meshsim.Config{RESTConfig: s.c.RESTConfig(), VolumeRefreshDelay: meshsim.Never,
-		Registerer: prometheus.NewRegistry(), ClusterName: name, Oracle: oracle}); err != nil {
+		Registerer: prometheus.NewRegistry(), ClusterName: name, Oracle: oracle,
+		LinkerdController: reallinkerd.FromEnv().MeshController()}); err != nil {
 		return nil, stop, err
 	}
 	undo = append(undo, s.mesh.Stop)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/linkerd/trust-rotation/test/meshsim"
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
 // startMesh starts the Linkerd mesh simulator (package test/meshsim) and a small meshed sample
@@ -19,7 +20,8 @@ import (
 // unless proxyAsContainer), so the playground behaves like a real cluster for a person trying the
 // product by hand.
 func startMesh(ctx context.Context, b *Bed, proxyAsContainer bool) (stop func() error, err error) {
-	m, ws, err := meshsim.StartSample(ctx, meshsim.Config{RESTConfig: b.Cluster.RESTConfig(), ProxyAsContainer: proxyAsContainer},
+	m, ws, err := meshsim.StartSample(ctx, meshsim.Config{RESTConfig: b.Cluster.RESTConfig(), ProxyAsContainer: proxyAsContainer,
+		LinkerdController: reallinkerd.FromEnv().MeshController()},
 		meshsim.WorkloadSpec{Prefix: "emojivoto", Namespaces: 1, Deployments: 3, Replicas: 2})
 	if err != nil {
 		return nil, fmt.Errorf("starting the mesh simulator: %w", err)

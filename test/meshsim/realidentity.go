@@ -1,0 +1,324 @@
+package meshsim
+
+import (
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
+)
+
+// identityController is one identity pod's identity container: simulated (identityProc), or
+// Linkerd's own `controller identity` (realIdentity) when Config.LinkerdController is set.
+type identityController interface {
+	start()
+	stop()
+	ready() bool
+	// issuerVolumeChanged runs once the kubelet refreshed the issuer Secret's volume.
+	issuerVolumeChanged()
+	// certify answers the proxy's Certify call: the chain it must present, leaf first.
+	certify(p *proxy) ([]*x509.Certificate, error)
+	state() IdentityState
+}
+
+// The identity container's ports (linkerd2 charts/linkerd-control-plane/templates/identity.yaml).
+const (
+	identityGRPCPort  = "8080"
+	identityAdminPort = "9990"
+)
+
+// realIdentity runs Linkerd's own identity controller (`controller identity`, the binary of
+// Config.LinkerdController) as an identity pod's container: the container's args from the pod
+// spec, the pod's IP, the pod's ServiceAccount token (a kubeconfig, as the container has no
+// in-cluster environment), and its two volumes at the paths the code reads,
+// /var/run/linkerd/identity/trust-roots and /var/run/linkerd/identity/issuer, filled from the
+// apiserver at container start and refreshed, as a kubelet refreshes them, when the Secret
+// changes. It judges issuers, emits IssuerUpdated / IssuerUpdateSkipped and signs workload
+// certificates itself; this type only reads what it logged, to report its state.
+type realIdentity struct {
+	mesh  *Mesh
+	pod   PodRef
+	podIP string
+	sa    string
+	args  []string
+
+	mu       sync.Mutex
+	ctl      *reallinkerd.Controller
+	gen      int    // the container start ctl is
+	dir      string // the kubeconfig's directory
+	starts   int
+	lastErr  string
+	serving  bool
+	stopped  bool
+	timer    clock.Timer
+	roots    *rootSet
+	issuer   []*x509.Certificate // tls.crt it serves: read at start, or its last IssuerUpdated
+	pending  []*x509.Certificate // tls.crt written at the last refresh, until identity judged it
+	lastData []byte
+	loaded   []*x509.Certificate // tls.crt read at start
+	version  string              // the version the controller logged at start
+}
+
+func newRealIdentity(m *Mesh, pod *corev1.Pod, ref PodRef) *realIdentity {
+	var args []string
+	for _, c := range pod.Spec.Containers {
+		if c.Name == ComponentIdentity {
+			args = append(args, c.Args...)
+		}
+	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	return &realIdentity{mesh: m, pod: ref, podIP: pod.Status.PodIP, sa: sa, args: args}
+}
+
+// containerArgs are the pod's args with the addresses of this pod and, as Helm renders the
+// identity.issuer values into them, the mesh's issuance lifetime and clock skew when the pod
+// spec does not set them.
+func (id *realIdentity) containerArgs(kubeconfig string) []string {
+	cfg := id.mesh.cfg
+	out := []string{}
+	has := map[string]bool{}
+	for _, a := range id.args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch name {
+		case "addr", "admin-addr", "kubeconfig":
+			continue
+		}
+		has[name] = true
+		out = append(out, a)
+	}
+	if !has["identity-issuance-lifetime"] {
+		out = append(out, "-identity-issuance-lifetime="+cfg.IssuanceLifetime.String())
+	}
+	if !has["identity-clock-skew-allowance"] {
+		out = append(out, "-identity-clock-skew-allowance="+cfg.ClockSkewAllowance.String())
+	}
+	return append(out, "-kubeconfig="+kubeconfig,
+		"-addr="+net.JoinHostPort(id.podIP, identityGRPCPort), "-admin-addr="+net.JoinHostPort(id.podIP, identityAdminPort))
+}
+
+// start starts the container, on the volumes' content the apiserver holds now; a container
+// that cannot start, or exits, is started again after the kubelet's back-off.
+func (id *realIdentity) start() {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.stopped {
+		return
+	}
+	id.starts++
+	if err := id.run(); err != nil {
+		id.crashedLocked(err.Error())
+	}
+}
+
+func (id *realIdentity) run() error {
+	m := id.mesh
+	bundle, ok := m.mountedConfigMapValue(m.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
+	if !ok {
+		return fmt.Errorf("reading trust roots: configmap %s/%s key %s not found", m.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
+	}
+	crt, key, ok := m.mountedIssuerSecret()
+	if !ok {
+		return fmt.Errorf("MountVolume.SetUp failed: secret %s/%s not found", m.cfg.LinkerdNamespace, IssuerSecret)
+	}
+	kubeconfig, err := m.real.podKubeconfig(m, id.pod, id.sa)
+	if err != nil {
+		return err
+	}
+	if id.dir != "" {
+		os.RemoveAll(id.dir)
+	}
+	id.dir = filepath.Dir(kubeconfig)
+	id.roots, _ = parseRoots(bundle)
+	id.loaded, _ = ParseCertificates(crt)
+	id.issuer, id.pending, id.serving = nil, nil, false
+	id.lastData = append(append([]byte{}, crt...), key...)
+	id.gen++
+	gen := id.gen
+	ctl, err := reallinkerd.StartController(m.cfg.LinkerdController, id.containerArgs(kubeconfig), map[string][]byte{
+		"identity/trust-roots/" + TrustRootsKey:      []byte(bundle),
+		"identity/issuer/" + corev1.TLSCertKey:       crt,
+		"identity/issuer/" + corev1.TLSPrivateKeyKey: key,
+	}, func(line string) { id.observe(gen, line) })
+	if err != nil {
+		return err
+	}
+	id.ctl = ctl
+	go id.follow(ctl, gen)
+	return nil
+}
+
+var logrusMessage = regexp.MustCompile(`level=(\w+) msg="((?:[^"\\]|\\.)*)"`)
+
+// follow restarts the container after the kubelet's back-off once it exited, unless its pod
+// stopped running.
+func (id *realIdentity) follow(ctl *reallinkerd.Controller, gen int) {
+	<-ctl.Done()
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.gen == gen && !id.stopped {
+		msg := id.lastErr
+		if msg == "" {
+			msg = "identity exited"
+		}
+		id.crashedLocked(msg)
+	}
+}
+
+// observe takes in one line container start gen logged (logrus text format). Every line is
+// observed before the container's exit is (reallinkerd.Controller.Done).
+func (id *realIdentity) observe(gen int, line string) {
+	mm := logrusMessage.FindStringSubmatch(line)
+	if mm == nil {
+		return
+	}
+	level, msg := mm[1], strings.ReplaceAll(mm[2], `\"`, `"`)
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.gen != gen {
+		return
+	}
+	switch {
+	case level == "fatal" || level == "error":
+		id.lastErr = msg
+	case strings.HasPrefix(msg, "running version "):
+		id.version = strings.TrimPrefix(msg, "running version ")
+	case strings.HasPrefix(msg, "starting gRPC server"):
+		id.serving, id.issuer, id.lastErr = true, id.loaded, ""
+		klog.InfoS("Identity controller started", "pod", id.pod)
+	case strings.Contains(msg, "Updated identity issuer"):
+		id.issuer = id.pending
+		klog.InfoS("Identity issuer updated", "pod", id.pod)
+	case strings.Contains(msg, "Skipping issuer update"):
+		klog.InfoS("Identity issuer update skipped", "pod", id.pod, "msg", msg)
+	}
+}
+
+// crashedLocked records a container that could not start or exited, and schedules the
+// kubelet's restart after its back-off.
+func (id *realIdentity) crashedLocked(msg string) {
+	id.lastErr, id.serving = msg, false
+	backoff := id.mesh.cfg.CrashLoopBackoff << min(id.starts-1, 5)
+	if backoff > 5*time.Minute {
+		backoff = 5 * time.Minute
+	}
+	klog.InfoS("Identity controller exited; kubelet restarts it after back-off", "pod", id.pod, "err", msg, "backoff", backoff)
+	id.mesh.recordPodEvent(id.pod, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container identity: "+msg)
+	id.timer = id.mesh.clock.AfterFunc(backoff, id.start)
+}
+
+// issuerVolumeChanged refreshes the issuer volume as a kubelet does; the controller's own
+// watch decides what follows.
+func (id *realIdentity) issuerVolumeChanged() {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.stopped || id.ctl == nil || !id.serving {
+		return
+	}
+	crt, key, ok := id.mesh.issuerSecret()
+	if !ok {
+		return // the kubelet keeps the last content of a deleted Secret's volume
+	}
+	data := append(append([]byte{}, crt...), key...)
+	if string(data) == string(id.lastData) {
+		return
+	}
+	id.lastData = data
+	id.pending, _ = ParseCertificates(crt)
+	if err := id.ctl.Refresh("identity/issuer", map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key}); err != nil {
+		klog.ErrorS(err, "Refreshing the identity container's issuer volume", "pod", id.pod)
+	}
+}
+
+// certify calls the controller's Certify as the proxy does: the pod's ServiceAccount token for
+// the audience identity.l5d.io, and a CSR for its identity from its own key, with the identity
+// as both common name and DNS name (linkerd2 proxy-identity/main.go generateAndStoreCSR).
+func (id *realIdentity) certify(p *proxy) ([]*x509.Certificate, error) {
+	id.mu.Lock()
+	serving := id.serving && !id.stopped
+	id.mu.Unlock()
+	if !serving {
+		return nil, errors.New("identity service unavailable: identity is not serving")
+	}
+	m := id.mesh
+	token, err := m.real.proxyToken(m, p)
+	if err != nil {
+		return nil, err
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: p.identity}, DNSNames: []string{p.identity}}, p.key)
+	if err != nil {
+		return nil, err
+	}
+	return m.real.certify(m, net.JoinHostPort(id.podIP, identityGRPCPort), token, p.identity, csr)
+}
+
+func (id *realIdentity) ready() bool {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.serving && !id.stopped
+}
+
+// stop kills the container: its pod was deleted or stopped running.
+func (id *realIdentity) stop() {
+	id.mu.Lock()
+	id.stopped, id.serving = true, false
+	if id.timer != nil {
+		id.timer.Stop()
+	}
+	ctl, dir := id.ctl, id.dir
+	id.mu.Unlock()
+	if ctl != nil {
+		ctl.Stop()
+	}
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+}
+
+func (id *realIdentity) state() IdentityState {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	s := IdentityState{Pod: id.pod, Ready: id.serving && !id.stopped, Starts: id.starts, LastError: id.lastErr, Linkerd: id.version}
+	if id.roots != nil {
+		s.RootFingerprints = append([]string(nil), id.roots.fingerprints...)
+	}
+	if len(id.issuer) > 0 {
+		s.IssuerFingerprint = Fingerprint(id.issuer[0])
+		if id.roots != nil {
+			s.IssuerAnchorFingerprint = anchorOf(id.issuer, id.roots, id.mesh.clock.Now())
+		}
+	}
+	return s
+}
+
+// anchorOf is the fingerprint of the root of roots that chain[0] chains to, with chain[1:] as
+// intermediates; "" if none.
+func anchorOf(chain []*x509.Certificate, roots *rootSet, now time.Time) string {
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	chains, err := chain[0].Verify(x509.VerifyOptions{Roots: roots.pool, Intermediates: inter,
+		CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	if err != nil || len(chains) == 0 {
+		return ""
+	}
+	c := chains[0]
+	return Fingerprint(c[len(c)-1])
+}
