@@ -80,6 +80,9 @@ func TestHandsOffRotation(t *testing.T) {
 	t.Run("FallbackRestartWhenProxiesIgnoreTheInterval", func(t *testing.T) {
 		e := *e
 		e.T = t
+		if e.Mesh.Real() {
+			t.Skip("a proxy injector that ignores config.linkerd.io/proxy-additional-env (Linkerd before edge-26.4.3) is a fault only the simulator makes; Linkerd's own injector here honours it")
+		}
 		e.Mesh.SetIgnoreAdditionalEnv(true)
 		defer e.Mesh.SetIgnoreAdditionalEnv(false)
 		e.Mesh.ResetRolloutStats()

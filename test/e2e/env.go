@@ -117,7 +117,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 		ClusterName:        opts.ClusterName,
 		Oracle:             opts.Oracle,
 		IssuanceLifetime:   opts.IssuanceLifetime,
-		LinkerdController:  reallinkerd.FromEnv().MeshController(),
+		Linkerd:            reallinkerd.FromEnv(),
 	})
 	if err != nil {
 		t.Fatal(err)

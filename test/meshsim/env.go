@@ -56,6 +56,19 @@ func podField(pod *corev1.Pod, path string) (string, error) {
 		return pod.Spec.NodeName, nil
 	case "status.podIP":
 		return pod.Status.PodIP, nil
+	case "status.podIPs":
+		// The kubelet joins the pod's IPs with commas; Linkerd's own injector sets
+		// LINKERD2_PROXY_INBOUND_IPS from it (edge-26.8.3).
+		ips := make([]string, 0, len(pod.Status.PodIPs))
+		for _, ip := range pod.Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+		if len(ips) == 0 && pod.Status.PodIP != "" {
+			ips = append(ips, pod.Status.PodIP)
+		}
+		return strings.Join(ips, ","), nil
+	case "status.hostIP":
+		return pod.Status.HostIP, nil
 	}
 	return "", fmt.Errorf("unsupported fieldPath %q", path)
 }

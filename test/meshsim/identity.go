@@ -49,7 +49,7 @@ type IdentityState struct {
 	IssuerFingerprint       string
 	IssuerAnchorFingerprint string // fingerprint of the root in its start-up roots the issuer chains to
 	// Linkerd is the version Linkerd's own identity controller logged at start
-	// (Config.LinkerdController), "" for the simulated one.
+	// (Config.Linkerd), "" for the simulated one.
 	Linkerd string
 }
 

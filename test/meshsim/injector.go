@@ -45,6 +45,21 @@ type injectorProc struct {
 	// terminating: its pod is being deleted; its container still runs (the grace period), but
 	// its endpoint is no longer ready, so the Service sends it no more admission calls.
 	terminating bool
+	// run is Linkerd's own proxy injector in real-Linkerd mode (realinjector.go): it answers
+	// the admission calls, reading the file this type's bundle stands for. nil: simulated.
+	run *injectorRun
+}
+
+func (in *injectorProc) isStopped() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.stopped
+}
+
+// ready says whether the Service would send it admission calls: it sees a bundle and, when it is
+// Linkerd's own, its readiness probe passed.
+func (in *injectorProc) ready() bool {
+	return in.view() != "" && (in.run == nil || in.run.ready())
 }
 
 func (in *injectorProc) setTerminating() {
@@ -82,6 +97,9 @@ func (in *injectorProc) configMapChanged() {
 		if ok && !in.stopped && v != in.bundle {
 			in.bundle = v
 			klog.V(2).InfoS("Proxy-injector sees a new trust bundle", "pod", in.pod, "sha256", BundleSHA256(v))
+			if in.run != nil {
+				in.run.refreshTrustRoots(v)
+			}
 		}
 	}))
 }
@@ -94,10 +112,13 @@ func (in *injectorProc) view() string {
 
 func (in *injectorProc) stop() {
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	in.stopped = true
 	for _, t := range in.timers {
 		t.Stop()
+	}
+	in.mu.Unlock()
+	if in.run != nil {
+		in.run.stop()
 	}
 }
 
@@ -231,7 +252,17 @@ func (m *Mesh) serveAdmission(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := review.Request
-	inj := m.pickInjector()
+	var inj *injectorProc
+	if m.real != nil {
+		inj = m.awaitInjector(r.Context())
+	}
+	if inj == nil {
+		inj = m.pickInjector(true)
+	}
+	if inj != nil && inj.run != nil {
+		inj.run.admit(w, r, body)
+		return
+	}
 	if inj == nil {
 		klog.V(2).InfoS("Admission call failed: no proxy-injector pod is running", "namespace", req.Namespace)
 		http.Error(w, "no endpoints available for service linkerd-proxy-injector", http.StatusServiceUnavailable)
@@ -258,9 +289,43 @@ func (m *Mesh) serveAdmission(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
+// awaitInjector picks a ready proxy injector whose pod is not terminating and, while one is
+// still starting, waits for it, for a little less than the webhook's timeout. Linkerd's own
+// injector serves a second or so after its container starts (its informers sync first), and
+// kwok marks a pod Ready as soon as it runs: a rollout of linkerd-proxy-injector then deletes
+// the old pod before the new container serves, where a kubelet would hold the new pod unready
+// and the rollout the old one, still serving, until it does. Waiting here stands for that; the
+// terminating pod's injector, with the volume of before the rollout, is left for when no other
+// is starting (nil).
+func (m *Mesh) awaitInjector(ctx context.Context) *injectorProc {
+	ctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if inj := m.pickInjector(false); inj != nil {
+			return inj
+		}
+		m.mu.Lock()
+		starting := false
+		for _, in := range m.injectors {
+			starting = starting || !in.isTerminating() && !in.ready()
+		}
+		m.mu.Unlock()
+		if !starting {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
 // pickInjector chooses a Running injector like a Service does (round robin over ready
-// endpoints).
-func (m *Mesh) pickInjector() *injectorProc {
+// endpoints); a terminating one only when allowed, and no other is ready.
+func (m *Mesh) pickInjector(allowTerminating bool) *injectorProc {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// A terminating pod's endpoint is not ready: the Service routes to it only when no other
@@ -268,14 +333,14 @@ func (m *Mesh) pickInjector() *injectorProc {
 	var ready, terminating []*injectorProc
 	for _, in := range m.injectors {
 		switch {
-		case in.view() == "":
+		case !in.ready():
 		case in.isTerminating():
 			terminating = append(terminating, in)
 		default:
 			ready = append(ready, in)
 		}
 	}
-	if len(ready) == 0 {
+	if len(ready) == 0 && allowTerminating {
 		ready = terminating
 	}
 	if len(ready) == 0 {

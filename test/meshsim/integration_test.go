@@ -63,7 +63,7 @@ func TestMeshOnRealCluster(t *testing.T) {
 		VolumeRefreshDelay: 2 * time.Second,
 		OracleTick:         200 * time.Millisecond,
 		Registerer:         prometheus.NewRegistry(),
-		LinkerdController:  reallinkerd.FromEnv().MeshController(),
+		Linkerd:            reallinkerd.FromEnv(),
 	})
 	if err != nil {
 		t.Fatal(err)

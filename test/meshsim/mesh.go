@@ -28,6 +28,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
 // Never disables a delay-driven refresh (Config.VolumeRefreshDelay): only a restart shows changes.
@@ -94,12 +96,13 @@ type Config struct {
 	// Clock drives every simulated timer (default: the real clock).
 	Clock clock.WithTicker
 
-	// LinkerdController, when set, is the path of Linkerd's own control-plane binary
-	// (LINKERD_CONTROLLER_BIN; reallinkerd.Binaries.Controller), and the mesh runs it, as
-	// `controller identity`, for each Running linkerd-identity pod instead of simulating
-	// identity (realidentity.go); the proxies certify through it. It needs root (a mount
-	// namespace per container), RESTConfig, and the real clock.
-	LinkerdController string
+	// Linkerd, when both binaries are set (reallinkerd.FromEnv: LINKERD_BIN and
+	// LINKERD_CONTROLLER_BIN), switches the mesh to real-Linkerd mode: for each Running
+	// linkerd-identity pod it runs Linkerd's own `controller identity` (realidentity.go), and for
+	// each Running linkerd-proxy-injector pod its `controller proxy-injector`, which the
+	// apiserver's admission calls reach (realinjector.go); only the proxies stay simulated. It
+	// needs root (a mount namespace per container), RESTConfig, and the real clock.
+	Linkerd reallinkerd.Binaries
 }
 
 type clockWithAfterFunc interface {
@@ -141,8 +144,8 @@ func (c *Config) defaults() error {
 	if c.OracleTick == 0 {
 		c.OracleTick = time.Second
 	}
-	if _, realClock := c.Clock.(clock.RealClock); c.LinkerdController != "" && (c.RESTConfig == nil || c.Clock != nil && !realClock) {
-		return errors.New("meshsim: Config.LinkerdController runs Linkerd's own identity: it needs RESTConfig and the real clock")
+	if _, realClock := c.Clock.(clock.RealClock); c.Linkerd.Real() && (c.RESTConfig == nil || c.Clock != nil && !realClock) {
+		return errors.New("meshsim: Config.Linkerd runs Linkerd's own identity: it needs RESTConfig and the real clock")
 	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
@@ -215,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		pending: map[types.UID]string{}, proxyStarts: map[string]int{}, restarts: map[string]int{},
 		rollouts: newRollouts(),
 	}
-	if cfg.LinkerdController != "" {
+	if cfg.Linkerd.Real() {
 		m.real = newRealLinkerd()
 	}
 	m.oracle = cfg.Oracle
@@ -342,6 +345,10 @@ func (m *Mesh) Oracle() *Oracle { return m.oracle }
 
 // Client is the client the mesh uses.
 func (m *Mesh) Client() kubernetes.Interface { return m.client }
+
+// Real reports whether the mesh runs Linkerd's own identity and proxy injector (Config.Linkerd):
+// a fault of those two that only the simulator can make cannot be made then.
+func (m *Mesh) Real() bool { return m.real != nil }
 
 // Config returns the effective configuration.
 func (m *Mesh) Config() Config { return m.cfg }
@@ -554,7 +561,12 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 				m.pending[pod.UID] = "proxy-injector: trust-roots volume not available"
 				return
 			}
-			m.injectors[pod.UID] = &injectorProc{mesh: m, pod: ref, bundle: bundle}
+			in := &injectorProc{mesh: m, pod: ref, bundle: bundle}
+			m.injectors[pod.UID] = in
+			if m.real != nil {
+				in.run = newInjectorRun(in, pod)
+				go in.run.start()
+			}
 		}
 	}
 	if m.proxies[pod.UID] == nil && ProxyOf(pod) != nil {
@@ -643,6 +655,21 @@ func (m *Mesh) stopPodLocked(uid types.UID) {
 // for identity are not left waiting a full MIN_REFRESH after the mesh comes up... except that
 // real proxies are: they retry on their own schedule. Kept as a hook for logging only.
 func (m *Mesh) identityChanged() {}
+
+// identityServing is called when Linkerd's own identity controller (realIdentity) starts
+// serving. The simulated identity serves the instant its container starts, so its pod's proxy,
+// which certifies with it over localhost, gets a certificate at once; Linkerd's takes a moment,
+// and a proxy whose first Certify failed waits MIN_REFRESH (10s) before it tries again, during
+// which no other proxy can reach identity through it. The proxy of a pod whose containers start
+// in order (identity first, as the chart lists them) would not have asked yet; so it asks now.
+func (m *Mesh) identityServing(uid types.UID) {
+	m.mu.Lock()
+	p := m.proxies[uid]
+	m.mu.Unlock()
+	if p != nil {
+		p.certifyNow()
+	}
+}
 
 // certify is a proxy's call to the identity service. The identity pod's own proxy reaches its
 // controller over localhost; every other proxy reaches a Ready identity pod through the Service,

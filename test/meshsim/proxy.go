@@ -51,6 +51,7 @@ type proxy struct {
 	timer       clock.Timer
 	listener    net.Listener
 	stopped     bool
+	certifying  bool          // a refresh is under way
 	done        chan struct{} // closed by stop
 }
 
@@ -86,16 +87,18 @@ func (p *proxy) stop() {
 // expiry of the certificate held (the new one on success, the old one on failure).
 func (p *proxy) refresh() {
 	p.mu.Lock()
-	if p.stopped {
+	if p.stopped || p.certifying {
 		p.mu.Unlock()
 		return
 	}
+	p.certifying = true
 	p.mu.Unlock()
 
 	err := p.certify()
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.certifying = false
 	if p.stopped {
 		return
 	}
@@ -105,6 +108,9 @@ func (p *proxy) refresh() {
 		klog.V(2).InfoS("Failed to obtain identity", "pod", p.pod, "err", err)
 	}
 	next := RefreshIn(p.mesh.clock.Now(), p.expiry, p.minRef, p.maxRef)
+	if p.timer != nil {
+		p.timer.Stop() // one refresh loop, even if certifyNow raced this one
+	}
 	p.timer = p.mesh.clock.AfterFunc(next, p.refresh)
 }
 
@@ -142,6 +148,21 @@ func (p *proxy) certify() error {
 	p.mu.Unlock()
 	p.mesh.oracle.setChain(p.pod, chain)
 	return nil
+}
+
+// certifyNow makes a proxy that holds no certificate yet retry at once, rather than after
+// MIN_REFRESH: for the identity pod's own proxy when its identity container starts serving
+// (Mesh.identityServing).
+func (p *proxy) certifyNow() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || p.certifying || p.chain != nil {
+		return
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.timer = p.mesh.clock.AfterFunc(0, p.refresh)
 }
 
 // listen binds podIP:port. A new pod may reuse the IP of a pod whose proxy is still closing, so

@@ -22,7 +22,7 @@ import (
 )
 
 // identityController is one identity pod's identity container: simulated (identityProc), or
-// Linkerd's own `controller identity` (realIdentity) when Config.LinkerdController is set.
+// Linkerd's own `controller identity` (realIdentity) when Config.Linkerd is set.
 type identityController interface {
 	start()
 	stop()
@@ -41,7 +41,7 @@ const (
 )
 
 // realIdentity runs Linkerd's own identity controller (`controller identity`, the binary of
-// Config.LinkerdController) as an identity pod's container: the container's args from the pod
+// Config.Linkerd) as an identity pod's container: the container's args from the pod
 // spec, the pod's IP, the pod's ServiceAccount token (a kubeconfig, as the container has no
 // in-cluster environment), and its two volumes at the paths the code reads,
 // /var/run/linkerd/identity/trust-roots and /var/run/linkerd/identity/issuer, filled from the
@@ -136,6 +136,9 @@ func (id *realIdentity) run() error {
 	if !ok {
 		return fmt.Errorf("MountVolume.SetUp failed: secret %s/%s not found", m.cfg.LinkerdNamespace, IssuerSecret)
 	}
+	if err := m.real.ensureIdentityRBAC(m); err != nil {
+		return err
+	}
 	kubeconfig, err := m.real.podKubeconfig(m, id.pod, id.sa)
 	if err != nil {
 		return err
@@ -150,7 +153,7 @@ func (id *realIdentity) run() error {
 	id.lastData = append(append([]byte{}, crt...), key...)
 	id.gen++
 	gen := id.gen
-	ctl, err := reallinkerd.StartController(m.cfg.LinkerdController, id.containerArgs(kubeconfig), map[string][]byte{
+	ctl, err := reallinkerd.StartController(m.cfg.Linkerd.Controller, id.containerArgs(kubeconfig), map[string][]byte{
 		"identity/trust-roots/" + TrustRootsKey:      []byte(bundle),
 		"identity/issuer/" + corev1.TLSCertKey:       crt,
 		"identity/issuer/" + corev1.TLSPrivateKeyKey: key,
@@ -201,6 +204,7 @@ func (id *realIdentity) observe(gen int, line string) {
 	case strings.HasPrefix(msg, "starting gRPC server"):
 		id.serving, id.issuer, id.lastErr = true, id.loaded, ""
 		klog.InfoS("Identity controller started", "pod", id.pod)
+		go id.mesh.identityServing(id.pod.UID)
 	case strings.Contains(msg, "Updated identity issuer"):
 		id.issuer = id.pending
 		klog.InfoS("Identity issuer updated", "pod", id.pod)

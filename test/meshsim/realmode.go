@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,15 +29,20 @@ import (
 	"github.com/linkerd/trust-rotation/test/internal/proc"
 )
 
-// realLinkerd is what a mesh in real-Linkerd mode (Config.LinkerdController) shares among the
+// realLinkerd is what a mesh in real-Linkerd mode (Config.Linkerd) shares among the
 // pods it runs Linkerd's own processes for: the pods' ServiceAccount tokens, the identity RBAC
 // the chart grants, and the gRPC client that makes the simulated proxies' Certify calls.
 type realLinkerd struct {
-	mu     sync.Mutex
-	rbac   bool
-	tokens map[types.UID]podToken
-	client *certifyClient
-	closed bool
+	mu           sync.Mutex
+	rbac         bool
+	injectorRBAC bool
+	values       []byte // linkerd-config's values
+	servingCrt   []byte // the proxy injector's serving certificate and key
+	servingKey   []byte
+	injectorHTTP *http.Client // trusts servingCrt
+	tokens       map[types.UID]podToken
+	client       *certifyClient
+	closed       bool
 }
 
 type podToken struct {
@@ -104,9 +110,6 @@ func (r *realLinkerd) token(m *Mesh, pod PodRef, sa, audience string) (string, e
 // podKubeconfig writes a kubeconfig that reaches the apiserver as the pod's ServiceAccount,
 // with a token bound to the pod: what the container's in-cluster configuration would carry.
 func (r *realLinkerd) podKubeconfig(m *Mesh, pod PodRef, sa string) (string, error) {
-	if err := r.ensureIdentityRBAC(m); err != nil {
-		return "", err
-	}
 	tok, err := r.token(m, pod, sa, "")
 	if err != nil {
 		return "", err

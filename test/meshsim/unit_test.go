@@ -261,12 +261,12 @@ func TestAdmissionSkipsATerminatingInjector(t *testing.T) {
 	m := &Mesh{injectors: map[types.UID]*injectorProc{"a": old, "b": cur}, webhook: &webhook{}}
 	old.setTerminating()
 	for i := 0; i < 4; i++ {
-		if got := m.pickInjector(); got != cur {
+		if got := m.pickInjector(true); got != cur {
 			t.Fatalf("call %d went to %s, want the running injector-new", i, got.pod.Name)
 		}
 	}
 	delete(m.injectors, "b")
-	if got := m.pickInjector(); got != old {
+	if got := m.pickInjector(true); got != old {
 		t.Fatalf("with injector-old alone, the call went to %v", got)
 	}
 }

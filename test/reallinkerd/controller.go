@@ -16,7 +16,7 @@ import (
 // Controller is one run of a subcommand of Linkerd's control-plane binary (identity,
 // proxy-injector), in a mount namespace of its own where its ConfigMap and Secret volumes are
 // laid out as a kubelet lays them out, under /var/run/linkerd. It needs root (unshare --mount).
-// The recordings and the bed's real-Linkerd mode (meshsim.Config.LinkerdController) run the
+// The recordings and the bed's real-Linkerd mode (meshsim.Config.Linkerd) run the
 // controllers through it.
 type Controller struct {
 	cmd    *exec.Cmd

@@ -55,17 +55,6 @@ func (b Binaries) Version(ctx context.Context) (string, error) {
 	return v, nil
 }
 
-// MeshController is the control-plane binary the bed's mesh runs Linkerd's own processes from
-// (meshsim.Config.LinkerdController): the controller in real mode, "" when the bed simulates
-// Linkerd. The harnesses (test/e2e, the demo, the test bed) set the mesh's from it, so that one
-// pair of variables switches every suite.
-func (b Binaries) MeshController() string {
-	if b.Real() {
-		return b.Controller
-	}
-	return ""
-}
-
 // Mode names, on one line, what runs the bed's control plane and proxies.
 func (b Binaries) Mode(ctx context.Context) string {
 	if !b.Real() {
@@ -75,5 +64,5 @@ func (b Binaries) Mode(ctx context.Context) string {
 	if err != nil {
 		v = "(version unknown: " + err.Error() + ")"
 	}
-	return fmt.Sprintf("control plane: linkerd %s identity (%s); proxy-injector and proxies simulated", v, EnvController)
+	return fmt.Sprintf("control plane: linkerd %s identity and proxy-injector (%s); proxies simulated", v, EnvController)
 }

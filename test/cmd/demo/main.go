@@ -136,7 +136,7 @@ func run(ctx context.Context, namespaces, deployments int, replicas int32, workD
 
 	say("starting the Linkerd mesh simulator: control plane and %d meshed Deployments x %d replicas", deployments, replicas)
 	mesh, err := meshsim.Start(ctx, meshsim.Config{RESTConfig: c.RESTConfig(), VolumeRefreshDelay: meshsim.Never,
-		Registerer: prometheus.NewRegistry(), LinkerdController: reallinkerd.FromEnv().MeshController()})
+		Registerer: prometheus.NewRegistry(), Linkerd: reallinkerd.FromEnv()})
 	if err != nil {
 		return err
 	}

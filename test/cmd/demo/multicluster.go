@@ -283,7 +283,7 @@ func startSide(ctx context.Context, name, bin, workDir string, oracle *meshsim.O
 	say("%s: the mesh simulator, its control plane, %d meshed Deployments x %d replicas and the multicluster gateway", name, deployments, replicas)
 	if s.mesh, err = meshsim.Start(ctx, meshsim.Config{RESTConfig: s.c.RESTConfig(), VolumeRefreshDelay: meshsim.Never,
 		Registerer: prometheus.NewRegistry(), ClusterName: name, Oracle: oracle,
-		LinkerdController: reallinkerd.FromEnv().MeshController()}); err != nil {
+		Linkerd: reallinkerd.FromEnv()}); err != nil {
 		return nil, stop, err
 	}
 	undo = append(undo, s.mesh.Stop)

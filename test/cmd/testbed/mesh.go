@@ -21,7 +21,7 @@ import (
 // product by hand.
 func startMesh(ctx context.Context, b *Bed, proxyAsContainer bool) (stop func() error, err error) {
 	m, ws, err := meshsim.StartSample(ctx, meshsim.Config{RESTConfig: b.Cluster.RESTConfig(), ProxyAsContainer: proxyAsContainer,
-		LinkerdController: reallinkerd.FromEnv().MeshController()},
+		Linkerd: reallinkerd.FromEnv()},
 		meshsim.WorkloadSpec{Prefix: "emojivoto", Namespaces: 1, Deployments: 3, Replicas: 2})
 	if err != nil {
 		return nil, fmt.Errorf("starting the mesh simulator: %w", err)

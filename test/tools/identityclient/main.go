@@ -6,7 +6,7 @@
 // the product's module does not depend on gRPC.
 //
 // With -serve it is the simulated proxies' gRPC client in the bed's real-Linkerd mode
-// (meshsim.Config.LinkerdController): it reads one JSON request a line on stdin (an id, the
+// (meshsim.Config.Linkerd): it reads one JSON request a line on stdin (an id, the
 // identity controller's address, the pod's token, the identity and the CSR the simulated proxy
 // made from its own key), calls Certify for each, concurrently, and writes one JSON response a
 // line on stdout, with the request's id.
