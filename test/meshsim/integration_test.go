@@ -100,7 +100,7 @@ func TestMeshOnRealCluster(t *testing.T) {
 		name string
 		fn   func(e *env)
 	}{
-		{"RealIdentity", testRealIdentity},
+		{"RealControlPlane", testRealControlPlane},
 		{"Injection", testInjection},
 		{"RealLinkerdInject", testRealLinkerdInject},
 		{"SNI", testSNI},
@@ -126,11 +126,13 @@ func TestMeshOnRealCluster(t *testing.T) {
 
 func isControlPlane(s meshsim.PodState) bool { return s.Component != "" }
 
-// testRealIdentity checks, in real-Linkerd mode (LINKERD_BIN and LINKERD_CONTROLLER_BIN), that
-// the identity the proxies certify with is Linkerd's own: each identity pod runs the controller
-// of the version the binaries report, and every proxy holds a certificate signed by the issuer
-// Secret's certificate, which only that controller holds the key of in the mesh.
-func testRealIdentity(e *env) {
+// testRealControlPlane checks, in real-Linkerd mode (LINKERD_BIN and LINKERD_CONTROLLER_BIN),
+// that the identity the proxies certify with and the injector that meshed the pods are Linkerd's
+// own: each identity pod runs the controller of the version the binaries report, every proxy
+// holds a certificate signed by the issuer Secret's certificate, which only that controller
+// holds the key of in the mesh, and the application pods carry the proxy version Linkerd's
+// injector writes (the simulated one writes Config.ProxyVersion, "meshsim").
+func testRealControlPlane(e *env) {
 	bins := reallinkerd.FromEnv()
 	if !bins.Real() {
 		e.t.Skip("the bed simulates identity: set " + reallinkerd.EnvCLI + " and " + reallinkerd.EnvController + " to run Linkerd's own")
@@ -149,6 +151,11 @@ func testRealIdentity(e *env) {
 		}
 	}
 	e.waitAllOnIssuer()
+	for _, w := range e.apps {
+		if got := e.appPod(w).Annotations[meshsim.AnnotationProxyVersion]; got != v {
+			e.t.Errorf("%s: %s %q, want %q, written by Linkerd's own injector", w, meshsim.AnnotationProxyVersion, got, v)
+		}
+	}
 }
 
 func (e *env) waitCerts(min int, match func(meshsim.PodState) bool) {

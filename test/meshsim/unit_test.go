@@ -91,6 +91,22 @@ func TestResolveEnvExpandsLikeTheKubelet(t *testing.T) {
 	}
 }
 
+// TestResolveEnvPodIPs: Linkerd's own injector (edge-26.8.3) sets LINKERD2_PROXY_INBOUND_IPS
+// from status.podIPs, which the kubelet resolves to the pod's IPs joined by commas.
+func TestResolveEnvPodIPs(t *testing.T) {
+	c := corev1.Container{Env: []corev1.EnvVar{{Name: "LINKERD2_PROXY_INBOUND_IPS", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}}}}
+	pod := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}}}}
+	env, err := resolveEnv(pod, &c, nil)
+	if err != nil || env["LINKERD2_PROXY_INBOUND_IPS"] != "10.0.0.1,fd00::1" {
+		t.Errorf("status.podIPs = %q, %v; want 10.0.0.1,fd00::1", env["LINKERD2_PROXY_INBOUND_IPS"], err)
+	}
+	pod.Status.PodIPs = nil
+	if env, err = resolveEnv(pod, &c, nil); err != nil || env["LINKERD2_PROXY_INBOUND_IPS"] != "10.0.0.1" {
+		t.Errorf("status.podIPs without podIPs = %q, %v; want the pod IP", env["LINKERD2_PROXY_INBOUND_IPS"], err)
+	}
+}
+
 func TestNativeSidecarDecidedAsLinkerdDoes(t *testing.T) {
 	const (
 		ga, beta, alpha = AnnotationNativeSidecar, AnnotationNativeSidecarBeta, AnnotationNativeSidecarAlpha
