@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -242,13 +243,27 @@ func (e *Env) waitDriftEvent(since time.Time, manager string) {
 }
 
 // checkIdentityTrusts fails the test unless every identity controller runs, started on roots
-// that hold the anchor: identity restarted onto a reverted bundle would not.
+// that hold the anchor: identity restarted onto a reverted bundle would not. A controller just
+// restarted may take a moment to serve (Linkerd's own does, in real-Linkerd mode: kwok marks
+// its pod Ready before it serves, where a readiness probe would hold the rollout), so readiness
+// is waited for; the roots it started on cannot change while it runs.
 func (e *Env) checkIdentityTrusts(anchor *x509.Certificate, when string) {
 	e.T.Helper()
 	fp := steps.Fingerprint(anchor)
-	for _, id := range e.Mesh.Identities() {
-		if !id.Ready || !slices.Contains(id.RootFingerprints, fp) {
-			e.T.Errorf("%s: identity %s ready %v with roots %v (%s), want roots with the new anchor %s", when, id.Pod.Name, id.Ready, id.RootFingerprints, id.LastError, fp[:12])
+	var bad []string
+	err := poll.Until(e.Ctx, 30*time.Second, "identity to serve", func(context.Context) (bool, error) {
+		bad = nil
+		for _, id := range e.Mesh.Identities() {
+			if !slices.Contains(id.RootFingerprints, fp) {
+				return false, fmt.Errorf("identity %s started with roots %v (%s), want roots with the new anchor %s", id.Pod.Name, id.RootFingerprints, id.LastError, fp[:12])
+			}
+			if !id.Ready {
+				bad = append(bad, fmt.Sprintf("identity %s not ready (%s)", id.Pod.Name, id.LastError))
+			}
 		}
+		return len(bad) == 0, nil
+	})
+	if err != nil {
+		e.T.Errorf("%s: %v %v", when, err, bad)
 	}
 }
