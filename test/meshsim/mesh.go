@@ -444,6 +444,15 @@ func (m *Mesh) configMapEvent(obj any) {
 	for _, in := range injectors {
 		in.configMapChanged()
 	}
+	if d := m.cfg.VolumeRefreshDelay; m.real != nil && d >= 0 {
+		m.mu.Lock()
+		for _, id := range m.identities {
+			if real, ok := id.(*realIdentity); ok {
+				m.clock.AfterFunc(d, real.trustRootsVolumeChanged)
+			}
+		}
+		m.mu.Unlock()
+	}
 	m.retryPending()
 }
 

@@ -249,6 +249,20 @@ func (id *realIdentity) issuerVolumeChanged() {
 	}
 }
 
+// trustRootsVolumeChanged refreshes the trust-roots volume as a kubelet does. Identity read
+// the file once, at start, and does not read it again: the refresh changes nothing it does.
+func (id *realIdentity) trustRootsVolumeChanged() {
+	bundle, ok := id.mesh.configMapValue(id.mesh.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if !ok || id.stopped || id.ctl == nil {
+		return
+	}
+	if err := id.ctl.Refresh("identity/trust-roots", map[string][]byte{TrustRootsKey: []byte(bundle)}); err != nil {
+		klog.ErrorS(err, "Refreshing the identity container's trust-roots volume", "pod", id.pod)
+	}
+}
+
 // certify calls the controller's Certify as the proxy does: the pod's ServiceAccount token for
 // the audience identity.l5d.io, and a CSR for its identity from its own key, with the identity
 // as both common name and DNS name (linkerd2 proxy-identity/main.go generateAndStoreCSR).

@@ -130,6 +130,11 @@ func (c *Controller) Version() string {
 // Refresh writes a volume's files as a kubelet refreshes a ConfigMap or Secret volume: a new
 // directory, then the ..data link renamed onto it.
 func (c *Controller) Refresh(volume string, files map[string][]byte) error {
+	select {
+	case <-c.done:
+		return fmt.Errorf("%s exited: its volumes are gone", c.cmd.Path)
+	default:
+	}
 	c.mu.Lock()
 	c.swaps++
 	gen := fmt.Sprintf("..%d", c.swaps+1)
