@@ -18,6 +18,11 @@
 //     [MIN_REFRESH, MAX_REFRESH], rejects a certificate that does not chain to its own roots, and
 //     serves its live chain over TLS on podIP:4191.
 //
+// In real-Linkerd mode (Config.Linkerd: LINKERD_BIN and LINKERD_CONTROLLER_BIN), Linkerd's own
+// identity and proxy injector run as those pods' containers instead (realidentity.go,
+// realinjector.go): the simulated proxies certify with Linkerd's identity over gRPC and the
+// webhook forwards admissions to Linkerd's injector. Only the proxy stays simulated.
+//
 // As a pod starts, its ConfigMap and Secret volumes and its configMapKeyRef env are read from
 // the apiserver, not from the simulator's informers. The kubelet resolves volumes and env alike
 // from its ConfigMap and Secret managers as the pod starts, so every container of a pod starts
