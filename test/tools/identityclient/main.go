@@ -167,6 +167,16 @@ func serve(in io.Reader, out io.Writer) error {
 			rsp, err := certify(ctx, conn, req.Identity, []byte(req.Token), req.CSR)
 			if err != nil {
 				rsp = response{Error: err.Error()}
+				// A new identity pod may come up on the address of one that is gone: grpc-go
+				// would retry the broken connection with its own back-off (up to 2 minutes),
+				// failing every call meanwhile; the proxy reconnects far sooner. So the next call
+				// dials afresh.
+				mu.Lock()
+				if conns[req.Addr] == conn {
+					delete(conns, req.Addr)
+					conn.Close()
+				}
+				mu.Unlock()
 			}
 			rsp.ID = req.ID
 			reply(rsp)
