@@ -351,6 +351,20 @@ func TestReconcileActsOnARenewedAnchor(t *testing.T) {
 	}
 }
 
+// A pass that goes from the idle step the State was read for into a rotation observes again at
+// once: the State it decided on held only the workloads an idle step needs, not every meshed one
+// a restart step counts (a cross-signed rotation superseded after its reduction reaches
+// propagate-trust-roots without acting, and waited there on workloads it had not read).
+func TestReconcileObservesAgainAfterPassingIntoARotation(t *testing.T) {
+	b, _ := renewedBed(t, Options{})
+	b.rotation(v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseSynced, Checkpoint: &v1alpha1.Checkpoint{Step: steps.StepDetectAnchorRotation}})
+	before := time.Now()
+	recheck := b.reconcile()
+	if recheck.IsZero() || recheck.After(time.Now()) || recheck.Before(before) {
+		t.Errorf("recheck at %v after passing from %s into the rotation, want at once (between %v and now)", recheck, steps.StepDetectAnchorRotation, before)
+	}
+}
+
 // The watch event of the status a reconcile wrote once it had decided is not a change to observe;
 // the checkpoint it saved on the way, and any later version (a user's edit), are.
 func TestReconcileIgnoresTheEchoOfItsOwnStatus(t *testing.T) {
