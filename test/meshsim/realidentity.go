@@ -73,16 +73,7 @@ type realIdentity struct {
 }
 
 func newRealIdentity(m *Mesh, pod *corev1.Pod, ref PodRef) *realIdentity {
-	var args []string
-	for _, c := range pod.Spec.Containers {
-		if c.Name == ComponentIdentity {
-			args = append(args, c.Args...)
-		}
-	}
-	sa := pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
+	args, sa := containerArgs(pod, ComponentIdentity)
 	return &realIdentity{mesh: m, pod: ref, podIP: pod.Status.PodIP, sa: sa, args: args}
 }
 
@@ -339,4 +330,19 @@ func anchorOf(chain []*x509.Certificate, roots *rootSet, now time.Time) string {
 	}
 	c := chains[0]
 	return Fingerprint(c[len(c)-1])
+}
+
+// containerArgs returns the args of pod's container named name, as Linkerd rendered them, and
+// the pod's ServiceAccount ("default" when the pod names none, as the apiserver defaults it).
+func containerArgs(pod *corev1.Pod, name string) (args []string, serviceAccount string) {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == name {
+			args = append(args, c.Args...)
+		}
+	}
+	serviceAccount = pod.Spec.ServiceAccountName
+	if serviceAccount == "" {
+		serviceAccount = "default"
+	}
+	return args, serviceAccount
 }

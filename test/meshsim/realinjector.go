@@ -60,16 +60,7 @@ type injectorRun struct {
 }
 
 func newInjectorRun(in *injectorProc, pod *corev1.Pod) *injectorRun {
-	var args []string
-	for _, c := range pod.Spec.Containers {
-		if c.Name == ComponentProxyInjector {
-			args = append(args, c.Args...)
-		}
-	}
-	sa := pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
+	args, sa := containerArgs(pod, ComponentProxyInjector)
 	return &injectorRun{in: in, podIP: pod.Status.PodIP, sa: sa, args: args}
 }
 
