@@ -628,8 +628,8 @@ func testWrongOrderDropOldAnchor(e *env) {
 // TestInjectorMatchesLinkerd does with the recorded output in testdata/linkerd-inject. The
 // cluster's linkerd-config is what that CLI's own `linkerd install` renders over this cluster's
 // trust bundle and issuer. The Go module proxy serves no github.com/linkerd module, so `make
-// test` cannot build the CLI; build one from a linkerd2 checkout (go build ./cli) to check a new
-// Linkerd release, then record its output into testdata the same way.
+// test` has no CLI; point LINKERD_BIN at the linkerd CLI of a new Linkerd release to check it,
+// then record its output into testdata the same way.
 func testRealLinkerdInject(e *env) {
 	t := e.t
 	bin := reallinkerd.FromEnv().CLI

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -57,8 +55,8 @@ type realIdentity struct {
 
 	mu       sync.Mutex
 	ctl      *reallinkerd.Controller
-	gen      int    // the container start ctl is
-	dir      string // the kubeconfig's directory
+	gen      int // the container start ctl is
+	creds    *podCredentials
 	starts   int
 	lastErr  string
 	serving  bool
@@ -130,21 +128,19 @@ func (id *realIdentity) run() error {
 	if err := m.real.ensureIdentityRBAC(m); err != nil {
 		return err
 	}
-	kubeconfig, err := m.real.podKubeconfig(m, id.pod, id.sa)
+	creds, err := m.real.podCredentials(m, id.pod, id.sa)
 	if err != nil {
 		return err
 	}
-	if id.dir != "" {
-		os.RemoveAll(id.dir)
-	}
-	id.dir = filepath.Dir(kubeconfig)
+	id.creds.close()
+	id.creds = creds
 	id.roots, _ = parseRoots(bundle)
 	id.loaded, _ = ParseCertificates(crt)
 	id.issuer, id.pending, id.serving = nil, nil, false
 	id.lastData = append(append([]byte{}, crt...), key...)
 	id.gen++
 	gen := id.gen
-	ctl, err := reallinkerd.StartController(m.cfg.Linkerd.Controller, id.containerArgs(kubeconfig), map[string][]byte{
+	ctl, err := reallinkerd.StartController(m.cfg.Linkerd.Controller, id.containerArgs(creds.kubeconfig), map[string][]byte{
 		"identity/trust-roots/" + TrustRootsKey:      []byte(bundle),
 		"identity/issuer/" + corev1.TLSCertKey:       crt,
 		"identity/issuer/" + corev1.TLSPrivateKeyKey: key,
@@ -290,14 +286,12 @@ func (id *realIdentity) stop() {
 	if id.timer != nil {
 		id.timer.Stop()
 	}
-	ctl, dir := id.ctl, id.dir
+	ctl, creds := id.ctl, id.creds
 	id.mu.Unlock()
 	if ctl != nil {
 		ctl.Stop()
 	}
-	if dir != "" {
-		os.RemoveAll(dir)
-	}
+	creds.close()
 }
 
 func (id *realIdentity) state() IdentityState {

@@ -12,9 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -53,7 +51,7 @@ type injectorRun struct {
 	mu      sync.Mutex
 	ctl     *reallinkerd.Controller
 	gen     int
-	dir     string
+	creds   *podCredentials
 	serving bool
 	starts  int
 	lastErr string
@@ -96,14 +94,12 @@ func (r *injectorRun) run(m *Mesh, bundle string) error {
 	if err := m.real.ensureInjectorRBAC(m); err != nil {
 		return err
 	}
-	kubeconfig, err := m.real.podKubeconfig(m, r.in.pod, r.sa)
+	creds, err := m.real.podCredentials(m, r.in.pod, r.sa)
 	if err != nil {
 		return err
 	}
-	if r.dir != "" {
-		os.RemoveAll(r.dir)
-	}
-	r.dir = filepath.Dir(kubeconfig)
+	r.creds.close()
+	r.creds = creds
 	var args []string
 	for _, a := range r.args {
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
@@ -111,7 +107,7 @@ func (r *injectorRun) run(m *Mesh, bundle string) error {
 			args = append(args, a)
 		}
 	}
-	args = append(args, "-kubeconfig="+kubeconfig, "-addr="+net.JoinHostPort(r.podIP, injectorWebhookPort),
+	args = append(args, "-kubeconfig="+creds.kubeconfig, "-addr="+net.JoinHostPort(r.podIP, injectorWebhookPort),
 		"-metrics-addr="+net.JoinHostPort(r.podIP, injectorAdminPort))
 	r.gen++
 	r.serving = false
@@ -221,14 +217,12 @@ func (r *injectorRun) stop() {
 	r.mu.Lock()
 	r.serving = false
 	r.gen++
-	ctl, dir := r.ctl, r.dir
+	ctl, creds := r.ctl, r.creds
 	r.mu.Unlock()
 	if ctl != nil {
 		ctl.Stop()
 	}
-	if dir != "" {
-		os.RemoveAll(dir)
-	}
+	creds.close()
 }
 
 // admit forwards an admission call to the container, as the apiserver's call through the
@@ -261,8 +255,11 @@ func (r *injectorRun) admit(w http.ResponseWriter, req *http.Request, body []byt
 // linkerdConfigValues is the values key of the linkerd-config ConfigMap that `linkerd install`
 // renders (the CLI of Config.Linkerd), with the proxy layout and refresh bounds of the mesh's
 // Config as Helm values. It renders with --ignore-cluster, which Linkerd refuses together with
-// the external CA, so its identity values are those of a self-signed install; the proxy
-// injector reads its trust roots from its own volume, not from them.
+// the external CA, so its identity values are those of a self-signed install. The injector
+// reads none of those: it replaces identityTrustAnchorsPEM with its mounted trust-roots file at
+// every admission (linkerd2 controller/proxy-injector/webhook.go), and of the identity values
+// the proxy templates read only identity.serviceAccountTokenProjection
+// (charts/partials/templates/_proxy.tpl), which the external CA leaves as it is.
 func (r *realLinkerd) linkerdConfigValues(m *Mesh) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -23,8 +23,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/linkerd/trust-rotation/test/internal/proc"
 )
@@ -105,33 +103,6 @@ func (r *realLinkerd) token(m *Mesh, pod PodRef, sa, audience string) (string, e
 		return "", fmt.Errorf("requesting a token of serviceaccount %s/%s for pod %s: %w", pod.Namespace, sa, pod.Name, err)
 	}
 	return tok.Status.Token, nil
-}
-
-// podKubeconfig writes a kubeconfig that reaches the apiserver as the pod's ServiceAccount,
-// with a token bound to the pod: what the container's in-cluster configuration would carry.
-func (r *realLinkerd) podKubeconfig(m *Mesh, pod PodRef, sa string) (string, error) {
-	tok, err := r.token(m, pod, sa, "")
-	if err != nil {
-		return "", err
-	}
-	rc := m.cfg.RESTConfig
-	cluster := &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData,
-		CertificateAuthority: rc.CAFile, InsecureSkipTLSVerify: rc.Insecure}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["bed"] = cluster
-	kc.AuthInfos["pod"] = &clientcmdapi.AuthInfo{Token: tok}
-	kc.Contexts["pod"] = &clientcmdapi.Context{Cluster: "bed", AuthInfo: "pod"}
-	kc.CurrentContext = "pod"
-	dir, err := os.MkdirTemp("", "linkerd-identity-")
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		os.RemoveAll(dir)
-		return "", err
-	}
-	return path, nil
 }
 
 // proxyToken is the token of the proxy's linkerd-identity-token volume (audience
