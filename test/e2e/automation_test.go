@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/apply"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/meshsim"
@@ -239,20 +241,22 @@ func testScheduledRotate(e *Env, c *cluster.Cluster) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	crt, err := c.CertManager().CertmanagerV1().Certificates("cert-manager").Get(ctx, "linkerd-trust-anchor", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// cert-manager may still write the Certificate's status after the renewal, so "unchanged"
+	// means: no version of it between before and after the refusal asks for an issuance.
+	seen := watchCertificate(t, ctx, c, "cert-manager", "linkerd-trust-anchor")
 	out, code = run()
 	if code != 1 || !strings.Contains(out, "a rotation is in progress") || !strings.Contains(out, "Not rotating") {
 		t.Fatalf("rotate during a rotation: exit %d, want 1 with the reason\n%s", code, out)
 	}
-	after, err := c.CertManager().CertmanagerV1().Certificates("cert-manager").Get(ctx, "linkerd-trust-anchor", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.ResourceVersion != crt.ResourceVersion {
-		t.Errorf("rotate changed Certificate cert-manager/linkerd-trust-anchor while refusing")
+	versions := seen()
+	t.Logf("Certificate cert-manager/linkerd-trust-anchor: %d versions written around the refusal", len(versions))
+	for _, crt := range versions {
+		for _, cond := range crt.Status.Conditions {
+			if cond.Type == cmapi.CertificateConditionIssuing && cond.Reason == apply.ReasonManuallyTriggered {
+				t.Errorf("rotate triggered a renewal of Certificate cert-manager/linkerd-trust-anchor while refusing (resourceVersion %s: Issuing=%s, %s)",
+					crt.ResourceVersion, cond.Status, cond.Reason)
+			}
+		}
 	}
 	anchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
 	if steps.Fingerprint(anchor) != fp {
@@ -290,6 +294,53 @@ func testScheduledRotate(e *Env, c *cluster.Cluster) {
 		}
 		if res.Status.Allowed != tc.allowed {
 			t.Errorf("%s %s/%s %s in %q: allowed %v, want %v", tc.verb, tc.resource, tc.sub, tc.name, tc.ns, res.Status.Allowed, tc.allowed)
+		}
+	}
+}
+
+// watchCertificate starts watching Certificate namespace/name; the function it returns stops
+// the watch and returns every version of the Certificate written since the watch started, up to
+// the version the apiserver holds at that moment.
+func watchCertificate(t testing.TB, ctx context.Context, c *cluster.Cluster, namespace, name string) func() []*cmapi.Certificate {
+	t.Helper()
+	certs := c.CertManager().CertmanagerV1().Certificates(namespace)
+	start, err := certs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := certs.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: start.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() []*cmapi.Certificate {
+		t.Helper()
+		defer w.Stop()
+		end, err := certs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []*cmapi.Certificate
+		if end.ResourceVersion == start.ResourceVersion {
+			return nil
+		}
+		timeout := time.After(time.Minute)
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					t.Fatalf("the watch of Certificate %s/%s ended before resourceVersion %s", namespace, name, end.ResourceVersion)
+				}
+				crt, ok := ev.Object.(*cmapi.Certificate)
+				if !ok {
+					t.Fatalf("watching Certificate %s/%s: %s %T", namespace, name, ev.Type, ev.Object)
+				}
+				seen = append(seen, crt)
+				if crt.ResourceVersion == end.ResourceVersion {
+					return seen
+				}
+			case <-timeout:
+				t.Fatalf("the watch of Certificate %s/%s did not reach resourceVersion %s within a minute", namespace, name, end.ResourceVersion)
+			}
 		}
 	}
 }
