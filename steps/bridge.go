@@ -25,7 +25,11 @@ const maxSubCAs = 6
 // many certificates the path may hold, head included: maxSubCAs for an issuer, one less for an
 // anchor, which an issuer comes below. The path starts with head and ends with the certificate
 // root signed; ok is false when there is none. Path-length constraints are not looked at: no
-// Linkerd PKI cert-manager issues sets one.
+// Linkerd PKI cert-manager issues sets one. A CA whose keyUsage lacks keyCertSign signs nothing
+// here (SignedBy is crypto/x509's CheckSignatureFrom): the rustls-webpki of linkerd2-proxy
+// v2.366.0 would still take it, rustls-webpki's main branch no longer does, and finding no path
+// is the safe side. TestBridgePathAgreesWithTheOracle (test/meshsim) holds this to the oracle's
+// model of webpki.
 func BridgePath(head *x509.Certificate, presented, roots []*x509.Certificate, now time.Time, room int) (path []*x509.Certificate, root *x509.Certificate, ok bool) {
 	if head == nil || room < 1 {
 		return nil, nil, false
