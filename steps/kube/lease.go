@@ -99,7 +99,7 @@ func (e *Election) acquire(ctx context.Context) bool {
 			return true
 		}
 		next := e.RetryPeriod + time.Duration(rand.Float64()*jitterFactor*float64(e.RetryPeriod))
-		if !wait(ctx, next) {
+		if !Wait(ctx, next) {
 			return false
 		}
 	}
@@ -116,7 +116,7 @@ func (e *Election) renew(ctx context.Context) {
 			}
 			return
 		}
-		if !wait(ctx, e.RetryPeriod) {
+		if !Wait(ctx, e.RetryPeriod) {
 			return
 		}
 	}
@@ -131,7 +131,7 @@ func (e *Election) renewWithin(ctx context.Context) bool {
 		if ok {
 			return true
 		}
-		if !wait(ctx, e.RetryPeriod) {
+		if !Wait(ctx, e.RetryPeriod) {
 			return false
 		}
 	}
@@ -285,8 +285,9 @@ func (e *Election) Check(tolerance time.Duration) error {
 	return nil
 }
 
-// wait waits for d or the end of ctx, and reports whether ctx is still alive.
-func wait(ctx context.Context, d time.Duration) bool {
+// Wait waits for d or the end of ctx, and reports whether ctx is still alive: the pause
+// between two attempts, here and in the operator's failure back-off.
+func Wait(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

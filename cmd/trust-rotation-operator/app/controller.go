@@ -282,7 +282,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			// saved before a failed act) would otherwise wake us at once, in a hot loop.
 			delay, _ := failures.Next()
 			log.Error(err, "Reconcile failed; retrying", "after", delay)
-			if !wait(ctx, delay) {
+			if !kube.Wait(ctx, delay) {
 				return nil
 			}
 			cause = CauseRetry
@@ -328,18 +328,6 @@ func (c *Controller) nextEvent(ctx context.Context, recheck time.Time) (cause st
 
 func newFailureBackoff() retry.Backoff {
 	return retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
-}
-
-// wait waits for d or the end of ctx, and reports whether ctx is still alive.
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // newRecorder returns the recorder of the operator's Events, writing until ctx ends.

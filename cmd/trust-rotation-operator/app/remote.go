@@ -236,7 +236,7 @@ func (w *remoteWatch) run(ctx context.Context, r *remotes) {
 		w.setProblem(err.Error(), r.poke)
 		delay, _ := backoff.Next()
 		log.V(2).Info("Cannot read the remote cluster's TrustAnchorRotation; retrying", "err", err, "after", delay)
-		if !wait(ctx, delay) {
+		if !kube.Wait(ctx, delay) {
 			return
 		}
 	}

@@ -76,8 +76,10 @@ func TestRemotesFromLinksAndSpec(t *testing.T) {
 		if ready || time.Now().After(deadline) {
 			break
 		}
-		if !wait(ctx, 50*time.Millisecond) {
+		select {
+		case <-ctx.Done():
 			t.Fatal(ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	if len(got) != len(want) {
@@ -106,8 +108,10 @@ func TestRemotesFromLinksAndSpec(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("remotes after unlinking east and dropping the spec: %v, want north (its Link) and south (its Link)", names)
 		}
-		if !wait(ctx, 50*time.Millisecond) {
+		select {
+		case <-ctx.Done():
 			t.Fatal(ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
