@@ -18,9 +18,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
@@ -333,37 +330,4 @@ func (r *realLinkerd) injectorClient() (*http.Client, error) {
 		return nil, errors.New("the proxy injector has no serving certificate yet")
 	}
 	return r.injectorHTTP, nil
-}
-
-// ensureInjectorRBAC grants linkerd-proxy-injector what `linkerd install` grants it
-// (charts/linkerd-control-plane/templates/proxy-injector-rbac.yaml).
-func (r *realLinkerd) ensureInjectorRBAC(m *Mesh) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.injectorRBAC {
-		return nil
-	}
-	ns := m.cfg.LinkerdNamespace
-	name := "linkerd-" + ns + "-proxy-injector"
-	labels := map[string]string{LabelControlPlaneComponent: ComponentProxyInjector, LabelControlPlaneNS: ns}
-	read := []string{"list", "get", "watch"}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"namespaces", "replicationcontrollers"}, Verbs: read},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{"extensions", "apps"}, Resources: []string{"deployments", "replicasets", "daemonsets", "statefulsets"}, Verbs: read},
-		{APIGroups: []string{"extensions", "batch"}, Resources: []string{"cronjobs", "jobs"}, Verbs: read},
-	}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "linkerd-" + ComponentProxyInjector, Namespace: ns}}}
-	rbac := m.client.RbacV1()
-	if _, err := rbac.ClusterRoles().Create(m.ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating clusterrole %s: %w", name, err)
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(m.ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating clusterrolebinding %s: %w", name, err)
-	}
-	r.injectorRBAC = true
-	return nil
 }

@@ -32,10 +32,9 @@ import (
 // the chart grants, and the gRPC client that makes the simulated proxies' Certify calls.
 type realLinkerd struct {
 	mu           sync.Mutex
-	rbac         bool
-	injectorRBAC bool
-	values       []byte // linkerd-config's values
-	servingCrt   []byte // the proxy injector's serving certificate and key
+	rbac         map[string]bool // the components whose ClusterRole is in place
+	values       []byte          // linkerd-config's values
+	servingCrt   []byte          // the proxy injector's serving certificate and key
 	servingKey   []byte
 	injectorHTTP *http.Client // trusts servingCrt
 	tokens       map[types.UID]podToken
@@ -53,27 +52,49 @@ type podToken struct {
 // refreshes a projected token at 80 % of its lifetime.
 const tokenLifetime = 24 * time.Hour
 
-func newRealLinkerd() *realLinkerd { return &realLinkerd{tokens: map[types.UID]podToken{}} }
+func newRealLinkerd() *realLinkerd {
+	return &realLinkerd{tokens: map[types.UID]podToken{}, rbac: map[string]bool{}}
+}
 
 // ensureIdentityRBAC grants linkerd-identity what `linkerd install` grants it
 // (charts/linkerd-control-plane/templates/identity-rbac.yaml): TokenReviews, to check the
 // proxies' tokens, and Events.
 func (r *realLinkerd) ensureIdentityRBAC(m *Mesh) error {
+	return r.ensureRBAC(m, ComponentIdentity, IdentityDeployment, []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	})
+}
+
+// ensureInjectorRBAC grants linkerd-proxy-injector what `linkerd install` grants it
+// (charts/linkerd-control-plane/templates/proxy-injector-rbac.yaml): reading namespaces, pods and
+// the workloads that own them, and Events.
+func (r *realLinkerd) ensureInjectorRBAC(m *Mesh) error {
+	read := []string{"list", "get", "watch"}
+	return r.ensureRBAC(m, ComponentProxyInjector, "linkerd-"+ComponentProxyInjector, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces", "replicationcontrollers"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"extensions", "apps"}, Resources: []string{"deployments", "replicasets", "daemonsets", "statefulsets"}, Verbs: read},
+		{APIGroups: []string{"extensions", "batch"}, Resources: []string{"cronjobs", "jobs"}, Verbs: read},
+	})
+}
+
+// ensureRBAC creates, once per mesh, the ClusterRole linkerd-<namespace>-<component> with rules
+// and binds it to the component's ServiceAccount, as the chart names and labels them.
+func (r *realLinkerd) ensureRBAC(m *Mesh, component, serviceAccount string, rules []rbacv1.PolicyRule) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.rbac {
+	if r.rbac[component] {
 		return nil
 	}
 	ns := m.cfg.LinkerdNamespace
-	name := "linkerd-" + ns + "-identity"
-	labels := map[string]string{LabelControlPlaneComponent: ComponentIdentity, LabelControlPlaneNS: ns}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-	}}
+	name := "linkerd-" + ns + "-" + component
+	labels := map[string]string{LabelControlPlaneComponent: component, LabelControlPlaneNS: ns}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Rules: rules}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: IdentityDeployment, Namespace: ns}}}
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serviceAccount, Namespace: ns}}}
 	rbac := m.client.RbacV1()
 	if _, err := rbac.ClusterRoles().Create(m.ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating clusterrole %s: %w", name, err)
@@ -81,7 +102,7 @@ func (r *realLinkerd) ensureIdentityRBAC(m *Mesh) error {
 	if _, err := rbac.ClusterRoleBindings().Create(m.ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating clusterrolebinding %s: %w", name, err)
 	}
-	r.rbac = true
+	r.rbac[component] = true
 	return nil
 }
 
