@@ -39,13 +39,7 @@ var controlPlaneDeployments = []string{"linkerd-identity", "linkerd-destination"
 // TestLinkerdIdentityJudgesIssuers (identity_test.go), which runs identity with the arguments
 // recorded here.
 func TestLinkerdInstallRendersTheControlPlane(t *testing.T) {
-	if !*update {
-		t.Skip("replayed without Linkerd's binaries by TestControlPlaneMatchesLinkerd (test/meshsim); record with -update and " + reallinkerd.EnvCLI)
-	}
-	bins := reallinkerd.FromEnv()
-	if bins.CLI == "" {
-		t.Fatalf("-update records from the real linkerd CLI: set %s", reallinkerd.EnvCLI)
-	}
+	bins := recordingBinaries(t, "TestControlPlaneMatchesLinkerd (test/meshsim)", recorder{what: "the real linkerd CLI", cli: true})
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

@@ -39,13 +39,7 @@ var identityRecording = filepath.Join("..", "meshsim", "testdata", "linkerd-iden
 // it runs in a private mount namespace with a tmpfs on /run, its files laid out as a kubelet
 // lays out a Secret volume, and a reload swaps the ..data link as a kubelet does.
 func TestLinkerdIdentityJudgesIssuers(t *testing.T) {
-	if !*update {
-		t.Skip("replayed without Linkerd's binaries by TestIdentityMatchesLinkerd (test/meshsim); record with -update, root and " + reallinkerd.EnvController)
-	}
-	bins := reallinkerd.FromEnv()
-	if bins.Controller == "" || os.Geteuid() != 0 {
-		t.Fatalf("-update records from the real identity controller: set %s and run as root (a private mount namespace)", reallinkerd.EnvController)
-	}
+	bins := recordingBinaries(t, "TestIdentityMatchesLinkerd (test/meshsim)", recorder{what: "the real identity controller", controller: true, root: true})
 	c := cluster.Shared(t)
 	rootsPEM, cases, err := reallinkerd.IssuerCases()
 	if err != nil {

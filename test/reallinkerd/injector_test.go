@@ -12,7 +12,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,7 +26,6 @@ import (
 
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
-	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
 // injectorRecording is where what the proxy injector writes into a pod around a trust-roots
@@ -67,13 +65,7 @@ const (
 // changed in the apiserver first, then in the volume as a kubelet refreshes it (a new ..data
 // link), and a pod of each layout is admitted at each moment.
 func TestLinkerdInjectorAfterTrustRootsChange(t *testing.T) {
-	if !*update {
-		t.Skip("replayed without Linkerd's binaries by TestInjectorConfigChangeMatchesLinkerd (test/meshsim); record with -update, root, " + reallinkerd.EnvCLI + " and " + reallinkerd.EnvController)
-	}
-	bins := reallinkerd.FromEnv()
-	if !bins.Real() || os.Geteuid() != 0 {
-		t.Fatalf("-update records from the real proxy injector: set %s and %s, and run as root (a private mount namespace)", reallinkerd.EnvCLI, reallinkerd.EnvController)
-	}
+	bins := recordingBinaries(t, "TestInjectorConfigChangeMatchesLinkerd (test/meshsim)", recorder{what: "the real proxy injector", cli: true, controller: true, root: true})
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

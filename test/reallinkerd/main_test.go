@@ -10,16 +10,51 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/linkerd/trust-rotation/cmd/linkerd-trust/cli"
 	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
 // update re-records testdata from Linkerd's own binaries (LINKERD_BIN, LINKERD_CONTROLLER_BIN)
 // instead of replaying it.
 var update = flag.Bool("update", false, "record testdata again with the real Linkerd binaries of LINKERD_BIN and LINKERD_CONTROLLER_BIN")
+
+// recorder says what a recording test records from: Linkerd's CLI, its control-plane binary,
+// and root (the controller runs in a private mount namespace).
+type recorder struct {
+	what            string // e.g. "the real identity controller"
+	cli, controller bool
+	root            bool
+}
+
+// recordingBinaries skips a recording test unless -update, naming the test that replays its
+// recording without Linkerd's binaries, and fails it when -update lacks what it records from.
+func recordingBinaries(t *testing.T, replayedBy string, r recorder) reallinkerd.Binaries {
+	t.Helper()
+	var envs []string
+	if r.cli {
+		envs = append(envs, reallinkerd.EnvCLI)
+	}
+	if r.controller {
+		envs = append(envs, reallinkerd.EnvController)
+	}
+	asRoot, why := "", ""
+	if r.root {
+		asRoot, why = ", as root", " (the controller runs in a private mount namespace)"
+	}
+	if !*update {
+		t.Skipf("replayed without Linkerd's binaries by %s; record with -update and %s set%s", replayedBy, strings.Join(envs, " and "), asRoot)
+	}
+	bins := reallinkerd.FromEnv()
+	if (r.cli && bins.CLI == "") || (r.controller && bins.Controller == "") || (r.root && os.Geteuid() != 0) {
+		t.Fatalf("-update records from %s: set %s%s%s", r.what, strings.Join(envs, " and "), asRoot, why)
+	}
+	return bins
+}
 
 // extensionName is the executable `linkerd check` looks for on PATH for the extension "trust".
 const extensionName = "linkerd-trust"

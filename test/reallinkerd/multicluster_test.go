@@ -26,7 +26,6 @@ import (
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
-	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
 // linkRecording is where what `linkerd multicluster link-gen` renders is recorded;
@@ -53,13 +52,7 @@ const (
 // remote-access ServiceAccount and its token Secret, the gateway Service link-gen reads its
 // identity, ports and probe from).
 func TestLinkerdMulticlusterLinkGen(t *testing.T) {
-	if !*update {
-		t.Skip("replayed without Linkerd's binaries by TestLinkMatchesLinkerd (test/meshsim) and TestLinkKubeconfigMatchesLinkerd; record with -update and " + reallinkerd.EnvCLI)
-	}
-	bins := reallinkerd.FromEnv()
-	if bins.CLI == "" {
-		t.Fatalf("-update records from the real linkerd CLI: set %s", reallinkerd.EnvCLI)
-	}
+	bins := recordingBinaries(t, "TestLinkMatchesLinkerd (test/meshsim) and TestLinkKubeconfigMatchesLinkerd", recorder{what: "the real linkerd CLI", cli: true})
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
