@@ -167,7 +167,7 @@ func advanceOnce(t *testing.T, st *v1alpha1.TrustAnchorRotationStatus, s *State,
 	if st.Checkpoint != nil {
 		s.Rotation = st.Checkpoint.Rotation
 	}
-	wf, err := NewWorkflow(Rotation(newFakeWriter(s)))
+	wf, err := NewWorkflow(Rotation(newConvergingWriter(s)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestSupersedeScalesIdentityBackFirst(t *testing.T) {
 
 	identity.Members = nil
 	s.ControlPlane["linkerd-identity"] = identity
-	w := newFakeWriter(s)
+	w := newConvergingWriter(s)
 	wf, err := NewWorkflow(Rotation(w))
 	if err != nil {
 		t.Fatal(err)
@@ -500,7 +500,7 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := rotatingState(p, anchor(third), previous(p.newAnchor), issuer(p.newIssuer), bundleOf(tc.bundle...),
 				bundlePods(0, 4), certPods(4, 4))
-			w := newFakeWriter(s)
+			w := newConvergingWriter(s)
 			wf, err := NewWorkflow(Rotation(w))
 			if err != nil {
 				t.Fatal(err)

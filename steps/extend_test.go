@@ -53,7 +53,7 @@ func withStep(t *testing.T, w Writer, after string, st Step) []Step {
 func TestAnotherStep(t *testing.T) {
 	p := newPKI(t)
 	s := rotatingState(p, bundlePods(4, 4), certPods(0, 4))
-	w := newFakeWriter(s)
+	w := newConvergingWriter(s)
 	passed := false
 	list := withStep(t, w, StepRestartIdentity, extraStep(&passed))
 	wf, err := NewWorkflow(list)

@@ -203,9 +203,9 @@ func terminatingIdentityPod(name string) ControlPlanePod {
 }
 
 // restartIdentityDriver runs restart-identity alone through the engine over s.
-func restartIdentityDriver(t *testing.T, s *State) (*fakeWriter, *workflow.Workflow[*State], *workflow.Checkpoint, func() workflow.Result) {
+func restartIdentityDriver(t *testing.T, s *State) (*convergingWriter, *workflow.Workflow[*State], *workflow.Checkpoint, func() workflow.Result) {
 	t.Helper()
-	w := newFakeWriter(s)
+	w := newConvergingWriter(s)
 	var st Step
 	for _, x := range Rotation(w) {
 		if x.Name == StepRestartIdentity {

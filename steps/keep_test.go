@@ -71,7 +71,7 @@ func TestBundleWritesKeepTheAnchorsInUse(t *testing.T) {
 				}
 			}
 			before := tc.state.Bundle.Data
-			w := newFakeWriter(tc.state)
+			w := newConvergingWriter(tc.state)
 			for _, s := range Rotation(w) {
 				if s.Name == tc.step {
 					if err := s.Act(context.Background(), tc.state, "t"); err == nil || !strings.Contains(err.Error(), "drop anchor "+oldFP) {

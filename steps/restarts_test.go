@@ -10,7 +10,7 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// The automation's writes, made by fakeWriter (writer_test.go).
+// The automation's writes, made by convergingWriter (writer_test.go).
 
 type workloadOpt func(*Workload)
 
@@ -272,7 +272,7 @@ func TestWorkloadsThatDoNotRollAreEvicted(t *testing.T) {
 	if d.Outcome != workflow.Act || !strings.Contains(d.Message, want) {
 		t.Fatalf("got %v %q, want an act saying %q", d.Outcome, d.Message, want)
 	}
-	w := newFakeWriter(s)
+	w := newConvergingWriter(s)
 	if err := actRestarts(w, propagate)(context.Background(), s, "T"); err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestRemoveOldTrustRootsRemovesTheOverride(t *testing.T) {
 	if d.Outcome != workflow.Act {
 		t.Fatalf("a workload with the override must be restarted to remove it: %v %s", d.Outcome, d.Message)
 	}
-	w := newFakeWriter(s)
+	w := newConvergingWriter(s)
 	if err := actRestarts(w, reduce)(context.Background(), s, "T"); err != nil {
 		t.Fatal(err)
 	}

@@ -333,10 +333,10 @@ func TestObserve(t *testing.T) {
 
 var errCrash = errors.New("crashed")
 
-// driveRotation runs the whole rotation workflow over s with a fakeWriter: each advance is one
+// driveRotation runs the whole rotation workflow over s with a convergingWriter: each advance is one
 // Advance from cp (which it moves), with saves that succeed and tokens a second apart.
-func driveRotation(t *testing.T, s *State) (*fakeWriter, *workflow.Checkpoint, func() workflow.Result) {
-	w := newFakeWriter(s)
+func driveRotation(t *testing.T, s *State) (*convergingWriter, *workflow.Checkpoint, func() workflow.Result) {
+	w := newConvergingWriter(s)
 	wf, err := NewWorkflow(Rotation(w))
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func TestCrossSignedSupersededBeforeRetirement(t *testing.T) {
 	type run struct {
 		s   *State
 		st  v1alpha1.TrustAnchorRotationStatus
-		w   *fakeWriter
+		w   *convergingWriter
 		wf  *workflow.Workflow[*State]
 		log []string
 	}
@@ -72,7 +72,7 @@ func TestCrossSignedSupersededBeforeRetirement(t *testing.T) {
 		s := rotatingState(pki{oldAnchor: a, newAnchor: cSigned, oldIssuer: issuerB}, append(base, opts...)...)
 		r := &run{s: s, st: v1alpha1.TrustAnchorRotationStatus{Checkpoint: &v1alpha1.Checkpoint{
 			Step: StepRenewWorkloadCertificates, Rotation: Fingerprint(b.cert), Strategy: v1alpha1.StrategyCrossSigned}}}
-		r.w = newFakeWriter(s)
+		r.w = newConvergingWriter(s)
 		wf, err := NewWorkflow(Rotation(r.w))
 		if err != nil {
 			t.Fatal(err)

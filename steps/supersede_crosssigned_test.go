@@ -56,7 +56,7 @@ func TestCrossSignedSupersededAfterReduction(t *testing.T) {
 			st := v1alpha1.TrustAnchorRotationStatus{Checkpoint: &v1alpha1.Checkpoint{
 				Step: StepRefreshControlPlaneReduced, Rotation: Fingerprint(b.cert), Strategy: v1alpha1.StrategyCrossSigned}}
 
-			w := newFakeWriter(s)
+			w := newConvergingWriter(s)
 			wf, err := NewWorkflow(Rotation(w))
 			if err != nil {
 				t.Fatal(err)

@@ -7,21 +7,21 @@ import (
 	"time"
 )
 
-// fakeWriter is the tests' Writer: Simulated, the plan's simulated Writer, makes every write in
+// convergingWriter is the tests' Writer: Simulated, the plan's simulated Writer, makes every write in
 // the State, a writeLog records it first in writes, and the control plane's controllers act at once: a
 // rollout a write starts finishes with it (see rollOut), so a whole rotation runs without a
 // cluster, its pods converging as soon as asked.
-type fakeWriter struct {
+type convergingWriter struct {
 	*Simulated
 	*writes
 }
 
-func newFakeWriter(s *State) *fakeWriter {
+func newConvergingWriter(s *State) *convergingWriter {
 	ws := &writes{restarts: map[string]int{}}
-	return &fakeWriter{Simulated: NewSimulated(writeLog{ws, s}, s), writes: ws}
+	return &convergingWriter{Simulated: NewSimulated(writeLog{ws, s}, s), writes: ws}
 }
 
-func (w *fakeWriter) RestartDeployment(ctx context.Context, namespace, name, token string) error {
+func (w *convergingWriter) RestartDeployment(ctx context.Context, namespace, name, token string) error {
 	if err := w.Simulated.RestartDeployment(ctx, namespace, name, token); err != nil {
 		return err
 	}
@@ -29,7 +29,7 @@ func (w *fakeWriter) RestartDeployment(ctx context.Context, namespace, name, tok
 	return nil
 }
 
-func (w *fakeWriter) ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error {
+func (w *convergingWriter) ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error {
 	if err := w.Simulated.ScaleDeployment(ctx, namespace, name, replicas); err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func (w *fakeWriter) ScaleDeployment(ctx context.Context, namespace, name string
 	return nil
 }
 
-func (w *fakeWriter) DeletePods(ctx context.Context, namespace string, names []string) error {
+func (w *convergingWriter) DeletePods(ctx context.Context, namespace string, names []string) error {
 	if err := w.Simulated.DeletePods(ctx, namespace, names); err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func (w *fakeWriter) DeletePods(ctx context.Context, namespace string, names []s
 // to 0, its pods are left terminating (a test removes them); otherwise every pod not of its
 // template's latest restart is replaced by one that is, and a Deployment with no pod gets its
 // replicas, each started a second after now.
-func (w *fakeWriter) rollOut(name string) {
+func (w *convergingWriter) rollOut(name string) {
 	d := w.State().ControlPlane[name]
 	if d.RolledOut || !d.Found {
 		return
