@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -13,7 +14,10 @@ import (
 // and still finish — its final restart included — before the current trust anchor expires,
 // with a margin to spare:
 //
-//	deadline = anchor NotAfter - margin - duration
+//	deadline = expiry - margin - duration
+//	expiry   = the anchor's NotAfter, or the earliest NotAfter of a bridge certificate the
+//	           anchor's or the issuer's Secret carries when that comes first (Linkerd identity
+//	           caps every workload certificate at it: see bridges)
 //	duration = max(expected, least)
 //	expected = the longest completed rotation in status.history, or
 //	           spec.expectedRotationDuration until the history holds one
@@ -112,24 +116,49 @@ func NextRotationDeadline(s *State, spec v1alpha1.TrustAnchorRotationSpec, histo
 		// be written again each time.
 		basis += fmt.Sprintf("; every meshed pod is restarted during a rotation, the oldest was created on %s", t.UTC().Format(time.DateOnly))
 	}
+	margin := RotationDeadlineMargin(spec)
+	n := &v1alpha1.NextRotation{
+		AnchorNotAfter:   metav1.NewTime(s.Anchor.Cert.NotAfter.Truncate(time.Second)),
+		RotationDuration: metav1.Duration{Duration: duration},
+		Margin:           metav1.Duration{Duration: margin},
+	}
+	expiry := s.Anchor.Cert.NotAfter
+	if b, ok := s.firstExpiringBridge(); ok {
+		expiry = b.cert.NotAfter
+		n.BridgeNotAfter = ptr.To(metav1.NewTime(expiry.Truncate(time.Second)))
+		// First, so that the 1024 characters never cut it.
+		basis = fmt.Sprintf("the bridge certificate %s (%s) expires at %s, before the trust anchor: linkerd-identity caps every workload certificate at it, "+
+			"so the next rotation must go back to a self-signed trust anchor (strategy Standard) before then; %s",
+			ShortFingerprint(Fingerprint(b.cert)), b.where, expiry.UTC().Format(time.RFC3339), basis)
+	}
 	if len(basis) > 1024 {
 		basis = basis[:1024]
 	}
-	margin := RotationDeadlineMargin(spec)
-	notAfter := s.Anchor.Cert.NotAfter
-	return &v1alpha1.NextRotation{
-		Deadline:         metav1.NewTime(notAfter.Add(-margin - duration).Truncate(time.Second)),
-		AnchorNotAfter:   metav1.NewTime(notAfter.Truncate(time.Second)),
-		RotationDuration: metav1.Duration{Duration: duration},
-		Margin:           metav1.Duration{Duration: margin},
-		Basis:            basis,
+	n.Basis = basis
+	n.Deadline = metav1.NewTime(expiry.Add(-margin - duration).Truncate(time.Second))
+	return n
+}
+
+// firstExpiringBridge is the bridge certificate (see bridges) that expires first, when it
+// expires before the trust anchor.
+func (s *State) firstExpiringBridge() (bridge, bool) {
+	var first bridge
+	found := false
+	for _, b := range s.bridges() {
+		if b.cert.NotAfter.Before(s.Anchor.Cert.NotAfter) && (!found || b.cert.NotAfter.Before(first.cert.NotAfter)) {
+			first, found = b, true
+		}
 	}
+	return first, found
 }
 
 // DeadlineWithin describes the deadline against now: how far it is, or that it has passed.
 func DeadlineWithin(n *v1alpha1.NextRotation, now time.Time) string {
 	left := n.Deadline.Sub(now)
 	if left <= 0 {
+		if b := n.BridgeNotAfter; b != nil {
+			return fmt.Sprintf("passed %s ago: a rotation started now may not finish before a bridge certificate of the trust anchor's chain expires at %s", ReadableDuration(-left), b.UTC().Format(time.RFC3339))
+		}
 		return fmt.Sprintf("passed %s ago: a rotation started now may not finish before the trust anchor expires at %s", ReadableDuration(-left), n.AnchorNotAfter.UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("in %s", ReadableDuration(left))

@@ -120,3 +120,79 @@ func TestDeadlineWithin(t *testing.T) {
 		t.Errorf("passed: %q", got)
 	}
 }
+
+// TestNextRotationDeadlineCountsFromTheFirstBridge: after cross-signed rotations the anchor's
+// chain carries older bridges, and Linkerd identity caps every workload certificate at the
+// earliest expiry of its issuer's chain. The deadline counts from the first bridge to expire
+// when that comes before the anchor, says so, and asks for a Standard rotation; a bridge that
+// outlives the anchor, or the anchor itself, changes nothing.
+func TestNextRotationDeadlineCountsFromTheFirstBridge(t *testing.T) {
+	now := time.Now()
+	spec := v1alpha1.TrustAnchorRotationSpec{IdentityIssuerRenewal: v1alpha1.Automatic, Strategy: v1alpha1.StrategyCrossSigned}
+	a := anchorCA(t, "anchor")
+	b := newCert(t, "anchor", a, true, now.Add(10*time.Hour))
+	c := newCert(t, "anchor", b, true, now.Add(48*time.Hour))
+	issuerC := newCert(t, "issuer", c, true, now.Add(time.Hour))
+	synced := func(opts ...stateOpt) *State {
+		s := &State{Config: DefaultConfig(), Now: now}
+		for _, o := range opts {
+			o(s)
+		}
+		return s
+	}
+	margin, duration := DefaultRotationDeadlineMargin, DefaultExpectedRotationDuration
+
+	for _, tc := range []struct {
+		name  string
+		state *State
+	}{
+		{"in the anchor's and the issuer's Secrets", synced(anchorWith(c, b), issuedWith(issuerC, c, b))},
+		{"in the anchor's Secret alone, which hands it to the issuer's next renewal", synced(anchorWith(c, b), issuedWith(issuerC, c))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := NextRotationDeadline(tc.state, spec, nil)
+			if n == nil {
+				t.Fatal("no deadline")
+			}
+			bridgeEnd := b.cert.NotAfter.Truncate(time.Second)
+			if n.BridgeNotAfter == nil || !n.BridgeNotAfter.Time.Equal(bridgeEnd) {
+				t.Errorf("bridgeNotAfter %v, want the older bridge's NotAfter %s", n.BridgeNotAfter, bridgeEnd)
+			}
+			if !n.AnchorNotAfter.Time.Equal(c.cert.NotAfter.Truncate(time.Second)) {
+				t.Errorf("anchorNotAfter %s, want the anchor's %s", n.AnchorNotAfter, c.cert.NotAfter)
+			}
+			if want := b.cert.NotAfter.Add(-margin - duration).Truncate(time.Second); !n.Deadline.Time.Equal(want) {
+				t.Errorf("deadline %s, want the bridge's NotAfter less margin and duration, %s", n.Deadline, want)
+			}
+			wantBasis := "the bridge certificate " + ShortFingerprint(Fingerprint(b.cert)) + " (certificate 2 of the trust anchor Secret cert-manager/linkerd-trust-anchor's tls.crt"
+			if !strings.HasPrefix(n.Basis, wantBasis) || !strings.Contains(n.Basis, "strategy Standard") {
+				t.Errorf("basis %q does not start with %q and ask for a Standard rotation", n.Basis, wantBasis)
+			}
+			if got := DeadlineWithin(n, b.cert.NotAfter); !strings.Contains(got, "a bridge certificate of the trust anchor's chain expires at") {
+				t.Errorf("past the deadline: %q", got)
+			}
+		})
+	}
+
+	for _, tc := range []struct {
+		name  string
+		state *State
+	}{
+		{"the anchor signed by the previous one, its only bridge", synced(anchorWith(c), issuedWith(issuerC, c))},
+		{"a self-signed anchor", synced(anchorWith(a), issuedWith(newCert(t, "issuer", a, true, now.Add(time.Hour)), a))},
+		{"an older bridge that outlives the anchor", synced(anchorWith(newCert(t, "anchor", c, true, now.Add(5*time.Hour)), c), issuedWith(issuerC, c))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := NextRotationDeadline(tc.state, spec, nil)
+			if n == nil {
+				t.Fatal("no deadline")
+			}
+			if n.BridgeNotAfter != nil || strings.Contains(n.Basis, "bridge") {
+				t.Errorf("bridgeNotAfter %v, basis %q: no bridge expires before the anchor", n.BridgeNotAfter, n.Basis)
+			}
+			if want := tc.state.Anchor.Cert.NotAfter.Add(-margin - duration).Truncate(time.Second); !n.Deadline.Time.Equal(want) {
+				t.Errorf("deadline %s, want the anchor's NotAfter less margin and duration, %s", n.Deadline, want)
+			}
+		})
+	}
+}

@@ -250,6 +250,12 @@ func (e *Env) Renew(namespace, name string) *x509.Certificate {
 // SecretCert returns the first certificate of a Secret's tls.crt.
 func (e *Env) SecretCert(namespace, name string) *x509.Certificate {
 	e.T.Helper()
+	return e.SecretChain(namespace, name)[0]
+}
+
+// SecretChain returns every certificate of a Secret's tls.crt, in order.
+func (e *Env) SecretChain(namespace, name string) []*x509.Certificate {
+	e.T.Helper()
 	sec, err := e.Cluster.Kube().CoreV1().Secrets(namespace).Get(e.Ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.T.Fatal(err)
@@ -258,7 +264,10 @@ func (e *Env) SecretCert(namespace, name string) *x509.Certificate {
 	if err != nil {
 		e.T.Fatalf("Secret %s/%s: %v", namespace, name, err)
 	}
-	return certs[0]
+	if len(certs) == 0 {
+		e.T.Fatalf("Secret %s/%s: no certificate in tls.crt", namespace, name)
+	}
+	return certs
 }
 
 // StartChartOperator runs the operator out of cluster exactly as the chart configures it —

@@ -218,18 +218,29 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// checkDeadline checks a status.nextRotation against the anchor it must be computed from, and
-// the operator's metric against it.
+// checkDeadline checks a status.nextRotation against the anchor it must be computed from and
+// the spec's defaults, and the operator's metric against it.
 func (e *Env) checkDeadline(n *v1alpha1.NextRotation, anchor *x509.Certificate) {
+	e.T.Helper()
+	if n.Margin.Duration != steps.DefaultRotationDeadlineMargin || n.RotationDuration.Duration < steps.DefaultWorkloadCertificateLifetime {
+		e.T.Errorf("margin %s, rotation duration %s: want the default margin and at least a workload certificate lifetime", n.Margin.Duration, n.RotationDuration.Duration)
+	}
+	e.checkDeadlineSum(n, anchor)
+}
+
+// checkDeadlineSum checks that a status.nextRotation adds up, from the anchor it must be
+// computed from, and the operator's metric against it.
+func (e *Env) checkDeadlineSum(n *v1alpha1.NextRotation, anchor *x509.Certificate) {
 	e.T.Helper()
 	if !n.AnchorNotAfter.Time.Equal(anchor.NotAfter.Truncate(time.Second)) {
 		e.T.Errorf("nextRotation.anchorNotAfter %s, want the anchor's NotAfter %s", n.AnchorNotAfter, anchor.NotAfter)
 	}
-	if want := n.AnchorNotAfter.Add(-n.Margin.Duration - n.RotationDuration.Duration); !n.Deadline.Time.Equal(want) {
-		e.T.Errorf("nextRotation.deadline %s, want anchorNotAfter - margin - rotationDuration = %s", n.Deadline, want)
+	expiry := n.AnchorNotAfter
+	if n.BridgeNotAfter != nil {
+		expiry = *n.BridgeNotAfter
 	}
-	if n.Margin.Duration != steps.DefaultRotationDeadlineMargin || n.RotationDuration.Duration < steps.DefaultWorkloadCertificateLifetime {
-		e.T.Errorf("margin %s, rotation duration %s: want the default margin and at least a workload certificate lifetime", n.Margin.Duration, n.RotationDuration.Duration)
+	if want := expiry.Add(-n.Margin.Duration - n.RotationDuration.Duration); !n.Deadline.Time.Equal(want) {
+		e.T.Errorf("nextRotation.deadline %s, want min(anchorNotAfter, bridgeNotAfter) - margin - rotationDuration = %s", n.Deadline, want)
 	}
 	const metric = "trust_rotation_next_rotation_deadline_timestamp_seconds"
 	var got float64
@@ -278,4 +289,35 @@ func (e *Env) metricValue(name string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// checkBridgeDeadline checks, after cross-signed rotations onto anchor, that the next rotation's
+// deadline counts from the first bridge certificate of the anchor's chain to expire — cert-manager
+// keeps the older bridges there, and Linkerd identity caps workload certificates at them — and
+// that the operator's metric follows it.
+func (e *Env) checkBridgeDeadline(anchor *x509.Certificate) {
+	e.T.Helper()
+	var first *x509.Certificate
+	for _, c := range e.SecretChain("cert-manager", "linkerd-trust-anchor")[1:] {
+		if c.CheckSignatureFrom(c) != nil && c.NotAfter.Before(anchor.NotAfter) && (first == nil || c.NotAfter.Before(first.NotAfter)) {
+			first = c
+		}
+	}
+	if first == nil {
+		e.T.Fatal("the anchor's Secret carries no older bridge certificate after two cross-signed rotations")
+	}
+	want := first.NotAfter.Truncate(time.Second)
+	tar, err := WaitRotation(e.Ctx, e.TARs, rotationName, time.Minute, "status.nextRotation counting from the oldest bridge",
+		func(tar *v1alpha1.TrustAnchorRotation) bool {
+			n := tar.Status.NextRotation
+			return n != nil && n.BridgeNotAfter != nil && n.BridgeNotAfter.Time.Equal(want)
+		})
+	if err != nil {
+		e.T.Fatalf("%v (want bridgeNotAfter %s, the NotAfter of bridge %s)", err, want, steps.Fingerprint(first)[:12])
+	}
+	n := tar.Status.NextRotation
+	if !strings.Contains(n.Basis, "the bridge certificate "+steps.ShortFingerprint(steps.Fingerprint(first))) || !strings.Contains(n.Basis, "strategy Standard") {
+		e.T.Errorf("nextRotation.basis does not name bridge %s and ask for a Standard rotation: %q", steps.Fingerprint(first)[:12], n.Basis)
+	}
+	e.checkDeadlineSum(n, anchor)
 }

@@ -117,6 +117,7 @@ func TestCrossSignedRotation(t *testing.T) {
 		if err := e.Mesh.Oracle().CheckNoViolationsSince(since); err != nil {
 			t.Fatalf("mTLS violations: %v", err)
 		}
+		e.checkBridgeDeadline(b3)
 	})
 	if t.Failed() {
 		return

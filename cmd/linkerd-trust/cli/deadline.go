@@ -24,8 +24,13 @@ func nextRotationLine(n *v1alpha1.NextRotation, now time.Time) string {
 	if n == nil {
 		return "not reported yet"
 	}
-	return fmt.Sprintf("start by %s (%s): anchor expires %s, less margin %s and rotation %s",
-		n.Deadline.UTC().Format(time.RFC3339), steps.DeadlineWithin(n, now), n.AnchorNotAfter.UTC().Format(time.RFC3339),
+	expires := "anchor expires " + n.AnchorNotAfter.UTC().Format(time.RFC3339)
+	if b := n.BridgeNotAfter; b != nil {
+		expires = fmt.Sprintf("a bridge certificate of the anchor's chain expires %s, before the anchor (%s): the next rotation must be Standard",
+			b.UTC().Format(time.RFC3339), n.AnchorNotAfter.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("start by %s (%s): %s, less margin %s and rotation %s",
+		n.Deadline.UTC().Format(time.RFC3339), steps.DeadlineWithin(n, now), expires,
 		steps.CompactDuration(n.Margin.Duration), steps.CompactDuration(n.RotationDuration.Duration))
 }
 

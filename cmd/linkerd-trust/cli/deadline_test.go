@@ -132,3 +132,17 @@ func TestConvergenceLineSaysNotProbedYet(t *testing.T) {
 		}
 	}
 }
+
+func TestNextRotationLineNamesTheBridge(t *testing.T) {
+	n := fixtureDeadline(testNow.Add(24 * time.Hour))
+	if got := nextRotationLine(n, testNow); !strings.Contains(got, "anchor expires "+n.AnchorNotAfter.UTC().Format(time.RFC3339)) {
+		t.Errorf("without a bridge: %q", got)
+	}
+	bridge := metav1.NewTime(testNow.Add(72 * time.Hour))
+	n.BridgeNotAfter = &bridge
+	got := nextRotationLine(n, testNow)
+	if want := "a bridge certificate of the anchor's chain expires " + bridge.UTC().Format(time.RFC3339) + ", before the anchor"; !strings.Contains(got, want) ||
+		!strings.Contains(got, "the next rotation must be Standard") {
+		t.Errorf("with a bridge: %q, want %q and the strategy", got, want)
+	}
+}

@@ -223,13 +223,20 @@ type Checkpoint struct {
 }
 
 // NextRotation is the deadline of the next rotation and what it is computed from:
-// deadline = anchorNotAfter - margin - rotationDuration (see "Next-rotation
-// deadline" in docs/reference.md).
+// deadline = min(anchorNotAfter, bridgeNotAfter) - margin - rotationDuration (see
+// "Next-rotation deadline" in docs/reference.md).
 type NextRotation struct {
 	// Deadline is the latest moment the next rotation can start.
 	Deadline metav1.Time `json:"deadline"`
 	// AnchorNotAfter is when the current trust anchor expires.
 	AnchorNotAfter metav1.Time `json:"anchorNotAfter"`
+	// BridgeNotAfter is set when a bridge certificate of cross-signed rotations, carried in the
+	// trust anchor's or the identity issuer's Secret, expires before the trust anchor: when
+	// it expires. Linkerd identity caps every workload certificate at it, so the deadline counts
+	// from it, and the next rotation must go back to a self-signed trust anchor (Standard) for
+	// the issuer's chain to drop it.
+	// +optional
+	BridgeNotAfter *metav1.Time `json:"bridgeNotAfter,omitempty"`
 	// RotationDuration is how long the next rotation is taken to last: the longest of the
 	// expected duration and the least a rotation takes by the certificates' lifetimes.
 	// +kubebuilder:validation:Type=string
@@ -237,7 +244,8 @@ type NextRotation struct {
 	// Margin is spec.rotationDeadlineMargin, defaulted.
 	// +kubebuilder:validation:Type=string
 	Margin metav1.Duration `json:"margin"`
-	// Basis says where RotationDuration comes from, for people.
+	// Basis says, for people, which bridge certificate limits the deadline, if one does, and
+	// where RotationDuration comes from.
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Basis string `json:"basis,omitempty"`

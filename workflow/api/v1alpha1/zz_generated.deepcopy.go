@@ -121,6 +121,10 @@ func (in *NextRotation) DeepCopyInto(out *NextRotation) {
 	*out = *in
 	in.Deadline.DeepCopyInto(&out.Deadline)
 	in.AnchorNotAfter.DeepCopyInto(&out.AnchorNotAfter)
+	if in.BridgeNotAfter != nil {
+		in, out := &in.BridgeNotAfter, &out.BridgeNotAfter
+		*out = (*in).DeepCopy()
+	}
 	out.RotationDuration = in.RotationDuration
 	out.Margin = in.Margin
 }
