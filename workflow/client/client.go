@@ -42,7 +42,7 @@ func NewForConfig(cfg *rest.Config) (*Client, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &v1alpha1.SchemeGroupVersion
 	c.APIPath = "/apis"
-	c.NegotiatedSerializer = serializer.NewCodecFactory(Scheme).WithoutConversion()
+	c.NegotiatedSerializer = tolerantCodecs{serializer.NewCodecFactory(Scheme).WithoutConversion()}
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}

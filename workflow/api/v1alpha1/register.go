@@ -15,6 +15,13 @@ var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha
 // Resource is the plural resource name, as used in REST paths and RBAC rules.
 const Resource = "trustanchorrotations"
 
+// Kind is the kind of the TrustAnchorRotation resource.
+const Kind = "TrustAnchorRotation"
+
+// AnnotationDecodeErrors is set, in memory only, on a TrustAnchorRotation the client decoded
+// with fields that Go could not hold (workflow/client.DecodeErrors reads it): never stored.
+const AnnotationDecodeErrors = "trust.linkerd.io/decode-errors"
+
 var (
 	// SchemeBuilder registers this package's types with a runtime.Scheme.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
