@@ -266,6 +266,10 @@ const (
 	wireFixed64 wireType = 1
 	wireBytes   wireType = 2
 	wireFixed32 wireType = 5
+	// wireStartGroup and wireEndGroup delimit a group, a proto2 encoding nothing of Kubernetes
+	// writes; the generated decoders skip one in a field they do not know, and so does next.
+	wireStartGroup wireType = 3
+	wireEndGroup   wireType = 4
 )
 
 var errTruncated = errors.New("truncated protobuf")
@@ -305,10 +309,60 @@ func (r *wireReader) next() bool {
 			return r.fail(errTruncated)
 		}
 		r.v, r.data = r.data[k:k+int(l)], r.data[k+int(l):]
+	case wireStartGroup:
+		n, err := skipGroup(r.data)
+		if err != nil {
+			return r.fail(err)
+		}
+		r.data = r.data[n:]
 	default:
 		return r.fail(fmt.Errorf("unsupported protobuf wire type %d of field %d", r.wt, r.num))
 	}
 	return true
+}
+
+// skipGroup returns the length of the group whose start tag was just read, up to and including
+// its end tag, as the generated decoders' skip (skipGenerated in k8s.io/api's generated.pb.go)
+// measures it: fields inside are skipped by their wire type alone, nested groups counted.
+func skipGroup(data []byte) (int, error) {
+	depth, i := 1, 0
+	for i < len(data) {
+		tag, k := uvarint(data[i:])
+		if k == 0 {
+			return 0, errTruncated
+		}
+		i += k
+		switch wireType(tag & 7) {
+		case wireVarint:
+			if _, k = uvarint(data[i:]); k == 0 {
+				return 0, errTruncated
+			}
+			i += k
+		case wireFixed64:
+			i += 8
+		case wireFixed32:
+			i += 4
+		case wireBytes:
+			l, k := uvarint(data[i:])
+			if k == 0 || uint64(len(data)-i-k) < l {
+				return 0, errTruncated
+			}
+			i += k + int(l)
+		case wireStartGroup:
+			depth++
+		case wireEndGroup:
+			depth--
+		default:
+			return 0, fmt.Errorf("unsupported protobuf wire type %d in a group", tag&7)
+		}
+		if i > len(data) {
+			return 0, errTruncated
+		}
+		if depth == 0 {
+			return i, nil
+		}
+	}
+	return 0, errTruncated
 }
 
 // is reports whether the field just read is number num of wire type wt.

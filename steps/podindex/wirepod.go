@@ -3,6 +3,7 @@ package podindex
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube"
@@ -101,13 +103,32 @@ func (l *WirePodList) Unmarshal(data []byte) error {
 			r.fail(m.err)
 		case r.is(2, wireBytes): // items
 			l.Items = append(l.Items, WirePod{})
-			r.fail(decodePod(r.v, &l.Items[len(l.Items)-1].Pod))
+			if err := decodePod(r.v, &l.Items[len(l.Items)-1].Pod); err != nil {
+				// One pod that does not decode must not fail the list, and with it the informer
+				// of every meshed pod: it is skipped, and counted (SkippedPods).
+				skipped(&l.Items[len(l.Items)-1].Pod, err)
+				l.Items = l.Items[:len(l.Items)-1]
+			}
 		}
 	}
 	if r.err != nil {
 		return fmt.Errorf("decoding a v1 PodList: %w", r.err)
 	}
 	return nil
+}
+
+// skippedPods counts the pods a list skipped, or a watch could not decode (SkippedPods).
+var skippedPods atomic.Int64
+
+// SkippedPods is how many pods the wire decoder could not decode since the process started: a
+// list skips them (WirePodList.Unmarshal), a watch event of one ends the watch, and the
+// reflector lists again, without it. The operator exports it as a metric.
+func SkippedPods() int64 { return skippedPods.Load() }
+
+// skipped counts and logs a pod that did not decode, named as far as its metadata decoded.
+func skipped(pod *corev1.Pod, err error) {
+	skippedPods.Add(1)
+	klog.Background().Error(err, "Skipping a meshed pod that does not decode", "pod", klog.KObj(pod))
 }
 
 // WireScheme returns a scheme for reading meshed pods as WirePods: v1 Pod and PodList are

@@ -144,6 +144,9 @@ func (d wireObjects) Decode(data []byte, defaults *schema.GroupVersionKind, into
 	gvk := corev1.SchemeGroupVersion.WithKind(kind)
 	obj.Reset()
 	if err := obj.Unmarshal(raw); err != nil {
+		if pod, ok := obj.(*WirePod); ok {
+			skipped(&pod.Pod, err)
+		}
 		return nil, &gvk, err
 	}
 	obj.GetObjectKind().SetGroupVersionKind(gvk)

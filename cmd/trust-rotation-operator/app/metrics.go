@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -30,6 +31,7 @@ type Metrics struct {
 	remoteConverged        *prometheus.GaugeVec
 	remoteLastObserved     *prometheus.GaugeVec
 	identityRestartedEarly prometheus.Gauge
+	specInvalid            *prometheus.GaugeVec
 	probes                 *prometheus.CounterVec
 	history                historyMetrics
 }
@@ -113,10 +115,18 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_identity_restarted_early_pods",
 			Help: "linkerd-identity pods that started after the trust bundle was expanded while the data plane has not converged on it and the identity issuer is on the new trust anchor (condition IdentityRestartedEarly); 0 otherwise.",
 		}),
+		specInvalid: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trust_rotation_spec_invalid",
+			Help: "1 while a TrustAnchorRotation's spec holds a value the operator cannot use (condition SpecInvalid: a field that does not decode, an unknown time zone), 0 otherwise; one series per TrustAnchorRotation.",
+		}, []string{"name"}),
 	}
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "trust_rotation_undecodable_pods_total",
+		Help: "Meshed pods the operator could not decode from the apiserver's protobuf and skipped (each is logged): a list goes on without the pod, a watch ends and is listed again.",
+	}, func() float64 { return float64(podindex.SkippedPods()) }))
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
 		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.reconciles,
-		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly, m.probes,
+		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly, m.specInvalid, m.probes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.history = newHistoryMetrics(m.Registry)
 	for _, p := range v1alpha1.Phases {
