@@ -36,6 +36,30 @@ func projectHolds(st, prev *v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.Tr
 	}
 	projectActFailure(st, prev, spec, res, now, set, s.RecheckAt)
 	projectSuspend(st, spec, res, set)
+	projectSpecInvalid(st, s, res, set)
+}
+
+// projectSpecInvalid reports a spec the operator cannot use (State.SpecErrors), which holds
+// every act as spec.suspend does: condition SpecInvalid=True naming each field, the blocking
+// message, Ready False and Stalled True (reason SpecInvalid), since only a person fixing the
+// spec moves it on. Fixed, SpecInvalid turns False.
+func projectSpecInvalid(st *v1alpha1.TrustAnchorRotationStatus, s *State, res workflow.Result,
+	set func(typ string, status metav1.ConditionStatus, reason, message string)) {
+	if len(s.SpecErrors) == 0 {
+		if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionSpecInvalid) {
+			set(v1alpha1.ConditionSpecInvalid, metav1.ConditionFalse, v1alpha1.ReasonSpecValid, "the operator can use every field of the spec")
+		}
+		return
+	}
+	msg := SpecErrorsMessage(s.SpecErrors)
+	set(v1alpha1.ConditionSpecInvalid, metav1.ConditionTrue, v1alpha1.ReasonSpecInvalid, msg)
+	held := msg + "; the operator acts on nothing until it is fixed"
+	if res.Held {
+		held += "; " + heldNext(res)
+	}
+	st.BlockingMessage = joinMessages(held, st.BlockingMessage)
+	set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSpecInvalid, st.BlockingMessage)
+	set(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonSpecInvalid, msg)
 }
 
 // projectActFailure records a failed act (res.ActErr) and keeps it while the workflow stays at
@@ -99,14 +123,21 @@ func SuspendedMessage(res workflow.Result) string {
 	const suspended = "suspended (spec.suspend): the operator acts on nothing"
 	d, step := res.Decision, res.Checkpoint.Step
 	switch {
-	case res.Held && d.Outcome == workflow.Jump:
-		return fmt.Sprintf("%s; next: step %s would start the rotation again at step %s (%s): %s", suspended, step, d.To, d.Reason, d.Message)
 	case res.Held:
-		return fmt.Sprintf("%s; next: step %s would act (%s): %s", suspended, step, d.Reason, d.Message)
+		return suspended + "; " + heldNext(res)
 	case d.Message != "":
 		return fmt.Sprintf("%s; no act is due: step %s waits (%s): %s", suspended, step, d.Reason, d.Message)
 	}
 	return fmt.Sprintf("%s; no act is due: step %s waits (%s)", suspended, step, d.Reason)
+}
+
+// heldNext says what the act or jump the engine held would have done.
+func heldNext(res workflow.Result) string {
+	d, step := res.Decision, res.Checkpoint.Step
+	if d.Outcome == workflow.Jump {
+		return fmt.Sprintf("next: step %s would start the rotation again at step %s (%s): %s", step, d.To, d.Reason, d.Message)
+	}
+	return fmt.Sprintf("next: step %s would act (%s): %s", step, d.Reason, d.Message)
 }
 
 // projectSuspend reports spec.suspend: condition Suspended=True and a blocking message that say

@@ -3,6 +3,7 @@ package steps
 import (
 	"crypto/x509"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sort"
 	"strings"
 	"time"
@@ -66,6 +67,9 @@ type State struct {
 
 	// Spec is the TrustAnchorRotation's spec: the refresh interval and the automations.
 	Spec v1alpha1.TrustAnchorRotationSpec
+	// SpecErrors are what the operator cannot use in the spec (SpecErrors): while there is one,
+	// it acts on nothing and reports them (condition SpecInvalid).
+	SpecErrors field.ErrorList
 	// PhaseSince is when the rotation entered its current phase (status.lastPhaseTransitionTime),
 	// zero when unknown.
 	PhaseSince time.Time

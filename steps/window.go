@@ -42,13 +42,9 @@ var weekdays = map[v1alpha1.Weekday]time.Weekday{"Sun": time.Sunday, "Mon": time
 
 // windowOpen reports whether the window is open at now and, when not, when it next opens.
 func windowOpen(mw v1alpha1.MaintenanceWindow, now time.Time) (bool, time.Time, error) {
-	loc := time.UTC
-	if mw.TimeZone != "" {
-		l, err := time.LoadLocation(mw.TimeZone)
-		if err != nil {
-			return false, time.Time{}, fmt.Errorf("time zone %q: %w", mw.TimeZone, err)
-		}
-		loc = l
+	loc, err := windowZone(mw.TimeZone)
+	if err != nil {
+		return false, time.Time{}, err
 	}
 	start, err := clockMinutes(mw.Start)
 	if err != nil {

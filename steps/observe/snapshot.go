@@ -62,6 +62,7 @@ func (c *Snapshotter) Snapshot(now time.Time, step string, tar *v1alpha1.TrustAn
 		Issuer:       c.parsed.issuer.source(cfg.LinkerdNamespace, cfg.IssuerSecret, c.Caches.IssuerSecret()),
 		ControlPlane: map[string]steps.Deployment{},
 		Spec:         tar.Spec,
+		SpecErrors:   steps.SpecErrors(tar),
 	}
 	if err := s.FromStatus(c.Steps, status); err != nil {
 		return nil, err

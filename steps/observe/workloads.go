@@ -399,7 +399,7 @@ func (l *WorkloadList) Fill(s *steps.State, index *podindex.Index, all bool, tok
 // FromRotation adds to s what the TrustAnchorRotation says: its spec (the automations) and,
 // in phase RenewingWorkloadCerts, since when (the fallback restarts count from it).
 func FromRotation(s *steps.State, tar *v1alpha1.TrustAnchorRotation) {
-	s.Spec = tar.Spec
+	s.Spec, s.SpecErrors = tar.Spec, steps.SpecErrors(tar)
 	if tar.Status.Phase == v1alpha1.PhaseRenewingWorkloadCerts && tar.Status.LastPhaseTransitionTime != nil {
 		s.PhaseSince = tar.Status.LastPhaseTransitionTime.Time
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // The deadline alerts warn at 30 days and page at 7 by default, with thresholds and severities
-// from the values, and go with their rule group; the dashboard shows the deadline and the past
+// from the values, and go with their rule group; the spec-invalid alert is among the defaults; the dashboard shows the deadline and the past
 // rotations.
 func TestDeadlineAlertsAndPanels(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
@@ -26,7 +26,8 @@ func TestDeadlineAlertsAndPanels(t *testing.T) {
 			`max(trust_rotation_next_rotation_deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 720 * 3600`,
 			`max(trust_rotation_next_rotation_deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 168 * 3600`,
 			`"severity":"warning"`, `"severity":"critical"`,
-			"TrustRotationRestartDeadlinePassed", `max(trust_rotation_restart_deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 0`},
+			"TrustRotationRestartDeadlinePassed", `max(trust_rotation_restart_deadline_timestamp_seconds{namespace=\"linkerd\"}) - time() \u003c 0`,
+			"TrustRotationSpecInvalid", `max by (name) (trust_rotation_spec_invalid{namespace=\"linkerd\"}) == 1`},
 	}, {
 		name:  "configured",
 		set:   []string{"metrics.prometheusRule.deadline.warningWithinHours=1000", "metrics.prometheusRule.deadline.criticalWithinHours=48", "metrics.prometheusRule.deadline.criticalSeverity=page"},

@@ -40,6 +40,21 @@ func (c *checks) rotationExists(ctx context.Context) error {
 	return nil
 }
 
+// rotationSpecValid fails on what the operator cannot use in the spec (steps.SpecErrors): a field
+// that does not decode, an unknown time zone. It judges the spec itself, as the operator does,
+// so it fails before the operator has reported it, or without one running.
+func (c *checks) rotationSpecValid(ctx context.Context) error {
+	tar, err := c.rotation.get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+	}
+	if errs := steps.SpecErrors(tar); len(errs) > 0 {
+		return fmt.Errorf("TrustAnchorRotation %s: %s; the operator acts on nothing until it is fixed (kubectl edit tar %s)",
+			tar.Name, steps.SpecErrorsMessage(errs), tar.Name)
+	}
+	return nil
+}
+
 func (c *checks) operatorAvailable(ctx context.Context) error {
 	ns, name := c.o.operatorNamespace, c.o.operatorDeployment
 	d, err := c.cl.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})

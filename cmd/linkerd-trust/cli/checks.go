@@ -227,6 +227,7 @@ func (c *checks) categories() []category {
 	cats = append(cats, category{name: categoryOperator, checkers: []checker{
 		{description: "TrustAnchorRotation CRD is installed", hint: "l5d-trust-operator-crd", fatal: true, check: c.rotationCRD},
 		{description: fmt.Sprintf("TrustAnchorRotation %s exists", o.kube.RotationName), hint: "l5d-trust-operator-rotation", check: c.rotationExists},
+		{description: fmt.Sprintf("TrustAnchorRotation %s has a spec the operator can use", o.kube.RotationName), hint: "l5d-trust-operator-spec", check: c.rotationSpecValid},
 		{description: "trust-rotation operator is available", hint: "l5d-trust-operator-deployment", check: c.operatorAvailable},
 		{description: "trust-rotation operator renews its leader lease", hint: "l5d-trust-operator-lease", check: c.operatorLeaseFresh},
 		{description: "trust-anchor rotation is not blocked", hint: "l5d-trust-operator-blocked", warning: true, check: c.rotationNotBlocked},

@@ -127,6 +127,9 @@ type Controller struct {
 	// lastIdentityEarly is the message of the last IdentityRestartedEarly Event, "" once the
 	// condition is False: one Event per set of pods, not one per reconcile.
 	lastIdentityEarly string
+	// lastUndecodable is the message of the last Event of a driven TrustAnchorRotation whose
+	// status does not decode (reconcile): one Event per message.
+	lastUndecodable string
 }
 
 // New wires a controller; Run starts it.

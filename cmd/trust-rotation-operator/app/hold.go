@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -52,5 +53,25 @@ func (c *Controller) suspendEvents(tar *v1alpha1.TrustAnchorRotation, prev, cur 
 		c.recorder.Event(tar, corev1.EventTypeNormal, ReasonSuspended, meta.FindStatusCondition(cur.Conditions, v1alpha1.ConditionSuspended).Message)
 	case was && !is:
 		c.recorder.Event(tar, corev1.EventTypeNormal, ReasonResumed, "spec.suspend is false: the operator acts again")
+	}
+}
+
+// held reports whether the operator holds every act (the engine's and the repairs'): while
+// spec.suspend is on, and while the spec holds a value it cannot use (steps.SpecErrors), since
+// acting on part of a spec could act against the rest of the user's intent.
+func held(tar *v1alpha1.TrustAnchorRotation, s *steps.State) bool {
+	return tar.Spec.Suspend || len(s.SpecErrors) > 0
+}
+
+// specInvalidEvent emits a Warning Event when condition SpecInvalid turns True or names other
+// fields, and a Normal one when it turns False.
+func (c *Controller) specInvalidEvent(tar *v1alpha1.TrustAnchorRotation, prev, cur []metav1.Condition) {
+	was, is := meta.FindStatusCondition(prev, v1alpha1.ConditionSpecInvalid), meta.FindStatusCondition(cur, v1alpha1.ConditionSpecInvalid)
+	wasTrue := was != nil && was.Status == metav1.ConditionTrue
+	switch {
+	case is != nil && is.Status == metav1.ConditionTrue && (!wasTrue || was.Message != is.Message):
+		c.recorder.Event(tar, corev1.EventTypeWarning, v1alpha1.ReasonSpecInvalid, is.Message)
+	case wasTrue && (is == nil || is.Status != metav1.ConditionTrue):
+		c.recorder.Event(tar, corev1.EventTypeNormal, v1alpha1.ReasonSpecValid, "the operator can use every field of the spec again")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/linkerd/trust-rotation/workflow/client"
 )
 
 // Event reasons on the TrustAnchorRotation.
@@ -59,6 +60,18 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	if !ok || err != nil {
 		return time.Time{}, err
 	}
+	if statusUndecodable(tar) {
+		// Its checkpoint cannot be trusted, nor written over without losing it: the operator
+		// holds, and markIgnored's metric and this Event name the fields.
+		msg := "the status does not decode, the operator holds until it does: " + client.DecodeErrors(tar).ToAggregate().Error()
+		if msg != c.lastUndecodable {
+			c.recorder.Event(tar, corev1.EventTypeWarning, v1alpha1.ReasonSpecInvalid, msg)
+			klog.FromContext(ctx).Error(nil, "TrustAnchorRotation does not decode; holding", "name", tar.Name, "message", msg)
+		}
+		c.lastUndecodable = msg
+		return time.Time{}, nil
+	}
+	c.lastUndecodable = ""
 	now := time.Now()
 	cp := steps.WorkflowCheckpoint(tar.Status.Checkpoint)
 	s, err := c.readState(ctx, now, cp.Step, tar)
@@ -127,7 +140,7 @@ func (c *Controller) readState(ctx context.Context, now time.Time, step string, 
 // published in the status at once (publishActFailure) and returned as the error.
 func (c *Controller) advanceEngine(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, cp workflow.Checkpoint, s *steps.State, now time.Time) (workflow.Result, *v1alpha1.TrustAnchorRotation, error) {
 	saved := &checkpoint{c: c, tar: tar, base: tar, s: s, now: now}
-	res, advErr := c.wf.Advance(ctx, cp, s, saved.save, func() string { return steps.NewActStamp(now) }, workflow.Suspended(tar.Spec.Suspend))
+	res, advErr := c.wf.Advance(ctx, cp, s, saved.save, func() string { return steps.NewActStamp(now) }, workflow.Suspended(held(tar, s)))
 	c.announce(ctx, tar, s, res)
 	if advErr != nil {
 		if res.Decision.Outcome == workflow.Act {
@@ -247,6 +260,7 @@ func (c *Controller) report(ctx context.Context, tar, base *v1alpha1.TrustAnchor
 	}
 	c.lastIdentityEarly = early
 	c.suspendEvents(tar, &base.Status, &status)
+	c.specInvalidEvent(tar, base.Status.Conditions, status.Conditions)
 	if status.Phase != base.Status.Phase {
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonPhaseChanged, "%s -> %s", orSynced(base.Status.Phase), status.Phase)
 		log.Info("Phase changed", "from", orSynced(base.Status.Phase), "to", status.Phase, "message", status.BlockingMessage)

@@ -22,11 +22,11 @@ const (
 
 // repairInputs is where the repairs happen, after the State is read and before the engine
 // advances: the previous anchor recreated (repair), the trust bundle rewritten after another
-// writer changed it (repairBundle). Suspended, the repairs hold too: they write outside the
+// writer changed it (repairBundle). Held (held), the repairs hold too: they write outside the
 // status. It reports whether the bundle drifted (its message is published at once), and whether
 // a repair wrote and the reconcile ends there (the write comes back as a change).
 func (c *Controller) repairInputs(ctx context.Context, tar *v1alpha1.TrustAnchorRotation, s *steps.State, cp workflow.Checkpoint) (drifted, repaired bool, err error) {
-	if tar.Spec.Suspend {
+	if held(tar, s) {
 		return false, false, nil
 	}
 	if done, err := c.repair(ctx, tar, s); done || err != nil {

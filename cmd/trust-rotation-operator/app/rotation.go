@@ -3,15 +3,19 @@ package app
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/apply"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/linkerd/trust-rotation/workflow/client"
 )
 
 // The driven TrustAnchorRotation, as the reconcile reads and writes it: the cached object or
@@ -43,30 +47,51 @@ func (c *Controller) write(ctx context.Context, tar *v1alpha1.TrustAnchorRotatio
 }
 
 // markIgnored gives every TrustAnchorRotation but the driven one the condition Ignored=True,
-// once, with a Warning event: a mesh has one trust anchor, so a second object would otherwise
-// look like configuration that is in effect.
+// with a Warning event: a mesh has one trust anchor, so a second object would otherwise look like
+// configuration that is in effect. A spec the operator could not use is reported on those too
+// (condition SpecInvalid, its Event), and trust_rotation_spec_invalid is set for every object:
+// a bad object is named wherever it is, and never hides the others (client.DecodeErrors).
 func (c *Controller) markIgnored(ctx context.Context) error {
+	c.metrics.specInvalid.Reset()
 	for _, obj := range c.rotation.GetStore().List() {
 		tar := obj.(*v1alpha1.TrustAnchorRotation)
-		if tar.Name == c.opts.RotationName || meta.IsStatusConditionTrue(tar.Status.Conditions, v1alpha1.ConditionIgnored) {
+		errs := steps.SpecErrors(tar)
+		c.metrics.specInvalid.WithLabelValues(tar.Name).Set(boolGauge(len(errs) > 0))
+		if tar.Name == c.opts.RotationName {
 			continue
 		}
-		msg := fmt.Sprintf(v1alpha1.MessageNotDrivenFmt, c.opts.RotationName)
 		out := tar.DeepCopy()
-		meta.SetStatusCondition(&out.Status.Conditions, metav1.Condition{
-			Type: v1alpha1.ConditionIgnored, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonNotDriven,
-			Message: msg, ObservedGeneration: tar.Generation,
-		})
+		msg := fmt.Sprintf(v1alpha1.MessageNotDrivenFmt, c.opts.RotationName)
+		setCondition(out, v1alpha1.ConditionIgnored, metav1.ConditionTrue, v1alpha1.ReasonNotDriven, msg)
+		switch {
+		case len(errs) > 0:
+			setCondition(out, v1alpha1.ConditionSpecInvalid, metav1.ConditionTrue, v1alpha1.ReasonSpecInvalid, steps.SpecErrorsMessage(errs))
+		case meta.IsStatusConditionTrue(tar.Status.Conditions, v1alpha1.ConditionSpecInvalid):
+			setCondition(out, v1alpha1.ConditionSpecInvalid, metav1.ConditionFalse, v1alpha1.ReasonSpecValid, "the operator can use every field of the spec")
+		}
+		if equality.Semantic.DeepEqual(out.Status.Conditions, tar.Status.Conditions) || statusUndecodable(tar) {
+			continue // a status that did not decode whole is not written over: it would lose its fields
+		}
 		if _, err := c.tars.UpdateStatus(ctx, out, apply.FieldManager); err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				continue // the informer brings the new version, and a poke
 			}
 			return fmt.Errorf("marking TrustAnchorRotation %s ignored: %w", tar.Name, err)
 		}
-		c.recorder.Event(tar, corev1.EventTypeWarning, v1alpha1.ReasonNotDriven, msg)
-		klog.FromContext(ctx).Info("Ignoring TrustAnchorRotation", "name", tar.Name, "driven", c.opts.RotationName)
+		if !meta.IsStatusConditionTrue(tar.Status.Conditions, v1alpha1.ConditionIgnored) {
+			c.recorder.Event(tar, corev1.EventTypeWarning, v1alpha1.ReasonNotDriven, msg)
+			klog.FromContext(ctx).Info("Ignoring TrustAnchorRotation", "name", tar.Name, "driven", c.opts.RotationName)
+		}
+		c.specInvalidEvent(tar, tar.Status.Conditions, out.Status.Conditions)
 	}
 	return nil
+}
+
+// setCondition sets a condition of tar's status, observed at its generation.
+func setCondition(tar *v1alpha1.TrustAnchorRotation, typ string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&tar.Status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: tar.Generation,
+	})
 }
 
 // createRotation creates the TrustAnchorRotation when it does not exist (the chart creates it;
@@ -79,4 +104,22 @@ func (c *Controller) createRotation(ctx context.Context) error {
 	}
 	klog.FromContext(ctx).Info("Created TrustAnchorRotation", "name", c.opts.RotationName)
 	return nil
+}
+
+// statusUndecodable reports whether a field of tar's status did not decode (client.DecodeErrors):
+// the operator then writes no status over it, which would drop that field.
+func statusUndecodable(tar *v1alpha1.TrustAnchorRotation) bool {
+	for _, e := range client.DecodeErrors(tar) {
+		if strings.HasPrefix(e.Field, "status") {
+			return true
+		}
+	}
+	return false
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

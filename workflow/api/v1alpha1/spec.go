@@ -15,6 +15,7 @@ type TrustAnchorRotationSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="must be at least 10s: proxies refresh no faster than LINKERD2_PROXY_IDENTITY_MIN_REFRESH"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('24h')",message="must be at most 24h: Linkerd's workload certificates live 24h by default, so a longer interval accelerates nothing"
 	// +optional
 	WorkloadCertificateRefreshInterval *metav1.Duration `json:"workloadCertificateRefreshInterval,omitempty"`
 
@@ -38,6 +39,7 @@ type TrustAnchorRotationSpec struct {
 	// +kubebuilder:default="168h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (a year): the restart it leaves to churn must fall within the trust anchor's life"
 	// +optional
 	NaturalChurnPeriod *metav1.Duration `json:"naturalChurnPeriod,omitempty"`
 
@@ -81,6 +83,7 @@ type TrustAnchorRotationSpec struct {
 	// +kubebuilder:default="24h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (a year)"
 	// +optional
 	ExpectedRotationDuration *metav1.Duration `json:"expectedRotationDuration,omitempty"`
 
@@ -89,6 +92,7 @@ type TrustAnchorRotationSpec struct {
 	// +kubebuilder:default="24h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('87600h')",message="must be at most 87600h (ten years, the longest trust anchor lifetime in use)"
 	// +optional
 	RotationDeadlineMargin *metav1.Duration `json:"rotationDeadlineMargin,omitempty"`
 
@@ -147,6 +151,7 @@ type StalledAfter struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="must be at least 1s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (a year)"
 	// +optional
 	Default *metav1.Duration `json:"default,omitempty"`
 
@@ -157,6 +162,7 @@ type StalledAfter struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="must be at least 1s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (a year)"
 	// +optional
 	IdentityIssuerRenewal *metav1.Duration `json:"identityIssuerRenewal,omitempty"`
 }
@@ -224,6 +230,7 @@ type DataPlaneRestart struct {
 	// MaxConcurrent is how many workloads may be restarting at once, cluster-wide.
 	// +kubebuilder:default=5
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
 
@@ -231,6 +238,7 @@ type DataPlaneRestart struct {
 	// namespace.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	MaxConcurrentPerNamespace int32 `json:"maxConcurrentPerNamespace,omitempty"`
 

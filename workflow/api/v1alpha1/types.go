@@ -111,6 +111,17 @@ const (
 	MessageNotDrivenFmt = "the trust-rotation operator drives only TrustAnchorRotation %q (its --rotation-name); this object is ignored"
 )
 
+// ConditionSpecInvalid is True while the spec holds a value the operator cannot use: one that
+// does not decode (an object stored under an older CRD) or that the schema cannot check (an
+// unknown time zone, a label selector that does not parse). The operator then acts on nothing,
+// as if suspended, and reports the fields (Ready=False and Stalled=True, reason SpecInvalid),
+// until the spec is fixed.
+const (
+	ConditionSpecInvalid = "SpecInvalid"
+	ReasonSpecInvalid    = "SpecInvalid"
+	ReasonSpecValid      = "SpecValid"
+)
+
 // TrustAnchorRotation drives and reports the rotation of a Linkerd mesh's trust anchor. It is
 // cluster-scoped; the operator acts on the object named in its --rotation-name flag ("cluster").
 //
