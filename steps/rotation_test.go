@@ -16,7 +16,7 @@ type pki struct {
 	oldAnchor, newAnchor, oldIssuer, newIssuer, stranger *testCA
 }
 
-func newPKI(t *testing.T) pki {
+func newPKI(t testing.TB) pki {
 	p := pki{oldAnchor: anchorCA(t, "old-anchor"), newAnchor: anchorCA(t, "new-anchor"), stranger: anchorCA(t, "stranger")}
 	p.oldIssuer = newCert(t, "old-issuer", p.oldAnchor, true, time.Now().Add(time.Hour))
 	p.newIssuer = newCert(t, "new-issuer", p.newAnchor, true, time.Now().Add(time.Hour))
