@@ -170,3 +170,25 @@ func FuzzMaintenanceWindow(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseProxyDuration holds the reader of the proxy's refresh env to its writer: a duration
+// that parses renders (ProxyDuration) to text that parses to the same duration, and what
+// ProxyDuration writes always parses.
+func FuzzParseProxyDuration(f *testing.F) {
+	for _, s := range []string{"5m", "10s", "0", "1d", "250ms", " 24h ", "9223372036854775807ms", "1.5h", "-1s", "0s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, ok := ParseProxyDuration(s)
+		if !ok {
+			return
+		}
+		if d < 0 {
+			t.Fatalf("ParseProxyDuration(%q) = %s, a negative duration", s, d)
+		}
+		again, ok := ParseProxyDuration(ProxyDuration(d))
+		if !ok || again != d {
+			t.Fatalf("ParseProxyDuration(%q) = %s, rendered %q, read back %s %t", s, d, ProxyDuration(d), again, ok)
+		}
+	})
+}

@@ -31,7 +31,8 @@ import (
 //   - what the schema can judge is refused at admission, the field named;
 //   - an unknown time zone, which the schema cannot judge, is reported within seconds while
 //     Synced (SpecInvalid, Ready False, an Event, the metric, `linkerd trust check`), with
-//     nothing written, and the operator acts again once it is fixed;
+//     nothing written; `linkerd trust rotate` refuses, naming it; the operator is Ready again
+//     once it is fixed;
 //   - a value Go cannot hold, stored under an older CRD (the test loosens the CRD to store it),
 //     on another TrustAnchorRotation, blinds the operator to nothing: `cluster`'s
 //     observedGeneration follows its edits, and the bad object is reported; on `cluster` itself,
@@ -102,6 +103,13 @@ func TestBadSpec(t *testing.T) {
 		out, code := trustCLI(t, ctx, c, "check")
 		if code == 0 || !strings.Contains(out, "has a spec the operator can use") || !strings.Contains(out, field) {
 			t.Errorf("linkerd trust check: exit %d, want a failure naming %s\n%s", code, field, out)
+		}
+		anchor := e.SecretCert("cert-manager", "linkerd-trust-anchor")
+		if out, code := trustCLI(t, ctx, c, "rotate"); code == 0 || !strings.Contains(out, field) {
+			t.Errorf("linkerd trust rotate: exit %d, want a refusal naming %s\n%s", code, field, out)
+		}
+		if got := e.SecretCert("cert-manager", "linkerd-trust-anchor"); !got.Equal(anchor) {
+			t.Errorf("rotate renewed the trust anchor while the spec was invalid")
 		}
 		if got := bundleRV(); got != rv {
 			t.Errorf("the trust bundle was written while the spec was invalid (resourceVersion %s -> %s)", rv, got)

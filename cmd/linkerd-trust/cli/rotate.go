@@ -106,6 +106,9 @@ func (c *checks) rotationSynced(ctx context.Context) error {
 	if tar.Spec.Suspend {
 		return fmt.Errorf("TrustAnchorRotation %s is suspended (spec.suspend): resume it first with %s rotate --resume", tar.Name, binary)
 	}
+	if errs := steps.SpecErrors(tar); len(errs) > 0 {
+		return fmt.Errorf("TrustAnchorRotation %s: %s; the operator would act on nothing: fix it first (kubectl edit tar %s)", tar.Name, steps.SpecErrorsMessage(errs), tar.Name)
+	}
 	step := ""
 	if st.Checkpoint != nil {
 		step = st.Checkpoint.Step

@@ -130,6 +130,8 @@ type Controller struct {
 	// lastUndecodable is the message of the last Event of a driven TrustAnchorRotation whose
 	// status does not decode (reconcile): one Event per message.
 	lastUndecodable string
+	// specInvalidSeries are the TrustAnchorRotations trust_rotation_spec_invalid has a series of.
+	specInvalidSeries map[string]bool
 }
 
 // New wires a controller; Run starts it.

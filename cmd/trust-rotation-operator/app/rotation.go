@@ -52,11 +52,21 @@ func (c *Controller) write(ctx context.Context, tar *v1alpha1.TrustAnchorRotatio
 // (condition SpecInvalid, its Event), and trust_rotation_spec_invalid is set for every object:
 // a bad object is named wherever it is, and never hides the others (client.DecodeErrors).
 func (c *Controller) markIgnored(ctx context.Context) error {
-	c.metrics.specInvalid.Reset()
+	seen := map[string]bool{}
+	defer func() {
+		// A deleted object's series goes; the others are set in place, never absent to a scrape.
+		for name := range c.specInvalidSeries {
+			if !seen[name] {
+				c.metrics.specInvalid.DeleteLabelValues(name)
+			}
+		}
+		c.specInvalidSeries = seen
+	}()
 	for _, obj := range c.rotation.GetStore().List() {
 		tar := obj.(*v1alpha1.TrustAnchorRotation)
 		errs := steps.SpecErrors(tar)
 		c.metrics.specInvalid.WithLabelValues(tar.Name).Set(boolGauge(len(errs) > 0))
+		seen[tar.Name] = true
 		if tar.Name == c.opts.RotationName {
 			continue
 		}
