@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -35,15 +33,7 @@ func TestSuspendSurvivesRestart(t *testing.T) {
 	since := time.Now()
 	cli := func(args ...string) (string, int) {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, Binary(t, "linkerd-trust"), append(args, "--kubeconfig", c.Kubeconfig())...).CombinedOutput()
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			return string(out), ee.ExitCode()
-		case err != nil:
-			t.Fatal(err)
-		}
-		return string(out), 0
+		return trustCLI(t, ctx, c, args...)
 	}
 	suspendedWith := func(part string) func(*v1alpha1.TrustAnchorRotation) bool {
 		return func(tar *v1alpha1.TrustAnchorRotation) bool {

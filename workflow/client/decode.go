@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,6 +68,8 @@ func decodeRotation(data []byte) (*v1alpha1.TrustAnchorRotation, error) {
 			return nil, fmt.Errorf("decoding TrustAnchorRotation: %s", e.Error())
 		}
 	}
+	// A map's members come in no order: sorted, the same object always reads the same.
+	slices.SortStableFunc(errs, func(a, b *field.Error) int { return strings.Compare(a.Field, b.Field) })
 	markDecodeErrors(tar, errs)
 	return tar, nil
 }
@@ -120,56 +123,57 @@ var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
 // that holds it, which is left at its zero value and returned. A value with its own decoding
 // (json.Unmarshaler: a duration, a time, a quantity) is a leaf.
 func decodeTolerant(data []byte, v reflect.Value, path *field.Path) field.ErrorList {
-	if err := utiljson.Unmarshal(data, v.Addr().Interface()); err == nil {
+	err := utiljson.Unmarshal(data, v.Addr().Interface())
+	switch {
+	case err == nil:
 		return nil
-	} else if bytes.Equal(bytes.TrimSpace(data), []byte("null")) || reflect.PointerTo(v.Type()).Implements(jsonUnmarshaler) {
-		return leafError(data, v, path, err)
-	} else {
-		switch v.Kind() {
-		case reflect.Pointer:
-			elem := reflect.New(v.Type().Elem())
-			errs := decodeTolerant(data, elem.Elem(), path)
-			if len(errs) == 1 && errs[0].Field == pathString(path) {
-				v.Set(reflect.Zero(v.Type())) // the pointed-to value failed whole: left unset
-				return errs
-			}
-			v.Set(elem)
-			return errs
-		case reflect.Struct:
-			var members map[string]json.RawMessage
-			if utiljson.Unmarshal(data, &members) != nil {
-				return leafError(data, v, path, err)
-			}
-			return decodeMembers(members, v, path)
-		case reflect.Slice:
-			var items []json.RawMessage
-			if utiljson.Unmarshal(data, &items) != nil {
-				return leafError(data, v, path, err)
-			}
-			out := reflect.MakeSlice(v.Type(), len(items), len(items))
-			var errs field.ErrorList
-			for i, item := range items {
-				errs = append(errs, decodeTolerant(item, out.Index(i), path.Index(i))...)
-			}
-			v.Set(out)
-			return errs
-		case reflect.Map:
-			var members map[string]json.RawMessage
-			if v.Type().Key().Kind() != reflect.String || utiljson.Unmarshal(data, &members) != nil {
-				return leafError(data, v, path, err)
-			}
-			out := reflect.MakeMapWithSize(v.Type(), len(members))
-			var errs field.ErrorList
-			for k, raw := range members {
-				elem := reflect.New(v.Type().Elem()).Elem()
-				errs = append(errs, decodeTolerant(raw, elem, path.Key(k))...)
-				out.SetMapIndex(reflect.ValueOf(k).Convert(v.Type().Key()), elem)
-			}
-			v.Set(out)
-			return errs
-		}
+	case bytes.Equal(bytes.TrimSpace(data), []byte("null")) || reflect.PointerTo(v.Type()).Implements(jsonUnmarshaler):
 		return leafError(data, v, path, err)
 	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		elem := reflect.New(v.Type().Elem())
+		errs := decodeTolerant(data, elem.Elem(), path)
+		if len(errs) == 1 && errs[0].Field == pathString(path) {
+			v.Set(reflect.Zero(v.Type())) // the pointed-to value failed whole: left unset
+			return errs
+		}
+		v.Set(elem)
+		return errs
+	case reflect.Struct:
+		var members map[string]json.RawMessage
+		if utiljson.Unmarshal(data, &members) != nil {
+			return leafError(data, v, path, err)
+		}
+		return decodeMembers(members, v, path)
+	case reflect.Slice:
+		var items []json.RawMessage
+		if utiljson.Unmarshal(data, &items) != nil {
+			return leafError(data, v, path, err)
+		}
+		out := reflect.MakeSlice(v.Type(), len(items), len(items))
+		var errs field.ErrorList
+		for i, item := range items {
+			errs = append(errs, decodeTolerant(item, out.Index(i), path.Index(i))...)
+		}
+		v.Set(out)
+		return errs
+	case reflect.Map:
+		var members map[string]json.RawMessage
+		if v.Type().Key().Kind() != reflect.String || utiljson.Unmarshal(data, &members) != nil {
+			return leafError(data, v, path, err)
+		}
+		out := reflect.MakeMapWithSize(v.Type(), len(members))
+		var errs field.ErrorList
+		for k, raw := range members {
+			elem := reflect.New(v.Type().Elem()).Elem()
+			errs = append(errs, decodeTolerant(raw, elem, path.Key(k))...)
+			out.SetMapIndex(reflect.ValueOf(k).Convert(v.Type().Key()), elem)
+		}
+		v.Set(out)
+		return errs
+	}
+	return leafError(data, v, path, err)
 }
 
 // decodeMembers decodes an object's members into the struct v one by one, inlined structs

@@ -39,12 +39,12 @@ func TestDecodeRotationNamesTheFieldsThatDoNotDecode(t *testing.T) {
 	for _, e := range errs {
 		got = append(got, e.Field+"="+e.BadValue.(string))
 	}
-	want := []string{"spec.naturalChurnPeriod=9999999999999h", "spec.dataPlaneRestart.maintenanceWindows[1].days=Mon"}
+	want := []string{"spec.dataPlaneRestart.maintenanceWindows[1].days=Mon", "spec.naturalChurnPeriod=9999999999999h"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("decode errors %v, want %v (%v)", got, want, errs)
 	}
-	if !strings.Contains(errs[0].Detail, "invalid duration") {
-		t.Errorf("detail %q does not say why", errs[0].Detail)
+	if !strings.Contains(errs[1].Detail, "invalid duration") {
+		t.Errorf("detail %q does not say why", errs[1].Detail)
 	}
 	if tar.Name != "other" || tar.Generation != 3 || *tar.Spec.HistoryLimit != 5 || tar.Spec.NaturalChurnPeriod != nil ||
 		tar.Spec.DataPlaneRestart.Policy != v1alpha1.Automatic || len(tar.Spec.DataPlaneRestart.MaintenanceWindows) != 2 ||
