@@ -27,7 +27,9 @@ type PodInformer struct {
 
 // NewPodInformer returns an informer that feeds index from lw, with the identity names computed
 // by cfg. lw lists and watches WirePods (MeshedPodsListWatch).
-func NewPodInformer(lw cache.ListerWatcher, cfg steps.Config, index *Index) *PodInformer {
+// onWatchError, when set, is told of each failed list or watch (after client-go's default
+// handler has logged it and before the reflector backs off).
+func NewPodInformer(lw cache.ListerWatcher, cfg steps.Config, index *Index, onWatchError func(error)) *PodInformer {
 	fifo := cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
 		Name:         "meshed pods",
 		KeyFunction:  podKey,
@@ -54,6 +56,12 @@ func NewPodInformer(lw cache.ListerWatcher, cfg steps.Config, index *Index) *Pod
 	}
 	return &PodInformer{ctrl: cache.New(&cache.Config{
 		Queue: fifo, ListerWatcher: lw, ObjectType: &WirePod{}, ObjectDescription: "meshed pods", Process: process,
+		WatchErrorHandlerWithContext: func(ctx context.Context, r *cache.Reflector, err error) {
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+			if onWatchError != nil {
+				onWatchError(err)
+			}
+		},
 	})}
 }
 

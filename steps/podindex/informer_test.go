@@ -112,7 +112,7 @@ func TestPodInformerFeedsTheIndex(t *testing.T) {
 // syncPodInformer runs a PodInformer of lw into x until ctx ends, and waits until it has synced.
 // The fake watches serve no watch-list (initial events ended by a bookmark): the informer lists.
 func syncPodInformer(ctx context.Context, tb testing.TB, lw *cache.ListWatch, x *Index) {
-	inf := NewPodInformer(cache.ToListWatcherWithWatchListSemantics(lw, listOnly{}), steps.DefaultConfig(), x)
+	inf := NewPodInformer(cache.ToListWatcherWithWatchListSemantics(lw, listOnly{}), steps.DefaultConfig(), x, nil)
 	go inf.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		tb.Fatal("the informer did not sync")

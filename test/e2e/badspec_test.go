@@ -170,6 +170,10 @@ func TestBadSpec(t *testing.T) {
 			if !strings.Contains(m, `trust_rotation_spec_invalid{name="other"} 1`) || !strings.Contains(m, `trust_rotation_spec_invalid{name="cluster"} 0`) {
 				return false, poll.Pending("metrics:\n%s", grepLines(m, "trust_rotation_spec_invalid"))
 			}
+			// The bad object never failed a list or a watch of the TrustAnchorRotations.
+			if line := `trust_rotation_watch_errors_total{watch="trust-anchor-rotations"} 0`; !strings.Contains(m, line) {
+				t.Errorf("metrics lack %s:\n%s", line, grepLines(m, "trust_rotation_watch_errors_total"))
+			}
 			return true, nil
 		}); err != nil {
 			t.Error(err)

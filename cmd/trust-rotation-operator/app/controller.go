@@ -188,11 +188,17 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	c.index = podindex.New(c.podChanged)
 	// The index is the pod informer's store: each pod is held once, as the few fields the
 	// rotation reads (podindex.SlimPod).
-	c.pods = podindex.NewPodInformer(pods, cfg, c.index)
+	c.pods = podindex.NewPodInformer(pods, cfg, c.index, func(error) { metrics.watchErrors.WithLabelValues(WatchMeshedPods).Inc() })
 	c.certs = probe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *podindex.Pod) { c.churned(p.ControlPlane) })
 	c.certs.OnProbe = metrics.countProbe
 	c.snapshots = &observe.Snapshotter{Config: cfg, Steps: c.steps, Caches: caches{c}, Index: c.index, Certs: c.certs}
 
+	for what, inf := range map[string]cache.SharedIndexInformer{WatchAnchorSecret: c.anchor, WatchPreviousAnchorSecret: c.previous,
+		WatchIssuerSecret: c.issuer, WatchTrustBundle: c.bundle, WatchControlPlane: c.deployments, WatchRotations: c.rotation} {
+		if err := inf.SetWatchErrorHandlerWithContext(metrics.watchErrorHandler(what)); err != nil {
+			return nil, err
+		}
+	}
 	poke := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.poke() },
 		UpdateFunc: func(any, any) { c.poke() },

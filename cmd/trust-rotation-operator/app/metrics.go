@@ -1,11 +1,13 @@
 package app
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/podindex"
@@ -32,6 +34,7 @@ type Metrics struct {
 	remoteLastObserved     *prometheus.GaugeVec
 	identityRestartedEarly prometheus.Gauge
 	specInvalid            *prometheus.GaugeVec
+	watchErrors            *prometheus.CounterVec
 	probes                 *prometheus.CounterVec
 	history                historyMetrics
 }
@@ -44,6 +47,26 @@ const (
 	CausePoll    = "poll"    // --max-poll-interval passed with nothing else
 	CauseRetry   = "retry"   // the previous observation failed
 )
+
+// What trust_rotation_watch_errors_total counts the failed lists and watches of.
+const (
+	WatchAnchorSecret         = "anchor-secret"
+	WatchPreviousAnchorSecret = "previous-anchor-secret"
+	WatchIssuerSecret         = "issuer-secret"
+	WatchTrustBundle          = "trust-bundle"
+	WatchControlPlane         = "control-plane"
+	WatchRotations            = "trust-anchor-rotations"
+	WatchMeshedPods           = "meshed-pods"
+)
+
+// watchErrorHandler counts a failed list or watch of what, after client-go's default handler
+// has logged it.
+func (m *Metrics) watchErrorHandler(what string) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		m.watchErrors.WithLabelValues(what).Inc()
+	}
+}
 
 // Groups of trust_rotation_remote_cluster_converged.
 const (
@@ -120,6 +143,14 @@ func NewMetrics() *Metrics {
 			Help: "1 while a TrustAnchorRotation's spec holds a value the operator cannot use (condition SpecInvalid: a field that does not decode, an unknown time zone), 0 otherwise; one series per TrustAnchorRotation.",
 		}, []string{"name"}),
 	}
+	m.watchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trust_rotation_watch_errors_total",
+		Help: "Failed lists and watches of the operator's informers, by what they watch (each is logged, and the informer lists again after a back-off): a rising count is an operator observing from a stale cache.",
+	}, []string{"watch"})
+	for _, w := range []string{WatchAnchorSecret, WatchPreviousAnchorSecret, WatchIssuerSecret, WatchTrustBundle, WatchControlPlane, WatchRotations, WatchMeshedPods} {
+		m.watchErrors.WithLabelValues(w)
+	}
+	m.Registry.MustRegister(m.watchErrors)
 	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "trust_rotation_undecodable_pods_total",
 		Help: "Meshed pods the operator could not decode from the apiserver's protobuf and skipped (each is logged): a list goes on without the pod, a watch ends and is listed again.",

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,17 +10,25 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
 	"github.com/linkerd/trust-rotation/steps/probe"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+	"github.com/linkerd/trust-rotation/workflow/client"
 )
 
 func selfSigned(t *testing.T, cn string, notAfter time.Time) *x509.Certificate {
@@ -167,5 +176,60 @@ func TestProbeCounter(t *testing.T) {
 		Expected: "web.emojivoto.serviceaccount.identity.linkerd.cluster.local", Presented: []string{"vote.emojivoto.serviceaccount.identity.linkerd.cluster.local"}}))
 	if got := count(); got[ProbePresented] != 2 || got[ProbeRejected] != 1 || got[ProbeFailed] != 1 {
 		t.Errorf("after 2 chains read, 1 rejected and 1 failure: %v", got)
+	}
+}
+
+// A list the operator cannot decode at all (an object without a name to report it by) is
+// counted in trust_rotation_watch_errors_total, not only logged: the operator's cache is stale
+// and the metric says so. One whose objects only hold fields Go cannot hold lists whole
+// (client.DecodeErrors) and counts nothing.
+func TestWatchErrorsAreCounted(t *testing.T) {
+	const undecodable = `{"apiVersion":"trust.linkerd.io/v1alpha1","kind":"TrustAnchorRotationList","metadata":{"resourceVersion":"1"},"items":[{"metadata":{"name":7}}]}`
+	const tolerable = `{"apiVersion":"trust.linkerd.io/v1alpha1","kind":"TrustAnchorRotationList","metadata":{"resourceVersion":"1"},"items":[{"metadata":{"name":"other"},"spec":{"naturalChurnPeriod":"9999999999999h"}}]}`
+	for _, tc := range []struct {
+		name, list string
+		errors     bool
+	}{{"undecodable", undecodable, true}, {"tolerable", tolerable, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				if r.URL.Query().Get("watch") == "true" {
+					<-r.Context().Done()
+					return
+				}
+				_, _ = w.Write([]byte(tc.list))
+			}))
+			defer srv.Close()
+			tars, err := client.NewForConfig(&rest.Config{Host: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := Options{Config: steps.DefaultConfig(), RotationName: steps.DefaultRotationName, ProbeConcurrency: 1, ProbeTimeout: time.Second}
+			m := NewMetrics()
+			c, err := New(clientset.Kube(fake.NewClientset()), tars, m, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			go c.rotation.RunWithContext(ctx)
+			counted := func() float64 { return testutil.ToFloat64(m.watchErrors.WithLabelValues(WatchRotations)) }
+			if !tc.errors {
+				if !cache.WaitForCacheSync(ctx.Done(), c.rotation.HasSynced) {
+					t.Fatalf("the informer did not sync on a list it can decode tolerantly (%v errors)", counted())
+				}
+				if n := counted(); n != 0 {
+					t.Errorf("trust_rotation_watch_errors_total = %v, want 0", n)
+				}
+				return
+			}
+			for counted() == 0 {
+				select {
+				case <-ctx.Done():
+					t.Fatal("the failed list was not counted")
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		})
 	}
 }
