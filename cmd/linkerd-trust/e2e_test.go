@@ -24,6 +24,7 @@ import (
 	"github.com/linkerd/trust-rotation/cmd/linkerd-trust/cli"
 	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
 	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/steps/kube"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/meshsim"
@@ -192,14 +193,15 @@ func (e *e2e) createDeployment(ns, name string, labels map[string]string) {
 	})
 }
 
-// applyBundle pipes `linkerd-trust bundle` into `kubectl apply -f -`, as the guide does.
+// applyBundle pipes `linkerd-trust bundle` into kubectl, as the README and every hint of the
+// CLI say (cli.ApplyBundleCommand): server-side, under the operator's field manager.
 func (e *e2e) applyBundle() string {
 	e.t.Helper()
 	out, errOut, code := e.run("bundle")
 	if code != 0 {
 		e.t.Fatalf("bundle: exit code %d: %s", code, errOut)
 	}
-	e.kubectl(out, "apply", "-f", "-")
+	e.kubectl(out, "apply", "--server-side", "--field-manager="+steps.FieldManager, "-f", "-")
 	return out
 }
 
@@ -221,12 +223,21 @@ func testBundle(e *e2e) {
 	if got, want := e.configMapBundle(), steps.RenderBundle(anchor); got != want {
 		e.t.Fatalf("kubectl applied a bundle that differs from steps.RenderBundle:\n%q\nwant\n%q", got, want)
 	}
+	// Applied as the hints say, the operator's field manager alone owns the bundle: the owner
+	// check has nothing to warn of.
+	cm, err := e.kube.CoreV1().ConfigMaps("linkerd").Get(e.ctx, steps.DefaultTrustRootsConfigMap, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if owners := observe.BundleOwners(cm); len(owners) != 1 || owners[0].Manager != steps.FieldManager {
+		e.t.Errorf("the applied bundle's %s is owned by %+v, want %s alone", steps.TrustRootsKey, owners, steps.FieldManager)
+	}
 	// JSON applies to the same bytes.
 	out, _, code := e.run("bundle", "-o", "json")
 	if code != 0 {
 		e.t.Fatalf("bundle -o json: exit %d", code)
 	}
-	e.kubectl(out, "apply", "-f", "-")
+	e.kubectl(out, "apply", "--server-side", "--field-manager="+steps.FieldManager, "-f", "-")
 	if got := e.configMapBundle(); got != steps.RenderBundle(anchor) {
 		e.t.Fatalf("JSON bundle applied different bytes: %q", got)
 	}

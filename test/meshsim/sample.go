@@ -12,7 +12,7 @@ import (
 
 // SeedTrustBundle creates linkerd-identity-trust-roots from the trust anchor Secret
 // (cert-manager/linkerd-trust-anchor, tls.crt) if it does not exist yet — the state that
-// `linkerd trust bundle | kubectl apply -f -` produces before Linkerd is installed.
+// `linkerd trust bundle | kubectl apply --server-side ...` produces before Linkerd is installed.
 func SeedTrustBundle(ctx context.Context, client kubernetes.Interface, linkerdNS, anchorNS, anchorSecret string) error {
 	if _, err := client.CoreV1().ConfigMaps(linkerdNS).Get(ctx, TrustRootsConfigMap, metav1.GetOptions{}); err == nil {
 		return nil

@@ -27,8 +27,8 @@ rendered from cert-manager's trust anchor (and the operator-managed previous anc
 exactly the bytes the operator writes. No private key is read. It fails, printing nothing, when
 the anchor is missing or is not a valid CA certificate. --adopt takes an existing ConfigMap over
 instead, on a running mesh, without changing its content.`,
-		example: `  # Seed the trust bundle before installing Linkerd
-  linkerd trust bundle | kubectl apply -f -
+		example: `  # Seed the trust bundle before installing Linkerd, owned by the operator's field manager
+  ` + ApplyBundleCommand + `
 
   # On a running mesh, take the ConfigMap over from the Helm release that rendered it
   linkerd trust bundle --adopt
@@ -66,6 +66,11 @@ instead, on a running mesh, without changing its content.`,
 	}
 	return c
 }
+
+// ApplyBundleCommand seeds the trust bundle as the operator owns it: server-side, under the
+// operator's field manager, so that `linkerd trust check` finds no other writer. Every hint and
+// example that tells a user to apply the bundle names this one command.
+const ApplyBundleCommand = "linkerd trust bundle | kubectl apply --server-side --field-manager=" + steps.FieldManager + " -f -"
 
 // renderBundle reads the anchor and the previous anchor and returns the bundle the operator
 // would write (steps.State.DesiredBundle), or an error that names the object and what is wrong.

@@ -257,7 +257,7 @@ func (c *checks) bundleHasAnchor(ctx context.Context) error {
 	}
 	ref := c.cfg.LinkerdNamespace + "/" + c.cfg.TrustRootsConfigMap
 	if !b.Found {
-		return fmt.Errorf("ConfigMap %s not found: create it with `linkerd trust bundle | kubectl apply -f -`", ref)
+		return fmt.Errorf("ConfigMap %s not found: create it with `%s`", ref, ApplyBundleCommand)
 	}
 	if len(b.Certs) == 0 {
 		return fmt.Errorf("ConfigMap %s: key %s holds no PEM certificate", ref, steps.TrustRootsKey)

@@ -599,3 +599,23 @@ func TestPlanLooksAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingBundleNamesTheOneApplyCommand: the missing-bundle failure, the root help and the
+// bundle help all tell the user to apply the bundle with the one command under which the
+// operator owns it (server-side, its field manager): a plain `kubectl apply` would make the
+// owner check warn.
+func TestMissingBundleNamesTheOneApplyCommand(t *testing.T) {
+	const want = "linkerd trust bundle | kubectl apply --server-side --field-manager=" + steps.FieldManager + " -f -"
+	f := newFixture(t)
+	f.remove(&corev1.ConfigMap{}, "linkerd", steps.DefaultTrustRootsConfigMap)
+	out, _, code := f.run("check", "--pre")
+	if code == 0 || !strings.Contains(out, "ConfigMap linkerd/linkerd-identity-trust-roots not found: create it with `"+want+"`") {
+		t.Errorf("check --pre without the bundle: exit %d, want a failure naming %q\n%s", code, want, out)
+	}
+	for _, args := range [][]string{{"--help"}, {"bundle", "--help"}} {
+		out, _, _ := f.run(args...)
+		if !strings.Contains(out, want) || strings.Contains(out, "bundle | kubectl apply -f -") {
+			t.Errorf("%v names another way to apply the bundle than %q:\n%s", args, want, out)
+		}
+	}
+}

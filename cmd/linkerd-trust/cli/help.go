@@ -84,7 +84,7 @@ Commands:
 	fmt.Fprint(w, `
 Examples:
   # Seed Linkerd's trust bundle from cert-manager's trust anchor
-  linkerd trust bundle | kubectl apply -f -
+  `+ApplyBundleCommand+`
 
   # Check cert-manager, the Linkerd PKI and the operator
   linkerd trust check
