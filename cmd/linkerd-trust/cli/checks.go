@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube/clientset"
@@ -65,13 +68,13 @@ func checkCommand(env *Env) *command {
 	fs.StringVar(&o.operatorNamespace, "operator-namespace", "", "namespace of the trust-rotation operator (default: the Linkerd namespace)")
 	fs.StringVar(&o.operatorDeployment, "operator-deployment", DefaultOperatorDeployment, "Deployment of the trust-rotation operator")
 	fs.StringVar(&o.operatorLease, "operator-lease", DefaultOperatorLease, "leader-election Lease of the trust-rotation operator (in the operator namespace)")
-	fs.DurationVar(&o.leaseStaleAfter, "lease-stale-after", time.Minute, "fail when the operator's leader Lease was last renewed longer ago than this")
+	durationVar(fs, &o.leaseStaleAfter, "lease-stale-after", time.Minute, "fail when the operator's leader Lease was last renewed longer ago than this")
 	fs.Var(&o.blockedWarning, "blocked-warning", "warn when the rotation has waited in one phase with a blocking message for longer than this")
-	fs.DurationVar(&o.issuerRenewalTolerance, "issuer-renewal-tolerance", 10*time.Minute, "warn when cert-manager is this late renewing the identity issuer")
+	durationVar(fs, &o.issuerRenewalTolerance, "issuer-renewal-tolerance", 10*time.Minute, "warn when cert-manager is this late renewing the identity issuer")
 	fs.BoolVar(&o.verbose, "verbose", false, "accepted for linkerd check; the output is the same")
 	fs.StringVarP(&o.namespace, "namespace", "n", "", "with --proxy, check the meshed pods of this namespace only (default: all)")
 	fs.BoolVar(&o.proxy, "proxy", false, "also check that meshed pods were injected with the current trust bundle")
-	fs.DurationVar(&o.wait, "wait", 5*time.Minute, "maximum time for all checks to run")
+	durationVar(fs, &o.wait, "wait", 5*time.Minute, "maximum time for all checks to run")
 	c := &command{
 		name:  "check",
 		short: "Check cert-manager, the Linkerd PKI and the trust-rotation operator",
@@ -243,32 +246,43 @@ func (c *checks) categories() []category {
 	return cats
 }
 
-// duration is a time.Duration flag that also accepts days ("30d", "1d12h").
+// duration is a time.Duration flag that also accepts days ("30d", "1d12h"), as every duration
+// flag of the CLI does (durationVar).
 type duration time.Duration
+
+// durationVar defines a duration flag that accepts days, with a default.
+func durationVar(fs *pflag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var((*duration)(p), name, usage)
+}
 
 var daysPrefix = regexp.MustCompile(`^(\d+)d`)
 
 func (d *duration) Set(s string) error {
+	invalid := func() error {
+		return fmt.Errorf("invalid duration %q: a number and a unit (d, h, m, s, ms), such as 30d, 1d12h, 72h or 90s", s)
+	}
+	rest := s
 	var days time.Duration
-	if m := daysPrefix.FindStringSubmatch(s); m != nil {
-		n, err := strconv.Atoi(m[1])
-		if err != nil {
-			return fmt.Errorf("invalid duration %q", s)
+	if m := daysPrefix.FindStringSubmatch(rest); m != nil {
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil || n > int64(math.MaxInt64/(24*time.Hour)) {
+			return invalid()
 		}
 		days = time.Duration(n) * 24 * time.Hour
-		s = s[len(m[0]):]
+		rest = rest[len(m[0]):]
 	}
-	var rest time.Duration
-	if s != "" {
+	var more time.Duration
+	if rest != "" {
 		var err error
-		if rest, err = time.ParseDuration(s); err != nil {
-			return fmt.Errorf("invalid duration %q: use e.g. 30d, 72h or 90m", s)
+		if more, err = time.ParseDuration(rest); err != nil || days > 0 && more < 0 || more > math.MaxInt64-days {
+			return invalid()
 		}
 	}
-	if days+rest < 0 {
+	if days+more < 0 {
 		return fmt.Errorf("duration %q must not be negative", s)
 	}
-	*d = duration(days + rest)
+	*d = duration(days + more)
 	return nil
 }
 

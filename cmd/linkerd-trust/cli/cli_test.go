@@ -619,3 +619,40 @@ func TestMissingBundleNamesTheOneApplyCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryDurationFlagTakesDays: every duration flag of every command takes days (2d, 1d12h),
+// as --expiry-warning always did, and a typo such as 30days is refused naming the whole value
+// and the units, not as `invalid duration "ays"`.
+func TestEveryDurationFlagTakesDays(t *testing.T) {
+	f := newFixture(t)
+	var errOut bytes.Buffer
+	n := 0
+	for _, cmd := range commands(f.env(&bytes.Buffer{}, &errOut)) {
+		cmd.flags.VisitAll(func(fl *pflag.Flag) {
+			if fl.Value.Type() != "duration" {
+				return
+			}
+			n++
+			if _, ok := fl.Value.(*duration); !ok {
+				t.Errorf("%s --%s is a %T, which takes no days", cmd.name, fl.Name, fl.Value)
+				return
+			}
+			if err := fl.Value.Set("1d12h"); err != nil || fl.Value.String() != "36h" {
+				t.Errorf("%s --%s 1d12h: %v, %s", cmd.name, fl.Name, err, fl.Value)
+			}
+			err := fl.Value.Set("30days")
+			if err == nil || !strings.Contains(err.Error(), `"30days"`) || !strings.Contains(err.Error(), "30d") {
+				t.Errorf("%s --%s 30days: %v, want a refusal naming the value and the units", cmd.name, fl.Name, err)
+			}
+		})
+	}
+	if n < 8 {
+		t.Errorf("found %d duration flags, want every one of check, inspect, plan, wait", n)
+	}
+	for _, v := range []string{"106751991167d", "99999999999999999999d", "1d-1h"} {
+		var d duration
+		if err := d.Set(v); err == nil {
+			t.Errorf("%s: no error, want one (overflow or a negative part)", v)
+		}
+	}
+}

@@ -22,7 +22,8 @@ func inspectCommand(env *Env) *command {
 	out := addOutputFlag(fs, "table", "json", "yaml")
 	history := fs.Bool("history", false, "show the rotations the TrustAnchorRotation recorded (status.history) and the next rotation's deadline, without probing")
 	watch := fs.BoolP("watch", "w", false, "redraw a live view until the rotation is Synced and converged, or until interrupted")
-	interval := fs.Duration("interval", 2*time.Second, "with --watch, time between two observations")
+	interval := new(time.Duration)
+	durationVar(fs, interval, "interval", 2*time.Second, "with --watch, time between two observations")
 	kf := addKubeFlags(fs)
 	pf := addProbeFlags(fs)
 	c := &command{

@@ -36,7 +36,7 @@ type probeFlags struct {
 func addProbeFlags(fs *pflag.FlagSet) *probeFlags {
 	p := &probeFlags{}
 	fs.IntVar(&p.concurrency, "concurrency", 20, "live-certificate probes to run at once")
-	fs.DurationVar(&p.timeout, "timeout", 5*time.Second, "timeout of one live-certificate probe")
+	durationVar(fs, &p.timeout, "timeout", 5*time.Second, "timeout of one live-certificate probe")
 	fs.BoolVar(&p.portForward, "port-forward", false, "reach each pod's linkerd-admin port through the apiserver's port-forward instead of its IP (from outside the cluster network)")
 	return p
 }

@@ -20,7 +20,8 @@ func waitCommand(env *Env) *command {
 	var operatorNamespace, lease string
 	fs.StringVar(&operatorNamespace, "operator-namespace", "", "namespace of the trust-rotation operator's leader Lease (default: the Linkerd namespace)")
 	fs.StringVar(&lease, "operator-lease", DefaultOperatorLease, "leader-election Lease of the trust-rotation operator (empty: an operator run without leader election; wait for the TrustAnchorRotation alone)")
-	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait before giving up (exit 1)")
+	timeout := new(time.Duration)
+	durationVar(fs, timeout, "timeout", 5*time.Minute, "how long to wait before giving up (exit 1)")
 	c := &command{
 		name:  "wait",
 		short: "Wait until the operator leads and the TrustAnchorRotation is Ready",
