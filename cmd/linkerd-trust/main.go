@@ -13,7 +13,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, os.Args[1:], &cli.Env{Out: os.Stdout, Err: os.Stderr})
+	code := cli.Main(ctx, os.Args[1:], &cli.Env{Out: os.Stdout, Err: os.Stderr, In: os.Stdin})
 	stop()
 	os.Exit(code)
 }

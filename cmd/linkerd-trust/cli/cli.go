@@ -32,6 +32,11 @@ type Env struct {
 	// IsTerminal reports whether Out is a terminal (progress bars, redraws); nil means a check
 	// of the file descriptor when Out is an *os.File.
 	IsTerminal func() bool
+	// In is where a command reads the user's answer (rotate's confirmation); nil reads nothing.
+	// InIsTerminal reports whether In is a terminal, a person who can answer; nil means a check
+	// of the file descriptor when In is an *os.File.
+	In           io.Reader
+	InIsTerminal func() bool
 	// NewAnchor synthesises the throwaway anchor of `plan --assume-anchor-renewed`; nil means a
 	// fresh in-memory CA (see synthesiseAnchor).
 	NewAnchor anchorSynthesiser
@@ -185,6 +190,15 @@ func addOutputFlag(fs *pflag.FlagSet, formats ...string) *outputFlag {
 	o := &outputFlag{value: formats[0], formats: formats}
 	fs.VarP(o, "output", "o", "output format, one of: "+strings.Join(formats, "|"))
 	return o
+}
+
+// inIsTerminal reports whether In is a terminal: a person who can answer a question.
+func (e *Env) inIsTerminal() bool {
+	if e.InIsTerminal != nil {
+		return e.InIsTerminal()
+	}
+	f, ok := e.In.(*os.File)
+	return ok && isTerminalFile(f)
 }
 
 // isTerminal reports whether w is a terminal.

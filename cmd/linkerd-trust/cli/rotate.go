@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -22,18 +24,25 @@ func rotateCommand(env *Env) *command {
 	o.kube = addKubeFlags(fs)
 	fs.StringVar(&o.rootIssuer, "trust-root-issuer", "linkerd-trust-root-issuer", "cert-manager Issuer (in the cert-manager namespace) that signs the trust anchor")
 	fs.StringVar(&o.identityClusterIssuer, "identity-cluster-issuer", "linkerd-identity-issuer", "cert-manager ClusterIssuer that signs the identity issuer")
-	var suspend, resume bool
+	pf := addProbeFlags(fs)
+	var suspend, resume, yes, dryRun bool
+	fs.BoolVarP(&yes, "yes", "y", false, "renew without asking, even on a terminal (the plan is not printed)")
+	fs.BoolVar(&dryRun, "dry-run", false, "run the checks and print the plan of the rotation, then stop: nothing is renewed")
 	fs.BoolVar(&suspend, "suspend", false, "set the TrustAnchorRotation's spec.suspend: the operator acts on nothing until resumed (no renewal, no check)")
 	fs.BoolVar(&resume, "resume", false, "clear the TrustAnchorRotation's spec.suspend: the operator acts again (no renewal, no check)")
 	c := &command{
 		name:  "rotate",
 		short: "Start a trust-anchor rotation by renewing the anchor, once the checks say it is safe",
-		long: `Start a trust-anchor rotation: renew the anchor's cert-manager Certificate as "cmctl renew" does,
-only when the TrustAnchorRotation is Synced and the prerequisite checks pass; otherwise change
-nothing and exit 1 with the reason. --suspend holds every act of the operator (an incident, a
-change freeze) and --resume lets it go on; neither renews the anchor.`,
-		example: `  # Rotate now, if it is safe to
+		long: `Start a trust-anchor rotation: renew the anchor's Certificate as "cmctl renew" does, only when the
+TrustAnchorRotation is Synced and the prerequisite checks pass; otherwise exit 1, changing nothing.
+On a terminal it prints the plan first and asks (--yes: renew without asking); --dry-run prints the
+plan and stops; without a terminal (a script, the chart's CronJob) it renews without asking.
+--suspend holds every act of the operator and --resume lets it go on; neither renews the anchor.`,
+		example: `  # Rotate now, if it is safe to: prints the plan and asks first
   linkerd trust rotate
+
+  # What a rotation would do, changing nothing
+  linkerd trust rotate --dry-run
 
   # Then follow the rotation
   linkerd trust inspect --watch
@@ -53,6 +62,12 @@ change freeze) and --resume lets it go on; neither renews the anchor.`,
 		if suspend && resume {
 			return usagef("--suspend and --resume are exclusive")
 		}
+		if (suspend || resume) && (yes || dryRun) || yes && dryRun {
+			return usagef("--yes and --dry-run go with a rotation alone, and not with each other")
+		}
+		if err := pf.validate(); err != nil {
+			return err
+		}
 		if suspend || resume {
 			cl, err := env.clients(o.kube)
 			if err != nil {
@@ -66,7 +81,8 @@ change freeze) and --resume lets it go on; neither renews the anchor.`,
 		if err != nil {
 			return err
 		}
-		return rotate(ctx, env, o, cl)
+		preview := dryRun || !yes && env.inIsTerminal()
+		return rotate(ctx, env, o, cl, rotatePreview{plan: preview, probes: pf, confirm: preview && !dryRun})
 	}
 	return c
 }
@@ -129,7 +145,14 @@ func (c *checks) rotationSynced(ctx context.Context) error {
 	return nil
 }
 
-func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients) error {
+// rotatePreview says what rotate shows before it renews: the plan of the rotation, and whether
+// it then asks the user to confirm.
+type rotatePreview struct {
+	plan, confirm bool
+	probes        *probeFlags
+}
+
+func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview rotatePreview) error {
 	c := newChecks(o, cl, env)
 	r := &tableRenderer{w: env.Out}
 	ok := runChecks(ctx, c.rotatePrerequisites(), r.result)
@@ -137,6 +160,24 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients) error {
 	if !ok {
 		fmt.Fprintln(env.Out, "Not rotating: a prerequisite check failed (above). Nothing was changed.")
 		return errReported
+	}
+	if preview.plan {
+		p, err := buildPlan(ctx, env, cl, o.kube, preview.probes, true)
+		if err != nil {
+			return fmt.Errorf("planning the rotation: %w", err)
+		}
+		if err := renderPlan(env.Out, p, "text"); err != nil {
+			return err
+		}
+		fmt.Fprintln(env.Out)
+		if !preview.confirm {
+			fmt.Fprintln(env.Out, "Dry run: the rotation above would start with the renewal of the trust anchor. Nothing was changed.")
+			return nil
+		}
+		if !confirmed(env, fmt.Sprintf("Renew Certificate %s/%s now and start this rotation? [y/N] ", o.kube.Config.CertManagerNamespace, o.anchorCertificate)) {
+			fmt.Fprintln(env.Out, "Not rotating: not confirmed. Nothing was changed.")
+			return errReported
+		}
 	}
 	ns, name := o.kube.Config.CertManagerNamespace, o.anchorCertificate
 	crt, err := cl.CertManager.CertmanagerV1().Certificates(ns).Get(ctx, name, metav1.GetOptions{})
@@ -154,4 +195,19 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients) error {
 	}
 	fmt.Fprintf(env.Out, "Triggered the renewal of Certificate %s/%s (as cmctl renew does): cert-manager issues a new trust anchor and the operator rotates onto it.\nFollow it with: %s inspect --watch\n", ns, name, binary)
 	return nil
+}
+
+// confirmed asks question on Out and reads one line of In: yes only for y or yes.
+func confirmed(env *Env, question string) bool {
+	fmt.Fprint(env.Out, question)
+	if env.In == nil {
+		fmt.Fprintln(env.Out)
+		return false
+	}
+	line, _ := bufio.NewReader(env.In).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
 }
