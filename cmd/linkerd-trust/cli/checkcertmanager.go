@@ -14,8 +14,8 @@ import (
 )
 
 func (c *checks) apiReachable(ctx context.Context) error {
-	if _, err := c.cl.Kube.Discovery().ServerVersion(); err != nil {
-		return fmt.Errorf("querying the Kubernetes API: %w", err)
+	if _, err := withContext(ctx, c.cl.Kube.Discovery().ServerVersion); err != nil {
+		return fmt.Errorf("querying the Kubernetes API (GET /version): %s", apiError(err))
 	}
 	_, err := c.cl.Kube.CoreV1().Namespaces().Get(ctx, c.cfg.LinkerdNamespace, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -24,9 +24,49 @@ func (c *checks) apiReachable(ctx context.Context) error {
 	return nil
 }
 
+// withContext runs f, a call of client-go's discovery client, which takes no context, and
+// returns when it does or when ctx ends: check --wait bounds every check, and the discovery
+// client's own timeout is 32s. The call left running ends by that timeout.
+func withContext[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// apiError says what an apiserver's refusal means for the user: a 403 or a 401 whose body is
+// not a Status (client-go then says only "unknown") is named by its code, with what to do.
+func apiError(err error) string {
+	detail := ""
+	if msg := err.Error(); msg != "unknown" {
+		detail = ": " + msg
+	}
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return fmt.Sprintf("the apiserver did not accept the credentials of the kubeconfig's user (401 Unauthorized%s): log in again, or check --kubeconfig and --context", detail)
+	case apierrors.IsForbidden(err):
+		return fmt.Sprintf("the apiserver refused the request (403 Forbidden%s): the discovery endpoints are granted to every authenticated user by the ClusterRole system:discovery; ask an administrator what denies it", detail)
+	}
+	return err.Error()
+}
+
 // servedResources reports which of the resources the API group version serves are missing.
-func (c *checks) missingResources(groupVersion string, resources ...string) ([]string, error) {
-	list, err := c.cl.Kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
+func (c *checks) missingResources(ctx context.Context, groupVersion string, resources ...string) ([]string, error) {
+	list, err := withContext(ctx, func() (*metav1.APIResourceList, error) {
+		return c.cl.Kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
+	})
 	if apierrors.IsNotFound(err) {
 		return resources, nil
 	}
@@ -46,8 +86,8 @@ func (c *checks) missingResources(groupVersion string, resources ...string) ([]s
 	return missing, nil
 }
 
-func (c *checks) certManagerCRDs(context.Context) error {
-	missing, err := c.missingResources("cert-manager.io/v1", "certificates", "issuers", "clusterissuers")
+func (c *checks) certManagerCRDs(ctx context.Context) error {
+	missing, err := c.missingResources(ctx, "cert-manager.io/v1", "certificates", "issuers", "clusterissuers")
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-func (c *checks) rotationCRD(context.Context) error {
-	missing, err := c.missingResources(v1alpha1.SchemeGroupVersion.String(), v1alpha1.Resource)
+func (c *checks) rotationCRD(ctx context.Context) error {
+	missing, err := c.missingResources(ctx, v1alpha1.SchemeGroupVersion.String(), v1alpha1.Resource)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"encoding/csv"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -167,6 +169,27 @@ func NewClients(k *KubeFlags) (*Clients, error) {
 
 func isTerminalFile(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
+// missingKubeconfigs says where the kubeconfig was looked for, and what is wrong with each: a
+// KUBECONFIG that names a file that does not exist is skipped by client-go without a word.
+func missingKubeconfigs(paths []string) string {
+	from := "~/.kube/config"
+	if env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); env != "" {
+		from = clientcmd.RecommendedConfigPathEnvVar + "=" + env
+	}
+	var why []string
+	for _, p := range paths {
+		switch _, err := os.Stat(p); {
+		case errors.Is(err, fs.ErrNotExist):
+			why = append(why, p+" does not exist")
+		case err != nil:
+			why = append(why, err.Error())
+		default:
+			why = append(why, p+" holds no cluster")
+		}
+	}
+	return fmt.Sprintf("looked for %s: %s", from, strings.Join(why, ", "))
+}
+
 // restConfig loads the client configuration: the kubeconfig (KUBECONFIG or ~/.kube/config unless
 // --kubeconfig), its context unless --context, with --as/--as-group impersonation and --api-addr.
 func (k *KubeFlags) restConfig() (*rest.Config, error) {
@@ -180,6 +203,10 @@ func (k *KubeFlags) restConfig() (*rest.Config, error) {
 	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	if err != nil {
+		if clientcmd.IsEmptyConfig(err) && k.Kubeconfig == "" {
+			return nil, fmt.Errorf("loading the Kubernetes client configuration: no kubeconfig found: %s; "+
+				"point --kubeconfig or KUBECONFIG at one", missingKubeconfigs(rules.Precedence))
+		}
 		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
 	}
 	cfg.UserAgent = binary

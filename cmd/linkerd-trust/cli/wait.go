@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -65,6 +66,15 @@ type waiter struct {
 	rotation              string
 	// leader is the Lease holder once seen.
 	leader string
+	// denied is the last read's 401 or 403: no wait ends it.
+	denied error
+}
+
+// deniedBy records err when the apiserver refused the read (401, 403).
+func (w *waiter) deniedBy(err error) {
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		w.denied = err
+	}
 }
 
 // run polls until done; it prints each new reason to wait, and the outcome.
@@ -73,9 +83,15 @@ func (w *waiter) run(ctx context.Context, timeout time.Duration) error {
 	defer tick.Stop()
 	last := ""
 	for {
+		w.denied = nil
 		done, reason, err := w.once(ctx)
 		if err != nil {
 			return err
+		}
+		if w.denied != nil {
+			// Waiting does not grant a permission: say which one is missing, at once.
+			return fmt.Errorf("%s: %s needs get on Leases in namespace %s and on TrustAnchorRotations",
+				reason, binary+" wait", w.leaseNamespace)
 		}
 		if !done && ctx.Err() != nil && last != "" {
 			// A read cut short by the deadline says nothing new: report what it waited for.
@@ -116,6 +132,7 @@ func (w *waiter) leaseHolder(ctx context.Context) (string, string) {
 	ref := w.leaseNamespace + "/" + w.lease
 	l, err := w.cl.Kube.CoordinationV1().Leases(w.leaseNamespace).Get(ctx, w.lease, metav1.GetOptions{})
 	if err != nil {
+		w.deniedBy(err)
 		return "", fmt.Sprintf("reading Lease %s: %v", ref, err)
 	}
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
@@ -141,6 +158,7 @@ func (w *waiter) leaseHolder(ctx context.Context) (string, string) {
 func (w *waiter) rotationReady(ctx context.Context, holder string) (bool, string, error) {
 	tar, err := w.cl.Rotations.Get(ctx, w.rotation)
 	if err != nil {
+		w.deniedBy(err)
 		return false, fmt.Sprintf("reading TrustAnchorRotation %s: %v", w.rotation, err), nil
 	}
 	if tar.Status.ObservedGeneration != tar.Generation {
