@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Linkerd's names, as installed by the guide; every one can be overridden by a flag.
+// Linkerd's names, as the README's install names them; every one can be overridden by a flag.
 const (
 	DefaultLinkerdNamespace     = "linkerd"
 	DefaultCertManagerNamespace = "cert-manager"

@@ -23,7 +23,7 @@ type flagGroup struct {
 
 var (
 	groupCluster = flagGroup{"cluster", "cluster", "how to reach the apiserver, as for kubectl; linkerd check passes them on"}
-	groupNames   = flagGroup{"names", "object names", "the Linkerd PKI objects, defaults of the user guide; the operator's flags of the same name"}
+	groupNames   = flagGroup{"names", "object names", "the Linkerd PKI objects, defaults of the README's install; the operator's flags of the same name"}
 	flagGroups   = []flagGroup{groupCluster, groupNames}
 )
 

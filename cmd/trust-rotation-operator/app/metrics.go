@@ -15,7 +15,7 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// Metrics mirrors the TrustAnchorRotation status, with the names the user guide documents.
+// Metrics mirrors the TrustAnchorRotation status, with the names docs/reference.md documents.
 type Metrics struct {
 	Registry *prometheus.Registry
 
