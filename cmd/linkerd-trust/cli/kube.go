@@ -89,6 +89,11 @@ func (g *groupsFlag) Set(v string) error {
 }
 
 func (k *KubeFlags) validate() error {
+	// As the linkerd CLI does (cli/cmd/root.go): LINKERD_NAMESPACE replaces the namespace while
+	// -L/--linkerd-namespace holds its default.
+	if env := os.Getenv(EnvLinkerdNamespace); env != "" && k.Config.LinkerdNamespace == steps.DefaultLinkerdNamespace {
+		k.Config.LinkerdNamespace = env
+	}
 	if err := k.Config.Validate(); err != nil {
 		return usageError{err}
 	}
@@ -97,6 +102,10 @@ func (k *KubeFlags) validate() error {
 	}
 	return nil
 }
+
+// EnvLinkerdNamespace names the Linkerd control plane's namespace for every command, as it does
+// for the linkerd CLI.
+const EnvLinkerdNamespace = "LINKERD_NAMESPACE"
 
 // RotationReader reads TrustAnchorRotations; *client.Client is one, tests use a fake.
 type RotationReader interface {

@@ -73,3 +73,25 @@ current-context: c
 		t.Error(`--as-group=["a] was accepted`)
 	}
 }
+
+// LINKERD_NAMESPACE names the Linkerd namespace as it does for the linkerd CLI: while
+// -L/--linkerd-namespace holds its default.
+func TestLinkerdNamespaceFromTheEnvironment(t *testing.T) {
+	t.Setenv(EnvLinkerdNamespace, "mesh")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{{nil, "mesh"}, {[]string{"-L", "other"}, "other"}} {
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		k := addKubeFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if got := k.Config.LinkerdNamespace; got != tc.want {
+			t.Errorf("%v with %s=mesh: namespace %q, want %q", tc.args, EnvLinkerdNamespace, got, tc.want)
+		}
+	}
+}
