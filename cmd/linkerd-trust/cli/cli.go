@@ -89,6 +89,7 @@ func Main(ctx context.Context, args []string, env *Env) int {
 	for _, c := range cmds {
 		byName[c.name] = c
 	}
+	args = globalFlagsAfterCommand(args)
 	if len(args) == 0 {
 		printRootHelp(env.Err, cmds)
 		return ExitUsage
@@ -158,6 +159,40 @@ func commands(env *Env) []*command {
 		versionCommand(env),
 		metadataCommand(env),
 	}
+}
+
+// globalFlagsAfterCommand moves the global flags given before the command (linkerd-trust
+// --context prod check, as kubectl and linkerd take them) after it, where the command's flag set
+// parses them. Anything else before the command is left where it is, to be refused as it was.
+func globalFlagsAfterCommand(args []string) []string {
+	global := pflag.NewFlagSet("global", pflag.ContinueOnError)
+	addKubeFlags(global)
+	var moved []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
+			if len(moved) == 0 {
+				return args
+			}
+			return append(append([]string{a}, moved...), args[i+1:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		var f *pflag.Flag
+		if strings.HasPrefix(a, "--") {
+			f = global.Lookup(name)
+		} else if len(name) == 1 {
+			f = global.ShorthandLookup(name)
+		}
+		if f == nil {
+			return args // -h, --help or a mistake: the root decides
+		}
+		moved = append(moved, a)
+		if !hasValue && f.NoOptDefVal == "" && i+1 < len(args) {
+			i++
+			moved = append(moved, args[i])
+		}
+	}
+	return args
 }
 
 // newFlagSet returns a FlagSet for a command that reports errors instead of exiting, with -h.

@@ -30,31 +30,33 @@ func TestGolden(t *testing.T) {
 		args     []string
 		wantCode int
 	}{
-		"bundle-yaml":            {args: []string{"bundle"}},
-		"bundle-json":            {args: []string{"bundle", "-o", "json"}},
-		"bundle-expanded-yaml":   {setup: (*fixture).midRotation, args: []string{"bundle"}},
-		"check-table":            {args: []string{"check"}},
-		"check-json":             {args: []string{"check", "-o", "json"}},
-		"check-pre-table":        {args: []string{"check", "--pre"}},
-		"check-proxy-table":      {setup: (*fixture).midRotation, args: []string{"check", "--proxy"}},
-		"check-failing-table":    {setup: breakInstall, args: []string{"check"}, wantCode: 1},
-		"check-failing-json":     {setup: breakInstall, args: []string{"check", "--output=json"}, wantCode: 1},
-		"check-no-crds-table":    {setup: func(f *fixture) { f.discovery = f.discovery[1:] }, args: []string{"check", "--pre"}, wantCode: 1},
-		"inspect-table":          {setup: (*fixture).midRotation, args: []string{"inspect"}},
-		"inspect-json":           {setup: (*fixture).midRotation, args: []string{"inspect", "-o", "json"}},
-		"inspect-synced-table":   {args: []string{"inspect"}},
-		"inspect-rejected-table": {setup: rejectedChains, args: []string{"inspect"}},
-		"inspect-linked-table":   {setup: linkedMidRotation, args: []string{"inspect"}},
-		"plan-linked-text":       {setup: linkedLive, args: []string{"plan"}},
-		"check-linked-table":     {setup: linkedLive, args: []string{"check"}, wantCode: 1},
-		"plan-text":              {setup: (*fixture).midRotation, args: []string{"plan"}},
-		"plan-json":              {setup: (*fixture).midRotation, args: []string{"plan", "-o", "json"}},
-		"plan-yaml":              {setup: (*fixture).midRotation, args: []string{"plan", "-o", "yaml"}},
-		"plan-synced-text":       {args: []string{"plan"}},
-		"plan-assume-text":       {args: []string{"plan", "--assume-anchor-renewed"}},
-		"plan-assume-json":       {args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
-		"plan-assume-yaml":       {args: []string{"plan", "--assume-anchor-renewed", "-o", "yaml"}},
-		"plan-automated-text":    {setup: automated, args: []string{"plan"}},
+		"bundle-yaml":               {args: []string{"bundle"}},
+		"bundle-json":               {args: []string{"bundle", "-o", "json"}},
+		"bundle-expanded-yaml":      {setup: (*fixture).midRotation, args: []string{"bundle"}},
+		"check-table":               {args: []string{"check"}},
+		"check-json":                {args: []string{"check", "-o", "json"}},
+		"check-pre-table":           {args: []string{"check", "--pre"}},
+		"check-proxy-table":         {setup: (*fixture).midRotation, args: []string{"check", "--proxy"}},
+		"check-failing-table":       {setup: breakInstall, args: []string{"check"}, wantCode: 1},
+		"check-failing-json":        {setup: breakInstall, args: []string{"check", "--output=json"}, wantCode: 1},
+		"check-no-crds-table":       {setup: func(f *fixture) { f.discovery = f.discovery[1:] }, args: []string{"check", "--pre"}, wantCode: 1},
+		"check-not-installed-table": {setup: withoutRotationCRD, args: []string{"check"}},
+		"check-not-installed-json":  {setup: withoutRotationCRD, args: []string{"check", "-o", "json"}},
+		"inspect-table":             {setup: (*fixture).midRotation, args: []string{"inspect"}},
+		"inspect-json":              {setup: (*fixture).midRotation, args: []string{"inspect", "-o", "json"}},
+		"inspect-synced-table":      {args: []string{"inspect"}},
+		"inspect-rejected-table":    {setup: rejectedChains, args: []string{"inspect"}},
+		"inspect-linked-table":      {setup: linkedMidRotation, args: []string{"inspect"}},
+		"plan-linked-text":          {setup: linkedLive, args: []string{"plan"}},
+		"check-linked-table":        {setup: linkedLive, args: []string{"check"}, wantCode: 1},
+		"plan-text":                 {setup: (*fixture).midRotation, args: []string{"plan"}},
+		"plan-json":                 {setup: (*fixture).midRotation, args: []string{"plan", "-o", "json"}},
+		"plan-yaml":                 {setup: (*fixture).midRotation, args: []string{"plan", "-o", "yaml"}},
+		"plan-synced-text":          {args: []string{"plan"}},
+		"plan-assume-text":          {args: []string{"plan", "--assume-anchor-renewed"}},
+		"plan-assume-json":          {args: []string{"plan", "--assume-anchor-renewed", "-o", "json"}},
+		"plan-assume-yaml":          {args: []string{"plan", "--assume-anchor-renewed", "-o", "yaml"}},
+		"plan-automated-text":       {setup: automated, args: []string{"plan"}},
 		// Whole rotations, from Synced to the end, under the automations.
 		"plan-assume-automatic-text": {setup: func(f *fixture) { automate(f, v1alpha1.RolloutRestart) }, args: []string{"plan", "--assume-anchor-renewed"}},
 		"plan-assume-evict-text":     {setup: func(f *fixture) { automate(f, v1alpha1.Evict) }, args: []string{"plan", "--assume-anchor-renewed"}},
@@ -654,5 +656,25 @@ func TestEveryDurationFlagTakesDays(t *testing.T) {
 		if err := d.Set(v); err == nil {
 			t.Errorf("%s: no error, want one (overflow or a negative part)", v)
 		}
+	}
+}
+
+// Global flags are taken before the command too, as kubectl and linkerd take them.
+func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"--context", "prod", "check", "--pre"}, []string{"check", "--context", "prod", "--pre"}},
+		{[]string{"-L", "mesh", "--kubeconfig=/k", "plan"}, []string{"plan", "-L", "mesh", "--kubeconfig=/k"}},
+		{[]string{"--as-group", "a", "--as-group=b", "inspect", "-o", "json"}, []string{"inspect", "--as-group", "a", "--as-group=b", "-o", "json"}},
+		{[]string{"check", "--context", "prod"}, []string{"check", "--context", "prod"}},
+		{[]string{"--help"}, []string{"--help"}},
+		{[]string{"--no-such-flag", "check"}, []string{"--no-such-flag", "check"}},
+	} {
+		if got := globalFlagsAfterCommand(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("%q: %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	f := newFixture(t)
+	if out, errOut, code := f.run("--linkerd-namespace", "linkerd", "check", "--pre"); code != ExitOK {
+		t.Errorf("a global flag before check: exit %d\n%s%s", code, out, errOut)
 	}
 }
