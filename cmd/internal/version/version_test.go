@@ -45,7 +45,7 @@ func TestMakeImageStampsTheVersion(t *testing.T) {
 		want string
 	}{
 		{"linkerd-trust", []string{"version", "--short"}, want + "\n"},
-		{"linkerd-trust", []string{"version"}, "linkerd-trust version: " + want + "\n"},
+		{"linkerd-trust", []string{"version", "--client"}, "linkerd-trust version: " + want + "\n"},
 		{"trust-rotation-operator", []string{"--version"}, "trust-rotation-operator version: " + want + "\n"},
 	} {
 		got, err := exec.Command(filepath.Join(out, c.bin), c.args...).CombinedOutput()
@@ -81,13 +81,17 @@ func TestMakeReleaseBinaries(t *testing.T) {
 		t.Fatalf("make release-binaries: %v\n%s", err, out)
 	}
 	suffix := "-" + version + "-" + osArch[0] + "-" + osArch[1]
-	for _, c := range []struct{ bin, arg, want string }{
-		{"linkerd-trust", "version", "linkerd-trust version: " + version + "\n"},
-		{"trust-rotation-operator", "--version", "trust-rotation-operator version: " + version + "\n"},
+	for _, c := range []struct {
+		bin  string
+		args []string
+		want string
+	}{
+		{"linkerd-trust", []string{"version", "--client"}, "linkerd-trust version: " + version + "\n"},
+		{"trust-rotation-operator", []string{"--version"}, "trust-rotation-operator version: " + version + "\n"},
 	} {
-		got, err := exec.Command(filepath.Join(dir, c.bin+suffix), c.arg).CombinedOutput()
+		got, err := exec.Command(filepath.Join(dir, c.bin+suffix), c.args...).CombinedOutput()
 		if err != nil || string(got) != c.want {
-			t.Errorf("%s %s: %q, %v; want %q", c.bin+suffix, c.arg, got, err, c.want)
+			t.Errorf("%s %v: %q, %v; want %q", c.bin+suffix, c.args, got, err, c.want)
 		}
 	}
 	sums, err := os.ReadFile(filepath.Join(dir, "sha256sums.txt"))

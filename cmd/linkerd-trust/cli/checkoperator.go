@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/linkerd/trust-rotation/cmd/internal/version"
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -27,6 +28,14 @@ func (c *checks) rotationCRD(ctx context.Context) error {
 			v1alpha1.SchemeGroupVersion, v1alpha1.Resource, v1alpha1.Resource, v1alpha1.GroupName)
 	}
 	return nil
+}
+
+// notInstalled reports whether the API serves no TrustAnchorRotation: the operator's CRD, and so
+// any TrustAnchorRotation, is not installed. An API that cannot be asked is not taken for one
+// without the extension: the checks then say what fails.
+func (c *checks) notInstalled(ctx context.Context) bool {
+	missing, err := c.missingResources(ctx, v1alpha1.SchemeGroupVersion.String(), v1alpha1.Resource)
+	return err == nil && len(missing) > 0
 }
 
 func (c *checks) rotationExists(ctx context.Context) error {
@@ -63,6 +72,26 @@ func (c *checks) operatorAvailable(ctx context.Context) error {
 	}
 	if ok, why := deploymentAvailable(d); !ok {
 		return fmt.Errorf("Deployment %s/%s is not available: %s", ns, name, why)
+	}
+	return nil
+}
+
+// operatorVersionMatches warns, as linkerd check does of its control plane, when the operator's
+// version (its Deployment's app.kubernetes.io/version) is not the CLI's: the CLI reads the
+// operator's status and runs the same steps, so a CLI of another version may plan or judge
+// differently.
+func (c *checks) operatorVersionMatches(ctx context.Context) error {
+	ns, name := c.o.operatorNamespace, c.o.operatorDeployment
+	d, err := c.cl.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return notFound("Deployment", ns+"/"+name, err)
+	}
+	operator, client := d.Labels[versionLabel], version.String()
+	switch {
+	case operator == "":
+		return fmt.Errorf("Deployment %s/%s has no %s label: its version is unknown", ns, name, versionLabel)
+	case operator != client:
+		return fmt.Errorf("the operator (Deployment %s/%s) is %s, this CLI %s: install the CLI of the operator's version", ns, name, operator, client)
 	}
 	return nil
 }

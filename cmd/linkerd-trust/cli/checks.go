@@ -118,7 +118,15 @@ the operator's prerequisites; --proxy also the data plane. No private key is rea
 		} else {
 			c := newChecks(o, cl, env)
 			cats = c.categories()
-			if !o.pre {
+			if !o.pre && c.notInstalled(ctx) {
+				// `linkerd check` runs the extension on every cluster once it is on PATH: where
+				// nobody installed it, that is no failure.
+				cats = []category{{name: categoryExtension, checkers: []checker{{
+					description: "the trust-rotation operator is not installed on this cluster (no TrustAnchorRotation CRD): nothing to check; " +
+						binary + " check --pre checks its prerequisites",
+					check: func(context.Context) error { return nil },
+				}}}}
+			} else if !o.pre {
 				var spec []v1alpha1.RemoteCluster
 				if tar, err := c.rotation.get(ctx); err == nil {
 					spec = tar.Spec.RemoteClusters
@@ -155,6 +163,8 @@ const (
 	categoryPKI         = "linkerd-trust-pki"
 	categoryOperator    = "linkerd-trust-operator"
 	categoryDataPlane   = "linkerd-trust-data-plane"
+	// categoryExtension holds the one line of a cluster the extension is not installed on.
+	categoryExtension = "linkerd-trust"
 )
 
 // checks holds what the checkers share: the clients, the clock, and the objects several
@@ -232,6 +242,7 @@ func (c *checks) categories() []category {
 		{description: fmt.Sprintf("TrustAnchorRotation %s exists", o.kube.RotationName), hint: "l5d-trust-operator-rotation", check: c.rotationExists},
 		{description: fmt.Sprintf("TrustAnchorRotation %s has a spec the operator can use", o.kube.RotationName), hint: "l5d-trust-operator-spec", check: c.rotationSpecValid},
 		{description: "trust-rotation operator is available", hint: "l5d-trust-operator-deployment", check: c.operatorAvailable},
+		{description: "trust-rotation operator and CLI versions match", hint: "l5d-trust-operator-version", warning: true, check: c.operatorVersionMatches},
 		{description: "trust-rotation operator renews its leader lease", hint: "l5d-trust-operator-lease", check: c.operatorLeaseFresh},
 		{description: "trust-anchor rotation is not blocked", hint: "l5d-trust-operator-blocked", warning: true, check: c.rotationNotBlocked},
 		{description: "the next rotation can still start in time", hint: "l5d-trust-operator-deadline", check: c.rotationDeadline},

@@ -13,14 +13,17 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	"github.com/linkerd/trust-rotation/steps"
-	"github.com/linkerd/trust-rotation/workflow"
-	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/linkerd/trust-rotation/cmd/internal/version"
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 // TestGolden renders every command's every output format over fixed fixtures.
@@ -676,5 +679,31 @@ func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 	f := newFixture(t)
 	if out, errOut, code := f.run("--linkerd-namespace", "linkerd", "check", "--pre"); code != ExitOK {
 		t.Errorf("a global flag before check: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// version prints the operator's version beside the client's, as linkerd version prints its
+// control plane's, or why it is unavailable; --client reads no cluster; check warns when the
+// two differ.
+func TestVersionNamesTheOperator(t *testing.T) {
+	f := newFixture(t)
+	out, _, code := f.run("version")
+	want := fmt.Sprintf("linkerd-trust version: %s\ntrust-rotation operator version: %s\n", version.String(), version.String())
+	if code != ExitOK || out != want {
+		t.Errorf("version: exit %d\n%q\nwant\n%q", code, out, want)
+	}
+	if out, _, _ := f.run("version", "--client"); out != "linkerd-trust version: "+version.String()+"\n" {
+		t.Errorf("version --client: %q", out)
+	}
+	f.remove(&appsv1.Deployment{}, "linkerd", DefaultOperatorDeployment)
+	if out, _, code := f.run("version"); code != ExitOK || !strings.Contains(out, "trust-rotation operator version: unavailable (Deployment linkerd/trust-rotation-operator not found") {
+		t.Errorf("version without the operator: exit %d\n%s", code, out)
+	}
+
+	f = newFixture(t)
+	f.replace(available(deployment("linkerd", DefaultOperatorDeployment, map[string]string{versionLabel: "v0.0.1"})))
+	out, _, code = f.run("check")
+	if code != ExitOK || !strings.Contains(out, "‼ trust-rotation operator and CLI versions match") || !strings.Contains(out, "is v0.0.1, this CLI "+version.String()) {
+		t.Errorf("check with an operator of another version: exit %d, want a warning naming both\n%s", code, out)
 	}
 }

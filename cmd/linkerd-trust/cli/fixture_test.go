@@ -33,6 +33,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/linkerd/trust-rotation/cmd/internal/version"
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/steps/podindex"
@@ -169,7 +170,7 @@ func newFixture(t *testing.T) *fixture {
 		secret("linkerd", "linkerd-identity-issuer", certPEM(t, "issuer-old")),
 		bundleConfigMap(steps.RenderBundle(cert(t, "anchor-old"))),
 		available(deployment("cert-manager", "cert-manager", map[string]string{"app.kubernetes.io/name": "cert-manager", "app.kubernetes.io/component": "controller"})),
-		available(deployment("linkerd", DefaultOperatorDeployment, nil)),
+		available(deployment("linkerd", DefaultOperatorDeployment, map[string]string{versionLabel: version.String()})),
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "linkerd", Name: DefaultOperatorLease},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("operator-0_1"), RenewTime: &metav1.MicroTime{Time: testNow.Add(-5 * time.Second)}}},
 	)
@@ -507,4 +508,11 @@ func linkedMidRotation(f *fixture) {
 			LastObserved:         &read, BlockingReason: steps.ReasonRemoteTrustBundlePending,
 			BlockingMessage: "cluster north: 3 of 5 meshed pod(s) run with a trust bundle holding the new anchor " + nw[:12] + " (phase PropagatingTrustRoots)"},
 	}
+}
+
+// withoutRotationCRD is a cluster the extension is not installed on: the API serves no
+// TrustAnchorRotation (cert-manager may be there or not).
+func withoutRotationCRD(f *fixture) {
+	f.discovery = f.discovery[:1]
+	f.rotations = fakeRotations{}
 }
