@@ -21,7 +21,7 @@ func bundleCommand(env *Env) *command {
 	kf := addKubeFlags(fs)
 	c := &command{
 		name:  "bundle",
-		short: "Print the linkerd-identity-trust-roots ConfigMap rendered from cert-manager's trust anchor",
+		short: "Print the linkerd-identity-trust-roots ConfigMap, rendered from cert-manager's anchor",
 		long: `Print the linkerd-identity-trust-roots ConfigMap that Linkerd reads its trust roots from,
 rendered from cert-manager's trust anchor (and the operator-managed previous anchor, if any) with
 exactly the bytes the operator writes. No private key is read. It fails, printing nothing, when

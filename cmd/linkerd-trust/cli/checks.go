@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -64,7 +65,11 @@ func checkCommand(env *Env) *command {
 	o.kube = addKubeFlags(fs)
 	fs.StringVar(&o.rootIssuer, "trust-root-issuer", "linkerd-trust-root-issuer", "cert-manager Issuer (in the cert-manager namespace) that signs the trust anchor")
 	fs.StringVar(&o.identityClusterIssuer, "identity-cluster-issuer", "linkerd-identity-issuer", "cert-manager ClusterIssuer that signs the identity issuer")
-	fs.StringVar(&o.certManagerSelector, "cert-manager-controller-selector", CertManagerControllerSelector, "label selector of cert-manager's controller Deployment in the cert-manager namespace")
+	fs.StringVar(&o.certManagerSelector, "cert-manager-controller-selector", CertManagerControllerSelector,
+		"label selector of cert-manager's controller Deployment in the cert-manager namespace; default: its Helm chart's, "+
+			strings.ReplaceAll(CertManagerControllerSelector, ",", ", "))
+	// The default is in the usage, where it wraps: as a (default "...") it is one long word.
+	fs.Lookup("cert-manager-controller-selector").DefValue = ""
 	fs.StringVar(&o.operatorNamespace, "operator-namespace", "", "namespace of the trust-rotation operator (default: the Linkerd namespace)")
 	fs.StringVar(&o.operatorDeployment, "operator-deployment", DefaultOperatorDeployment, "Deployment of the trust-rotation operator")
 	fs.StringVar(&o.operatorLease, "operator-lease", DefaultOperatorLease, "leader-election Lease of the trust-rotation operator (in the operator namespace)")

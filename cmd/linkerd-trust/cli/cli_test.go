@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/spf13/pflag"
@@ -705,5 +706,22 @@ func TestVersionNamesTheOperator(t *testing.T) {
 	out, _, code = f.run("check")
 	if code != ExitOK || !strings.Contains(out, "‼ trust-rotation operator and CLI versions match") || !strings.Contains(out, "is v0.0.1, this CLI "+version.String()) {
 		t.Errorf("check with an operator of another version: exit %d, want a warning naming both\n%s", code, out)
+	}
+}
+
+// No help line is wider than 100 columns: the root's, and every command's.
+func TestHelpFitsIn100Columns(t *testing.T) {
+	f := newFixture(t)
+	helps := [][]string{{"--help"}}
+	for _, c := range commands(f.env(&bytes.Buffer{}, &bytes.Buffer{})) {
+		helps = append(helps, []string{c.name, "--help"})
+	}
+	for _, args := range helps {
+		out, _, _ := f.run(args...)
+		for i, line := range strings.Split(out, "\n") {
+			if n := utf8.RuneCountInString(line); n > helpColumns {
+				t.Errorf("%v, line %d: %d columns: %s", args, i+1, n, line)
+			}
+		}
 	}
 }

@@ -23,7 +23,7 @@ type flagGroup struct {
 
 var (
 	groupCluster = flagGroup{"cluster", "cluster", "how to reach the apiserver, as for kubectl; linkerd check passes them on"}
-	groupNames   = flagGroup{"names", "object names", "the Linkerd PKI objects, defaults of the README's install; the operator's flags of the same name"}
+	groupNames   = flagGroup{"names", "object names", "the Linkerd PKI objects, as the README names them; as the operator's flags"}
 	flagGroups   = []flagGroup{groupCluster, groupNames}
 )
 
@@ -66,9 +66,13 @@ func split(fs *pflag.FlagSet, key string) (*pflag.FlagSet, []string) {
 	return sub, names
 }
 
+// helpColumns is the width help is wrapped to, as a terminal of 100 columns shows it.
+const helpColumns = 100
+
 func printRootHelp(w io.Writer, cmds []*command) {
-	fmt.Fprintf(w, `%s rotates Linkerd's trust anchor with the trust-rotation operator on top of cert-manager.
-It is a Linkerd CLI extension: "linkerd trust <command>" runs "%s <command>".
+	fmt.Fprintf(w, `%s rotates Linkerd's trust anchor with the trust-rotation operator, on top of
+cert-manager. It is a Linkerd CLI extension: "linkerd trust <command>" runs
+"%s <command>".
 
 Usage:
   %s <command> [flags]
@@ -93,12 +97,12 @@ Examples:
 	global := pflag.NewFlagSet("global", pflag.ContinueOnError)
 	global.SortFlags = false
 	addKubeFlags(global)
-	fmt.Fprintf(w, "\nGlobal flags, of every command but version:\n")
+	fmt.Fprintf(w, "\nGlobal flags, of every command:\n")
 	for _, g := range flagGroups {
 		sub, _ := split(global, g.key)
-		fmt.Fprintf(w, "\n%s%s (%s):\n%s", strings.ToUpper(g.title[:1]), g.title[1:], g.about, sub.FlagUsages())
+		fmt.Fprintf(w, "\n%s%s (%s):\n%s", strings.ToUpper(g.title[:1]), g.title[1:], g.about, sub.FlagUsagesWrapped(helpColumns))
 	}
-	fmt.Fprintf(w, "\nRun '%s <command> --help' for a command's own flags. Reference: %s\n", binary, DocsURL)
+	fmt.Fprintf(w, "\nRun '%s <command> --help' for a command's own flags.\nReference: %s\n", binary, DocsURL)
 }
 
 func printHelp(w io.Writer, c *command) {
@@ -111,7 +115,7 @@ func printHelp(w io.Writer, c *command) {
 		fmt.Fprintf(w, "\nExamples:\n%s\n", strings.TrimRight(c.example, "\n"))
 	}
 	own, _ := split(c.flags, "")
-	fmt.Fprintf(w, "\nFlags:\n%s", own.FlagUsages())
+	fmt.Fprintf(w, "\nFlags:\n%s", own.FlagUsagesWrapped(helpColumns))
 	var lines []string
 	for _, g := range flagGroups {
 		_, names := split(c.flags, g.key)

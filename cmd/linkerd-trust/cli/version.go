@@ -20,9 +20,10 @@ func versionCommand(env *Env) *command {
 	c := &command{
 		name:  "version",
 		short: "Print the version of linkerd-trust, and of the operator when the cluster is reachable",
-		long: `Print the version of linkerd-trust and, as linkerd version does for its control plane, the version of
-the trust-rotation operator installed on the cluster (its Deployment's app.kubernetes.io/version
-label, which the chart sets), or why it is unavailable. check warns when the two differ.`,
+		long: `Print the version of linkerd-trust and, as linkerd version does for its control plane, the
+version of the trust-rotation operator installed on the cluster (its Deployment's
+app.kubernetes.io/version label, which the chart sets), or why it is unavailable. check warns
+when the two differ.`,
 		example: "  linkerd trust version\n  linkerd trust version --client --short",
 		flags:   fs,
 	}
@@ -82,7 +83,7 @@ func metadataCommand(env *Env) *command {
 	c := &command{
 		name:   "_extension-metadata",
 		short:  "Print the Linkerd extension metadata",
-		long:   "Print the metadata linkerd reads to discover this extension: its name, and that linkerd check always runs its checks.",
+		long:   "Print the metadata linkerd reads to discover this extension: its name, and that\nlinkerd check always runs its checks.",
 		hidden: true,
 		flags:  fs,
 	}
