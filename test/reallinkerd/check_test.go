@@ -13,7 +13,10 @@ import (
 	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/linkerd/trust-rotation/cmd/linkerd-trust/cli"
 	"github.com/linkerd/trust-rotation/test/charts"
@@ -21,6 +24,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/e2e"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/reallinkerd"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 // checkRecording is what the real `linkerd check -o json` did with the extension on PATH, in
@@ -50,10 +54,13 @@ var checkSituations = []struct {
 		func(*testing.T, *e2e.Env) {}},
 	{"operator-stopped.json", "the operator chart installed and a meshed Deployment; the operator stopped (its Lease released) and its Deployment scaled to 0",
 		stopOperator},
+	{"not-installed.json", "a meshed Deployment, and no TrustAnchorRotation CRD (so no TrustAnchorRotation): the extension is on PATH but not installed on this cluster",
+		removeRotationCRD},
 }
 
 // TestLinkerdCheckRunsTheExtension replays (or, with -update, records) `linkerd check -o json`
-// with linkerd-trust on PATH, with the operator running and stopped. Replaying, it runs the
+// with linkerd-trust on PATH, with the operator running and stopped, and on a cluster without
+// the operator's CRD, where the extension passes saying it is not installed. Replaying, it runs the
 // extension with the arguments real Linkerd passed and compares what it prints with the
 // document Linkerd printed for it, field by field; it also checks that the recorded Linkerd
 // printed the extension's document as the extension printed it.
@@ -70,7 +77,7 @@ func TestLinkerdCheckRunsTheExtension(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, d := range recordingProblems(rec) {
+			for _, d := range append(recordingProblems(rec), situationProblems(s.file, rec)...) {
 				t.Errorf("%s: %s", s.file, d)
 			}
 			recs[s.file] = rec
@@ -98,7 +105,7 @@ func TestLinkerdCheckRunsTheExtension(t *testing.T) {
 		s.make(t, env)
 		if *update {
 			rec := recordCheck(t, ctx, bins.CLI, version, s.what)
-			for _, d := range recordingProblems(rec) {
+			for _, d := range append(recordingProblems(rec), situationProblems(s.file, rec)...) {
 				t.Errorf("%s: %s", s.file, d)
 			}
 			writeJSON(t, filepath.Join(dir, s.file), rec)
@@ -130,6 +137,33 @@ func stopOperator(t *testing.T, env *e2e.Env) {
 		}
 		l, err := kube.CoordinationV1().Leases(ns).Get(ctx, cli.DefaultOperatorLease, metav1.GetOptions{})
 		return err == nil && (l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == ""), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// removeRotationCRD deletes the TrustAnchorRotation CRD, and with it every TrustAnchorRotation,
+// as on a cluster the extension was never installed on, and waits until the API no longer
+// serves the resource. The next test's environment installs the charts again.
+func removeRotationCRD(t *testing.T, env *e2e.Env) {
+	dyn, err := dynamic.NewForConfig(env.Cluster.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if err := crds.Delete(env.Ctx, v1alpha1.Resource+"."+v1alpha1.GroupName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = poll.Until(env.Ctx, time.Minute, "the API to serve no TrustAnchorRotation", func(context.Context) (bool, error) {
+		list, err := env.Cluster.Kube().Discovery().ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return len(list.APIResources) == 0, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +232,37 @@ func (r *checkRecording) checkInvocation() (invocation, bool) {
 		}
 	}
 	return invocation{}, false
+}
+
+// situationProblems lists what a recording shows against what its situation requires: where the
+// extension is not installed, Linkerd ran it, it exited 0, and Linkerd printed its document as a
+// success whose one line says it is not installed (Linkerd's own checks are its own business).
+func situationProblems(file string, r *checkRecording) []string {
+	if file != "not-installed.json" {
+		return nil
+	}
+	inv, ok := r.checkInvocation()
+	if !ok {
+		return []string{"Linkerd never ran linkerd-trust check"}
+	}
+	var probs []string
+	if inv.ExitCode != 0 {
+		probs = append(probs, fmt.Sprintf("linkerd-trust check exited %d where it is not installed, want 0", inv.ExitCode))
+	}
+	var doc struct {
+		Success    bool `json:"success"`
+		Categories []struct {
+			Checks []struct{ Description, Result string }
+		}
+	}
+	if err := json.Unmarshal(r.Documents[len(r.Documents)-1], &doc); err != nil {
+		return append(probs, err.Error())
+	}
+	if !doc.Success || len(doc.Categories) != 1 || len(doc.Categories[0].Checks) != 1 ||
+		!strings.Contains(doc.Categories[0].Checks[0].Description, "not installed on this cluster") {
+		probs = append(probs, fmt.Sprintf("Linkerd printed %+v, want one successful line saying the extension is not installed", doc))
+	}
+	return probs
 }
 
 // recordingProblems lists what in a recording breaks the contract the extension relies on:
