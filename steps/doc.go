@@ -44,10 +44,11 @@
 //   - the state and what it derives: state.go, anchors.go (the wanted bundle), certificates.go
 //     (certificate convergence), keep.go (anchors a bundle must keep), workload.go, proxy.go,
 //     pki.go (certificate helpers), config.go (the object names and their flags);
-//   - the guards: drift.go, supersede.go, strategy.go;
+//   - the guards: drift.go, supersede.go, strategy.go, validate.go (what the operator cannot use
+//     in the spec: the fields that did not decode, time zones, selectors, the durations' bounds);
 //   - automatic restarts: restarts.go (planning), restartobserve.go (observing), restartact.go
 //     (acting), window.go (maintenance windows), proxyenv.go (the proxy-env edits),
 //     restartdeadline.go (a cross-signed rotation's restart left to churn);
 //   - the status projection: status.go (phase, message, checkpoint), conditions.go, hold.go (a
-//     failed act, spec.suspend), history.go (status.history), deadline.go (status.nextRotation).
+//     failed act, spec.suspend, an invalid spec), history.go (status.history), deadline.go (status.nextRotation).
 package steps

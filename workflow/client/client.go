@@ -3,6 +3,10 @@
 // It is written by hand rather than generated with k8s.io/code-generator: the API has one
 // cluster-scoped kind, and the operator and CLI need a handful of verbs and one informer.
 // A generated clientset, informer and lister would add thousands of lines to maintain for that.
+//
+// Its codec decodes a TrustAnchorRotation that holds a value Go cannot (an object stored under an
+// older CRD) field by field, naming what failed, so that one bad object never fails a list or a
+// watch of the others (decode.go, DecodeErrors).
 package client
 
 import (

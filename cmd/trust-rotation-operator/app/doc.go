@@ -18,7 +18,8 @@
 //     Run's loop waits in nextEvent and counts each reconcile by its cause (metrics.go); a
 //     failed reconcile is retried after a back-off instead.
 //  2. The State read (reconcile.go readState). driven (rotation.go) takes the driven
-//     TrustAnchorRotation, as cached or as last written, marking any other one Ignored.
+//     TrustAnchorRotation, as cached or as last written, marking any other one Ignored and any
+//     one whose spec it cannot use SpecInvalid (then it holds every act, hold.go held).
 //     observe.Snapshotter (steps/observe/snapshot.go) reads the caches through the getters of
 //     informers.go with the converters `linkerd trust` uses for its reads (observe.Read), so
 //     both see the cluster alike; the linked clusters' reports come from remote.go; what the

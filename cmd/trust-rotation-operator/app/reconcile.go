@@ -62,7 +62,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	}
 	if statusUndecodable(tar) {
 		// Its checkpoint cannot be trusted, nor written over without losing it: the operator
-		// holds, and markIgnored's metric and this Event name the fields.
+		// holds, and reportRotations's metric and this Event name the fields.
 		msg := "the status does not decode, the operator holds until it does: " + client.DecodeErrors(tar).ToAggregate().Error()
 		if msg != c.lastUndecodable {
 			c.recorder.Event(tar, corev1.EventTypeWarning, v1alpha1.ReasonSpecInvalid, msg)
@@ -106,10 +106,11 @@ func (c *Controller) passedIntoRotation(read, reached string) bool {
 	return ok && ok2 && from.Idle() && !to.Idle()
 }
 
-// driven returns the TrustAnchorRotation to drive (rotation.go), after marking the others
-// Ignored; none (false) when it does not exist yet, which it then creates.
+// driven returns the TrustAnchorRotation to drive (rotation.go), after reporting on every one
+// (Ignored, SpecInvalid: reportRotations); none (false) when it does not exist yet, which it
+// then creates.
 func (c *Controller) driven(ctx context.Context) (*v1alpha1.TrustAnchorRotation, bool, error) {
-	if err := c.markIgnored(ctx); err != nil {
+	if err := c.reportRotations(ctx); err != nil {
 		return nil, false, err
 	}
 	tar, ok := c.current()

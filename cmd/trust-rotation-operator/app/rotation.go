@@ -46,12 +46,12 @@ func (c *Controller) write(ctx context.Context, tar *v1alpha1.TrustAnchorRotatio
 	return out, nil
 }
 
-// markIgnored gives every TrustAnchorRotation but the driven one the condition Ignored=True,
-// with a Warning event: a mesh has one trust anchor, so a second object would otherwise look like
+// reportRotations reports on every TrustAnchorRotation the operator watches. Every one but the
+// driven one gets the condition Ignored=True, with a Warning event: a mesh has one trust anchor, so a second object would otherwise look like
 // configuration that is in effect. A spec the operator could not use is reported on those too
 // (condition SpecInvalid, its Event), and trust_rotation_spec_invalid is set for every object:
 // a bad object is named wherever it is, and never hides the others (client.DecodeErrors).
-func (c *Controller) markIgnored(ctx context.Context) error {
+func (c *Controller) reportRotations(ctx context.Context) error {
 	seen := map[string]bool{}
 	defer func() {
 		// A deleted object's series goes; the others are set in place, never absent to a scrape.
