@@ -156,6 +156,7 @@ func commands(env *Env) []*command {
 		planCommand(env),
 		rotateCommand(env),
 		waitCommand(env),
+		completionCommand(env),
 		versionCommand(env),
 		metadataCommand(env),
 	}
