@@ -97,7 +97,7 @@ Examples:
 	global := pflag.NewFlagSet("global", pflag.ContinueOnError)
 	global.SortFlags = false
 	addKubeFlags(global)
-	fmt.Fprintf(w, "\nGlobal flags, of every command:\n")
+	fmt.Fprintf(w, "\nGlobal flags, of every command that reads the cluster:\n")
 	for _, g := range flagGroups {
 		sub, _ := split(global, g.key)
 		fmt.Fprintf(w, "\n%s%s (%s):\n%s", strings.ToUpper(g.title[:1]), g.title[1:], g.about, sub.FlagUsagesWrapped(helpColumns))
@@ -107,7 +107,7 @@ Examples:
 
 func printHelp(w io.Writer, c *command) {
 	fmt.Fprintln(w, strings.TrimSpace(c.long))
-	if !c.hidden && c.name != "version" {
+	if !c.hidden {
 		fmt.Fprintf(w, "Details: %s#%s\n", DocsURL, c.name)
 	}
 	fmt.Fprintf(w, "\nUsage:\n  %s %s [flags]\n", binary, c.name)
