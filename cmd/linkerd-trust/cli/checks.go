@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"strconv"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube/clientset"
@@ -58,7 +61,7 @@ type checkOptions struct {
 func checkCommand(env *Env) *command {
 	fs := newFlagSet("check")
 	o := &checkOptions{expiryWarning: duration(30 * 24 * time.Hour), blockedWarning: duration(time.Hour)}
-	o.output = addOutputFlag(fs, "table", "json")
+	o.output = addOutputFlag(fs, "table", "json", "yaml")
 	fs.BoolVar(&o.pre, "pre", false, "only check the prerequisites of the operator: cert-manager and the Linkerd PKI")
 	fs.Var(&o.expiryWarning, "expiry-warning", "warn when the trust anchor expires, or the next rotation's deadline passes, within this duration (e.g. 30d, 72h)")
 	fs.Var(&o.failWithin, "fail-within", "fail when the trust anchor expires, or the next rotation's deadline (status.nextRotation) passes, within this duration (e.g. 7d); off when 0")
@@ -143,10 +146,15 @@ the operator's prerequisites; --proxy also the data plane. No private key is rea
 			}
 		}
 		var success bool
-		if o.output.value == "json" {
-			r := &jsonRenderer{w: env.Out}
+		if o.output.value != "table" {
+			// The document linkerd check reads, as JSON or as YAML.
+			var doc bytes.Buffer
+			r := &jsonRenderer{w: &doc}
 			success = runChecks(ctx, cats, r.result)
 			if err := r.finish(success); err != nil {
+				return err
+			}
+			if err := writeDocument(env.Out, doc.Bytes(), o.output.value); err != nil {
 				return err
 			}
 		} else {
@@ -313,4 +321,17 @@ func (d *duration) String() string {
 		return fmt.Sprintf("%dd", v/(24*time.Hour))
 	}
 	return steps.CompactDuration(v)
+}
+
+// writeDocument writes a JSON document as JSON, or as YAML.
+func writeDocument(w io.Writer, doc []byte, format string) error {
+	if format == "yaml" {
+		y, err := yaml.JSONToYAML(doc)
+		if err != nil {
+			return err
+		}
+		doc = y
+	}
+	_, err := w.Write(doc)
+	return err
 }

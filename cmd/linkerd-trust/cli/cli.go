@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -204,7 +205,8 @@ func newFlagSet(name string) *pflag.FlagSet {
 	return fs
 }
 
-// outputFlag validates -o/--output against the formats a command supports.
+// outputFlag validates -o/--output against the formats a command supports: table (for people),
+// json and yaml wherever the output is structured, as kubectl's and linkerd's are.
 type outputFlag struct {
 	value   string
 	formats []string
@@ -213,6 +215,9 @@ type outputFlag struct {
 func (o *outputFlag) String() string { return o.value }
 func (o *outputFlag) Type() string   { return "string" }
 func (o *outputFlag) Set(v string) error {
+	if v == "text" && slices.Contains(o.formats, "table") {
+		v = "table" // plan's name for its table before every command said table
+	}
 	for _, f := range o.formats {
 		if v == f {
 			o.value = v

@@ -20,6 +20,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/cmd/internal/version"
 	"github.com/linkerd/trust-rotation/steps"
@@ -355,7 +356,7 @@ func TestUsage(t *testing.T) {
 		{"frobnicate"},
 		{"check", "--no-such-flag"},
 		{"check", "-o", "xml"},
-		{"plan", "-o", "table"},
+		{"bundle", "-o", "table"},
 		{"inspect", "--watch", "-o", "json"},
 		{"bundle", "extra"},
 		{"check", "--expiry-warning", "soon"},
@@ -730,5 +731,36 @@ func TestHelpFitsIn100Columns(t *testing.T) {
 				t.Errorf("%v, line %d: %d columns: %s", args, i+1, n, line)
 			}
 		}
+	}
+}
+
+// Every command with structured output takes the one set of -o values, table, json and yaml
+// (bundle, which prints a manifest, json and yaml); plan's former text still means table; and
+// check's YAML is its JSON document.
+func TestOutputFormatsAreOneSet(t *testing.T) {
+	f := newFixture(t)
+	var errOut bytes.Buffer
+	for _, c := range commands(f.env(&bytes.Buffer{}, &errOut)) {
+		fl := c.flags.Lookup("output")
+		if fl == nil {
+			continue
+		}
+		want := "output format, one of: table|json|yaml"
+		if c.name == "bundle" {
+			want = "output format, one of: yaml|json"
+		}
+		if fl.Usage != want {
+			t.Errorf("%s -o: %q, want %q", c.name, fl.Usage, want)
+		}
+	}
+	table, _, _ := f.run("plan")
+	if text, _, _ := f.run("plan", "-o", "text"); text != table {
+		t.Errorf("plan -o text differs from plan -o table")
+	}
+	js, _, _ := f.run("check", "-o", "json")
+	ya, _, code := f.run("check", "-o", "yaml")
+	want, err := yaml.JSONToYAML([]byte(js))
+	if err != nil || code != ExitOK || ya != string(want) {
+		t.Errorf("check -o yaml: exit %d, %v:\n%s\nwant\n%s", code, err, ya, want)
 	}
 }

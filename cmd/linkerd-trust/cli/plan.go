@@ -23,7 +23,7 @@ import (
 
 func planCommand(env *Env) *command {
 	fs := newFlagSet("plan")
-	out := addOutputFlag(fs, "text", "json", "yaml")
+	out := addOutputFlag(fs, "table", "json", "yaml")
 	assume := fs.Bool("assume-anchor-renewed", false, "plan the whole rotation as if the trust anchor had just been renewed (cmctl renew), with a throwaway anchor made in memory")
 	kf := addKubeFlags(fs)
 	pf := addProbeFlags(fs)

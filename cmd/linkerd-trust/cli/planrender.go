@@ -40,7 +40,7 @@ func renderPlan(w io.Writer, p *plan, format string) error {
 		}
 		_, err = w.Write(b)
 		return err
-	case "text":
+	case "table":
 		return renderPlanText(w, p)
 	}
 	return errors.New("unknown output format " + format)

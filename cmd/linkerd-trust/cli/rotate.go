@@ -166,7 +166,7 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview
 		if err != nil {
 			return fmt.Errorf("planning the rotation: %w", err)
 		}
-		if err := renderPlan(env.Out, p, "text"); err != nil {
+		if err := renderPlan(env.Out, p, "table"); err != nil {
 			return err
 		}
 		fmt.Fprintln(env.Out)
