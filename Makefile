@@ -136,7 +136,7 @@ image: ## Build the operator image into .local/image/oci without Docker (PLATFOR
 	done
 	@if [ -x $(IMAGE_DIR)/bin/$(HOST_PLATFORM)/linkerd-trust ]; then \
 	  for b in trust-rotation-operator linkerd-trust; do \
-	    out=$$($(IMAGE_DIR)/bin/$(HOST_PLATFORM)/$$b --version 2>/dev/null || $(IMAGE_DIR)/bin/$(HOST_PLATFORM)/$$b version); \
+	    out=$$($(IMAGE_DIR)/bin/$(HOST_PLATFORM)/$$b --version 2>/dev/null || $(IMAGE_DIR)/bin/$(HOST_PLATFORM)/$$b version --client); \
 	    [ "$$out" = "$$b version: $(VERSION)" ] || { echo "image: $$b says '$$out', want version $(VERSION)"; exit 1; }; \
 	  done; fi
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $(OCI) build --out $(IMAGE_DIR)/oci \
@@ -162,7 +162,7 @@ release-binaries: ## Build static, version-stamped linkerd-trust (linux, darwin 
 	    CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X $(VERSION_VAR)=$(VERSION)" -o $$out ./cmd/$$bin || exit 1; \
 	  done; done
 	@host=$(RELEASE_DIR)/linkerd-trust-$(VERSION)-$(subst _,-,$(HOST_PLATFORM)); if [ -x $$host ]; then \
-	  out=$$($$host version); [ "$$out" = "linkerd-trust version: $(VERSION)" ] || { echo "release-binaries: $$host says '$$out', want version $(VERSION)"; exit 1; }; \
+	  out=$$($$host version --client); [ "$$out" = "linkerd-trust version: $(VERSION)" ] || { echo "release-binaries: $$host says '$$out', want version $(VERSION)"; exit 1; }; \
 	  echo "release-binaries: $$out"; fi
 	@cd $(RELEASE_DIR) && sums=$$(if command -v sha256sum >/dev/null; then sha256sum -- *; else shasum -a 256 -- *; fi) && \
 	  printf '%s\n' "$$sums" > sha256sums.txt
