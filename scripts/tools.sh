@@ -100,6 +100,11 @@ build_kwok() {
      "$mod"/kustomize/stage/pod/fast/*.yaml "$1/kwok-stages/" 2>/dev/null || true
   rm -f "$1/kwok-stages/kustomization.yaml"
   chmod u+w "$1"/kwok-stages/*
+  # The PortForward CRD: kwok's kubelet server forwards a pod's port where one of these says,
+  # so that the apiserver's port-forward reaches the mesh simulator's proxies.
+  mkdir -p "$1/kwok-crds"
+  cp "$mod/kustomize/crd/bases/kwok.x-k8s.io_portforwards.yaml" "$1/kwok-crds/"
+  chmod u+w "$1"/kwok-crds/*
 }
 
 build_cert_manager() {

@@ -114,9 +114,11 @@ func (c *Cluster) Processes() []Process {
 	return out
 }
 
-// Ports lists the TCP ports the cluster listens on (etcd client and peer, apiserver), all on
-// 127.0.0.1.
-func (c *Cluster) Ports() []int { return []int{c.etcdPorts[0], c.etcdPorts[1], c.apiPort} }
+// Ports lists the TCP ports the cluster listens on: etcd client and peer and the apiserver on
+// 127.0.0.1, kwok's kubelet server on every address.
+func (c *Cluster) Ports() []int {
+	return []int{c.etcdPorts[0], c.etcdPorts[1], c.apiPort, c.kubeletPort}
+}
 
 // LogTail returns the last lines of every component log, one section per component, for a
 // failing test to print.

@@ -48,6 +48,7 @@ type Cluster struct {
 	advertise   net.IP
 	etcdPorts   [2]int // client, peer
 	apiPort     int
+	kubeletPort int    // kwok's kubelet server, on every fake node
 	server      string // https://127.0.0.1:<apiPort>
 	kubeconfig  string // admin kubeconfig
 	registry    string // host:port of the OCI registry, when Options.Registry
@@ -95,7 +96,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.startAPIServer(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.startControllers(); err != nil {
+	if err := c.startControllers(ctx); err != nil {
 		return nil, err
 	}
 	if err := c.createNamespace(ctx, CertManagerNamespace); err != nil {
@@ -166,12 +167,12 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		return err
 	}
 
-	ports, err := freePorts(3)
+	ports, err := freePorts(4)
 	if err != nil {
 		return err
 	}
 	c.etcdPorts = [2]int{ports[0], ports[1]}
-	c.apiPort = ports[2]
+	c.apiPort, c.kubeletPort = ports[2], ports[3]
 	c.server = "https://127.0.0.1:" + strconv.Itoa(c.apiPort)
 	c.advertise = advertiseAddress()
 
@@ -265,6 +266,9 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--tls-private-key-file=" + cr.keyFile,
 		"--token-auth-file=" + cr.tokensFile,
 		"--authorization-mode=Node,RBAC",
+		// kwok's nodes report their name as Hostname, which resolves nowhere; their InternalIP
+		// is where kwok's kubelet server listens (exec, logs, port-forward).
+		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + cr.saPubFile,
 		"--service-account-signing-key-file=" + cr.saKeyFile,
@@ -281,7 +285,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 
 // startControllers starts kube-controller-manager, kube-scheduler and kwok. cert-manager is
 // started later by installCertManager, because it needs its CRDs first.
-func (c *Cluster) startControllers() error {
+func (c *Cluster) startControllers(ctx context.Context) error {
 	kcm, err := c.componentKubeconfig("system:kube-controller-manager")
 	if err != nil {
 		return err
@@ -352,6 +356,14 @@ leaderElection:
 		// their pods not Ready, and rollouts stall for good: at a few hundred pods restarted at
 		// once under load, a rollout restart then never completes.
 		"--node-lease-duration-seconds=40",
+		// kwok's kubelet server, which the apiserver reaches at each node's InternalIP: a pod's
+		// port-forward goes where a PortForward object (ForwardPort) says, as a kubelet's goes
+		// into the pod's network namespace.
+		"--node-port=" + strconv.Itoa(c.kubeletPort),
+		"--enable-crds=PortForward",
+	}
+	if err := c.applyCRDs(ctx, filepath.Join(c.binDir, "kwok-crds")); err != nil {
+		return err
 	}
 	for _, s := range stages {
 		args = append(args, "--config="+s)

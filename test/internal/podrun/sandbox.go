@@ -86,7 +86,9 @@ type Net struct {
 	// LoopbackNets are networks of 127.0.0.0/8 that the sandbox reaches on this machine through
 	// its veth, as a pod reaches other pods: the test bed's pod network, whose pods the mesh
 	// simulator serves on loopback addresses of this machine. Without them a sandbox's 127/8 is
-	// its own loopback, as in any network namespace (see setupNet).
+	// its own loopback, as in any network namespace (see setupNet). One that holds 127.0.0.1
+	// (this machine's apiserver, for a sandbox that stands for a laptop) takes the sandbox's
+	// own loopback address away.
 	LoopbackNets []*net.IPNet
 	// lock is the exclusive flock that reserves the /30 among every process of this machine.
 	lock *os.File
@@ -241,6 +243,14 @@ func (s *Sandbox) setupNet() error {
 	for _, n := range s.Net.LoopbackNets {
 		if !n.IP.IsLoopback() {
 			return fmt.Errorf("sandbox network: %s is not a loopback network", n)
+		}
+		if n.Contains(net.IPv4(127, 0, 0, 1)) {
+			// This machine's own loopback address (its apiserver's, say): the sandbox gives up
+			// its own, whose address would make the answers from this machine's look like its
+			// own packets coming back (a martian source).
+			// The rest of 127/8 then goes nowhere, rather than out of eth0 to this machine.
+			cmds = append(cmds, append(in, "addr", "del", "127.0.0.1/8", "dev", "lo"),
+				append(in, "route", "add", "unreachable", "127.0.0.0/8"))
 		}
 		cmds = append(cmds, append(in, "route", "add", n.String(), "via", gw, "dev", "eth0", "table", "local"))
 	}
