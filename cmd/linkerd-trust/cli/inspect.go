@@ -220,6 +220,9 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if t := probes.trouble(results); t != "" {
+		in.Live.Problems = append(in.Live.Problems, t)
+	}
 	check := probe.NewCertificateCheck(s.CertificateRoot())
 	certs := check.Convergence(reading.Pods, results)
 	in.Live.WorkloadCertificates = count{certs.Converged, certs.Target, certs.NotProbed}

@@ -234,6 +234,9 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			cfg.CertManagerNamespace, cfg.AnchorSecret, steps.ShortFingerprint(steps.Fingerprint(renewed))))
 	}
 	results := probes.wait(reading.Pods)
+	if t := probes.trouble(results); t != "" {
+		p.Notes = append(p.Notes, t)
+	}
 	s.Certificates = probe.NewCertificateCheck(s.CertificateRoot()).Convergence(reading.Pods, results)
 	s.LiveChains = probe.LiveChains(reading.Pods, results)
 	// The linked clusters, read as the operator reads them, with its credentials: the remote

@@ -31,13 +31,17 @@ type probeFlags struct {
 	concurrency int
 	timeout     time.Duration
 	portForward bool
+	fs          *pflag.FlagSet
+	// reach is how this run reaches the pods, decided on its first probe unless --port-forward
+	// is given either way.
+	reach reach
 }
 
 func addProbeFlags(fs *pflag.FlagSet) *probeFlags {
-	p := &probeFlags{}
+	p := &probeFlags{fs: fs}
 	fs.IntVar(&p.concurrency, "concurrency", 20, "live-certificate probes to run at once")
 	durationVar(fs, &p.timeout, "timeout", 5*time.Second, "timeout of one live-certificate probe")
-	fs.BoolVar(&p.portForward, "port-forward", false, "reach each pod's linkerd-admin port through the apiserver's port-forward instead of its IP (from outside the cluster network)")
+	fs.BoolVar(&p.portForward, "port-forward", false, "reach each pod's linkerd-admin port through the apiserver's port-forward (true), or at its IP (false); by default at its IP when the pod network is reachable from here, else through the port-forward")
 	return p
 }
 
@@ -47,6 +51,12 @@ func (p *probeFlags) validate() error {
 	}
 	if p.timeout <= 0 {
 		return usagef("--timeout must be positive")
+	}
+	if p.fs != nil && p.fs.Changed("port-forward") {
+		p.reach.mode = reachDirect
+		if p.portForward {
+			p.reach.mode = reachForward
+		}
 	}
 	return nil
 }
@@ -61,7 +71,10 @@ type liveProbes struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	probes   *probe.Probes      // nil with env.Probe (tests), which probes in wait
-	forward  *portForwardDialer // with --port-forward
+	forward  *portForwardDialer // unless the probes go at each pod's IP
+	reach    *reach
+	timeout  time.Duration
+	note     io.Writer // where the decision of reach is said
 	test     prober
 	progress func(done, total int)
 	total    atomic.Int64
@@ -71,22 +84,29 @@ type liveProbes struct {
 // and calls wait for the results and stop once done (stop after wait is harmless).
 func (e *Env) startProbes(ctx context.Context, cl *Clients, pf *probeFlags, progress func(done, total int)) (*liveProbes, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	lp := &liveProbes{ctx: ctx, cancel: cancel, test: e.Probe, progress: progress}
+	lp := &liveProbes{ctx: ctx, cancel: cancel, test: e.Probe, progress: progress, reach: &pf.reach, timeout: pf.timeout, note: e.Err}
 	if e.Probe != nil {
 		return lp, nil
 	}
-	var dial probe.DialFunc
-	if pf.portForward {
+	direct := (&net.Dialer{}).DialContext
+	if pf.reach.current() != reachDirect {
 		if cl.REST == nil {
 			cancel()
-			return nil, errors.New("--port-forward needs a Kubernetes client configuration")
+			return nil, errors.New("reaching pods through the port-forward needs a Kubernetes client configuration")
 		}
 		d, err := newPortForwardDialer(cl.REST)
 		if err != nil {
 			cancel()
 			return nil, err
 		}
-		lp.forward, dial = d, d.dial
+		lp.forward = d
+	}
+	// Every probe dials as the run decided, on the first page of pods, before it started them.
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if lp.reach.current() == reachForward {
+			return lp.forward.dial(ctx, network, addr)
+		}
+		return direct(ctx, network, addr)
 	}
 	var done atomic.Int64
 	lp.probes = probe.StartProbes(ctx, dial, pf.concurrency, pf.timeout, func(*podindex.Pod, probe.ProbeResult) {
@@ -98,7 +118,8 @@ func (e *Env) startProbes(ctx context.Context, cl *Clients, pf *probeFlags, prog
 	return lp, nil
 }
 
-// feed hands a page of listed pods to the probes.
+// feed hands a page of listed pods to the probes. With no --port-forward, the first pod to
+// probe decides how the run reaches them all (reach.decide) before any probe starts.
 func (lp *liveProbes) feed(page []*podindex.Pod) {
 	if lp.probes == nil {
 		return
@@ -106,12 +127,21 @@ func (lp *liveProbes) feed(page []*podindex.Pod) {
 	for _, p := range page {
 		if probe.Probeable(p) {
 			lp.total.Add(1)
+			if p.IP != "" && lp.reach.current() == reachAuto {
+				lp.forward.learn([]*podindex.Pod{p})
+				lp.reach.decide(lp.ctx, p, lp.timeout, (&net.Dialer{}).DialContext, lp.forward.dial, lp.note)
+			}
 		}
 	}
 	if lp.forward != nil {
 		lp.forward.learn(page)
 	}
 	lp.probes.Add(page...)
+}
+
+// trouble says why when every probe failed, and what to do (probeTrouble).
+func (lp *liveProbes) trouble(results map[string]probe.ProbeResult) string {
+	return probeTrouble(results, lp.reach.current())
 }
 
 // wait returns the results of the probes of every pod fed; pods are all of them, for env.Probe.
