@@ -52,15 +52,18 @@ bench: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 bench: ## Measure the operator and the CLI at 1,000/5,000/10,000 meshed pods (BENCH_FLAGS="--sizes 1000"); see docs/performance.md.
 	scripts/bench.sh $(BENCH_FLAGS)
 
-CONTROLLER_GEN = $(TOOLS_BIN)/controller-gen
+CONTROLLER_GEN = $(eval CONTROLLER_GEN := $(or $(TOOLS_BIN_FROM_ENV),$(shell scripts/tools.sh path codegen))/controller-gen)$(CONTROLLER_GEN)
 
 # The charts, and the files generated for them: the CRD chart's copy of the CRD, each chart's
 # values.schema.json and README.md (test/tools/chartdoc, from the comments in values.yaml), and
 # the plain manifests rendered from them for kubectl users.
 CHARTS := charts/trust-rotation-operator-crds charts/trust-rotation-operator
 CRD_FILE := trust.linkerd.io_trustanchorrotations.yaml
-HELM3 = $(TOOLS_BIN)/helm3
-HELM4 = $(TOOLS_BIN)/helm4
+# One tool, built alone when TRUST_ROTATION_TOOLS_BIN is not set: make chart and make image build
+# the tools they run (Helm, the image builder), never the test bed around them.
+tool = $(or $(TOOLS_BIN_FROM_ENV),$(shell scripts/tools.sh path $(1)))/$(1)
+HELM3 = $(eval HELM3 := $(call tool,helm3))$(HELM3)
+HELM4 = $(eval HELM4 := $(call tool,helm4))$(HELM4)
 GENERATED := workflow/api manifests charts
 
 .PHONY: generate
@@ -110,18 +113,19 @@ build: ## Build the operator and the linkerd-trust CLI into bin/.
 # referrer. No Docker engine: test/tools/oci assembles it with go-containerregistry (see its
 # main.go for why not ko) into an OCI layout, IMAGE_DIR/oci, and IMAGE=<registry>/<repository>
 # pushes it there and prints <repository>@<digest> (also in IMAGE_DIR/ref) for the chart's
-# image.digest. The base is distroless's static:nonroot pinned by digest, as a release uses it;
+# image.digest. PLATFORMS are linux/amd64 and linux/arm64 by default, the nodes of most
+# clusters. The base is distroless's static:nonroot pinned by digest, as a release uses it;
 # IMAGE_BASE=local makes the base on this machine instead, for one that reaches no public
 # registry: /etc/passwd and /etc/group with root, nobody and nonroot (65532), nonroot's home,
 # /tmp, and the CA bundle of Debian's ca-certificates (/etc/ssl/certs/ca-certificates.crt).
 VERSION ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/trust-rotation-operator/Chart.yaml)
 IMAGE_BASE ?= gcr.io/distroless/static:nonroot@sha256:f7f8f729987ad0fdf6b05eeeae94b26e6a0f613bdf46feea7fc40f7bd72953e6
-PLATFORMS ?= linux/amd64
+PLATFORMS ?= linux/amd64,linux/arm64
 IMAGE ?=
 IMAGE_DIR ?= $(LOCAL)/image
 IMAGE_SOURCE := https://github.com/linkerd/trust-rotation
 VERSION_VAR := github.com/linkerd/trust-rotation/cmd/internal/version.Version
-OCI = $(eval OCI := $(shell scripts/tools.sh path oci)/oci)$(OCI)
+OCI = $(eval OCI := $(call tool,oci))$(OCI)
 HOST_PLATFORM := $(shell go env GOOS)_$(shell go env GOARCH)
 comma := ,
 
