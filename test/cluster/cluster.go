@@ -356,14 +356,15 @@ leaderElection:
 		// their pods not Ready, and rollouts stall for good: at a few hundred pods restarted at
 		// once under load, a rollout restart then never completes.
 		"--node-lease-duration-seconds=40",
+	}
+	if c.opts.PortForward {
 		// kwok's kubelet server, which the apiserver reaches at each node's InternalIP: a pod's
 		// port-forward goes where a PortForward object (ForwardPort) says, as a kubelet's goes
 		// into the pod's network namespace.
-		"--node-port=" + strconv.Itoa(c.kubeletPort),
-		"--enable-crds=PortForward",
-	}
-	if err := c.applyCRDs(ctx, filepath.Join(c.binDir, "kwok-crds")); err != nil {
-		return err
+		args = append(args, "--node-port="+strconv.Itoa(c.kubeletPort), "--enable-crds=PortForward")
+		if err := c.applyCRDs(ctx, filepath.Join(c.binDir, "kwok-crds")); err != nil {
+			return err
+		}
 	}
 	for _, s := range stages {
 		args = append(args, "--config="+s)

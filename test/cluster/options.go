@@ -35,6 +35,11 @@ type Options struct {
 	ControllerQPS   float32
 	ControllerBurst int
 
+	// PortForward runs kwok's kubelet server on the fake nodes, so that the apiserver's
+	// port-forward to a pod goes where ForwardPort says. Off by default: a test that serves the
+	// nodes' kubelet endpoint itself (the hook pods' logs, test/charts) needs the port.
+	PortForward bool
+
 	// WithoutCertManager skips the cert-manager CRDs and controller for tests that do not need
 	// them; the cert-manager namespace is still created.
 	WithoutCertManager bool

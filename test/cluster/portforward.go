@@ -16,8 +16,11 @@ var portForwardGVR = schema.GroupVersionResource{Group: "kwok.x-k8s.io", Version
 // namespace/name goes: target, a host:port of this machine (the mesh simulator's proxy at the
 // pod's IP). A kubelet knows this by itself, from the pod's network namespace; kwok's nodes run
 // nothing, so a test that port-forwards says it, one pod at a time. Forwards of the pod set
-// before are replaced.
+// before are replaced. The cluster must run with Options.PortForward.
 func (c *Cluster) ForwardPort(ctx context.Context, namespace, name string, port int32, targetHost string, targetPort int32) error {
+	if !c.opts.PortForward {
+		return fmt.Errorf("kwok PortForward for pod %s/%s: the cluster runs without Options.PortForward", namespace, name)
+	}
 	dyn, err := dynamic.NewForConfig(c.restConfig)
 	if err != nil {
 		return err

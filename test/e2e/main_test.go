@@ -14,6 +14,8 @@ func TestMain(m *testing.M) {
 	code := cluster.ForTest(m, cluster.Options{
 		Users:       []cluster.User{{Name: ReadOnlyUser}},
 		AuditPolicy: cluster.SecretsAuditPolicy,
+		// TestCLIOutsideThePodNetwork reaches the proxies through the apiserver's port-forward.
+		PortForward: true,
 	})
 	CleanupBinaries()
 	os.Exit(code)
