@@ -172,6 +172,21 @@ release-binaries: ## Build static, version-stamped linkerd-trust (linux, darwin 
 	  printf '%s\n' "$$sums" > sha256sums.txt
 	@echo "release-binaries: wrote $(RELEASE_DIR)/sha256sums.txt"
 
+# The release's static install manifest, for `kubectl apply --server-side -f`: the CRD, then the
+# operator chart rendered as make manifests renders it (default values, namespace linkerd, no
+# hooks) with the image make image pushed, by digest (IMAGE_DIR/ref), into
+# RELEASE_DIR/trust-rotation-operator.yaml, beside the binaries.
+.PHONY: release-manifest
+release-manifest: ## Write .local/release/trust-rotation-operator.yaml: the CRD and the operator, on the image make image IMAGE=... pushed.
+	@ref=$$(cat $(IMAGE_DIR)/ref 2>/dev/null) && [ -n "$$ref" ] || { echo "release-manifest: no $(IMAGE_DIR)/ref: run make image IMAGE=<registry>/<repository> first"; exit 1; }; \
+	  mkdir -p $(RELEASE_DIR) && { \
+	  printf '# trust-rotation-operator $(VERSION): the TrustAnchorRotation CRD and the operator (namespace linkerd), image %s.\n' "$$ref"; \
+	  printf '# kubectl apply --server-side -f trust-rotation-operator.yaml\n---\n'; \
+	  cat manifests/crds/$(CRD_FILE); printf -- '---\n'; \
+	  $(HELM3) template trust-rotation-operator charts/trust-rotation-operator --namespace linkerd --no-hooks \
+	    --set image.repository="$${ref%@*}" --set image.digest="$${ref#*@}"; } > $(RELEASE_DIR)/trust-rotation-operator.yaml
+	@echo "release-manifest: wrote $(RELEASE_DIR)/trust-rotation-operator.yaml"
+
 # The charts as OCI artifacts, as a release publishes them: `helm package` into CHART_DIR, and
 # with CHART_REPO=oci://<registry>/<path>, `helm push` there (HELM_PUSH_FLAGS=--plain-http for a
 # registry without TLS, such as the test bed's on the loopback), each pushed chart's

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/linkerd/trust-rotation/test/cluster"
@@ -81,6 +82,7 @@ func publish(t *testing.T, ctx context.Context, reg string, h Helm) published {
 	p := published{Image: image, Repository: repo, Digest: digest, Charts: "oci://" + reg + "/charts",
 		ImageDir: filepath.Join(dir, "image"), ChartDir: filepath.Join(dir, "charts")}
 	make("chart", "CHART_DIR="+p.ChartDir, "CHART_REPO="+p.Charts, "HELM_PUSH_FLAGS=--plain-http")
+	checkReleaseManifest(t, ctx, h, p)
 
 	// Both charts are released together, at one version (Install pins it for both).
 	for _, name := range []string{CRDChart, OperatorChart} {
@@ -214,4 +216,37 @@ func numericUser(root, user string) (uid, gid uint32, err error) {
 		gid = uint32(m)
 	}
 	return uid, gid, nil
+}
+
+// checkReleaseManifest runs `make release-manifest` after make image pushed p.Image: the
+// manifest holds the CRD first, then the operator chart's objects, its Deployment on p.Image by
+// digest, and no Helm hook.
+func checkReleaseManifest(t *testing.T, ctx context.Context, h Helm, p published) {
+	t.Helper()
+	dir := t.TempDir()
+	runMake(t, ctx, h, nil, "release-manifest", "IMAGE_DIR="+p.ImageDir, "RELEASE_DIR="+dir)
+	b, err := os.ReadFile(filepath.Join(dir, "trust-rotation-operator.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(b)
+	if err != nil {
+		t.Fatalf("the release manifest does not decode: %v", err)
+	}
+	if len(objs) == 0 || objs[0].GetKind() != "CustomResourceDefinition" || objs[0].GetName() != "trustanchorrotations.trust.linkerd.io" {
+		t.Fatalf("the release manifest does not start with the TrustAnchorRotation CRD")
+	}
+	dep := Find(objs, "Deployment", "trust-rotation-operator")
+	if dep == nil {
+		t.Fatal("the release manifest has no operator Deployment")
+	}
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if len(containers) == 0 || containers[0].(map[string]any)["image"] != p.Image {
+		t.Errorf("the release manifest's operator runs %v, want %s", containers, p.Image)
+	}
+	for _, o := range objs {
+		if _, hook := o.GetAnnotations()["helm.sh/hook"]; hook {
+			t.Errorf("the release manifest holds the Helm hook %s %s", o.GetKind(), o.GetName())
+		}
+	}
 }

@@ -42,8 +42,8 @@ import (
 // server-side applied object by object with kubectl's field managers (kubectl is none of the test
 // bed's tools); the CLI is built from the module as `go install` builds it; Linkerd is the mesh
 // simulator, whose identity runs as the shipped external-CA values configure Linkerd's; both
-// charts come from the test bed's OCI registry with real helm (`helm upgrade --install --wait`,
-// as a first install), their Helm hooks on (the preflight check and the wait), and the
+// charts come from the checkout with real helm (`helm upgrade --install --wait`, as a first
+// install), on the image `make image IMAGE=` pushed to the test bed's registry, their Helm hooks on (the preflight check and the wait), and the
 // operator's pods and the hooks' pods run from the pushed image. Then `linkerd trust check` is
 // all √, and `linkerd trust rotate` completes a rotation, doing what each blocking message asks,
 // with no violation of the mesh's mTLS oracle. The chart's Deployment leads it: its pods, run from
@@ -143,7 +143,8 @@ func TestReadmeInstallAndFirstRotation(t *testing.T) {
 	}
 	began := time.Now()
 
-	// 5. The operator: both charts from the OCI registry, hooks on, its pods from the image.
+	// 5. The operator: make image IMAGE=<the bed's registry>, both charts from the checkout,
+	// hooks on, its pods from the pushed image.
 	pub := publishOnce(t, ctx, c, h)
 	lease, pods := readmeInstallOperator(t, ctx, c, h, pub)
 
@@ -335,9 +336,16 @@ func readmeInstallOperator(t *testing.T, ctx context.Context, c *cluster.Cluster
 	img := pullImage(t, ctx, pub.Image)
 	clusterIP, _ := kubernetesService(t, ctx, c)
 	hooks := newHookRunner(t, ctx, kube, img, clusterIP, "linkerd")
+	// README's step 5 installs both charts from the checkout (charts/), with the image make
+	// image pushed, by the repository and digest it wrote to IMAGE_DIR/ref.
+	ref, err := os.ReadFile(filepath.Join(pub.ImageDir, "ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, digest, _ := strings.Cut(strings.TrimSpace(string(ref)), "@")
 	dep, installed := startInstall(t, ctx, c, InstallOptions{
-		Helm: h, Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true, Hooks: true,
-		Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest, hookPodLabel},
+		Helm: h, Hooks: true,
+		Set: []string{"image.repository=" + repo, "image.digest=" + digest, hookPodLabel},
 	})
 	// The preflight hook passed: helm went on to the Deployment.
 	if pre := hooks.only(t, OperatorChart+"-preflight-"); pre.exit != 0 {
