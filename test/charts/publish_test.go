@@ -50,7 +50,13 @@ func publishOnce(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm) 
 		if c.Registry() == "" {
 			t.Fatal("the cluster has no registry (cluster.Options.Registry)")
 		}
-		p := publish(t, ctx, c.Registry(), h)
+		// The build's directory is the cluster's, not this test's: the tests that come later
+		// read IMAGE_DIR/ref and CHART_DIR/refs too.
+		dir, err := os.MkdirTemp(c.WorkDir(), "publish-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := publish(t, ctx, c.Registry(), h, dir)
 		publishedToBed = &p
 	}
 	return *publishedToBed
@@ -60,13 +66,13 @@ func publishOnce(t *testing.T, ctx context.Context, c *cluster.Cluster, h Helm) 
 // bed's) the way a release does, with the Makefile's own targets: `make image` (the image built
 // without a Docker engine, on a base made here: IMAGE_BASE=local) pushed with IMAGE, and `make
 // chart` (helm package and helm push) with CHART_REPO.
-func publish(t *testing.T, ctx context.Context, reg string, h Helm) published {
+// make's output directories are under dir.
+func publish(t *testing.T, ctx context.Context, reg string, h Helm, dir string) published {
 	t.Helper()
 	root, err := cluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	repo := reg + "/linkerd/trust-rotation"
 	make := func(args ...string) string { t.Helper(); return runMake(t, ctx, h, nil, args...) }
 	make("image", "IMAGE_BASE=local", "IMAGE="+repo, "IMAGE_DIR="+filepath.Join(dir, "image"))

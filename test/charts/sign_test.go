@@ -20,7 +20,7 @@ import (
 // the image and both charts to a registry of the test bed (alone, without a cluster) with make
 // image and make chart, signs them with make sign and a throwaway key pair (the release signs
 // keyless, which needs GitHub's OIDC and sigstore's public services), and verifies each with
-// `cosign verify --key`: the image's index and its platform's image, and both charts. An
+// `cosign verify --key`: the image's index, the image of each platform, and both charts. An
 // unsigned digest, and a signed one checked against another key, fail verification; make sign
 // refuses to sign an image of another repository than IMAGE.
 func TestSignWithCosign(t *testing.T) {
@@ -47,9 +47,9 @@ func TestSignWithCosign(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := helms[0]
-	pub := publish(t, ctx, reg.Addr, h)
+	pub := publish(t, ctx, reg.Addr, h, t.TempDir())
 	charts := chartRefs(t, pub)
-	platform := platformImage(t, ctx, pub)
+	platforms := platformImages(t, ctx, pub)
 
 	cs := newCosign(t, ctx)
 	signer, other := cs.keyPair("signer"), cs.keyPair("other")
@@ -78,7 +78,7 @@ func TestSignWithCosign(t *testing.T) {
 		t.Fatalf("make sign: %v\n%s", err, out)
 	}
 	t.Logf("make sign:\n%s", out)
-	for _, ref := range append([]string{pub.Image, platform}, charts...) {
+	for _, ref := range append(append([]string{pub.Image}, platforms...), charts...) {
 		out, err := cs.verify(signer, ref)
 		if err != nil {
 			t.Errorf("cosign verify --key %s.pub %s: %v", filepath.Base(signer), ref, err)
@@ -138,9 +138,9 @@ func chartRefs(t *testing.T, pub published) []string {
 	return refs
 }
 
-// platformImage returns the reference of the image of pub's index, for this test's only
-// platform, as the registry serves the index.
-func platformImage(t *testing.T, ctx context.Context, pub published) string {
+// platformImages returns the references of the images of pub's index, one for each of make
+// image's default PLATFORMS (linux/amd64 and linux/arm64), as the registry serves the index.
+func platformImages(t *testing.T, ctx context.Context, pub published) []string {
 	t.Helper()
 	registry, repo, _ := strings.Cut(pub.Repository, "/")
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+registry+"/v2/"+repo+"/manifests/"+pub.Digest, nil)
@@ -155,13 +155,25 @@ func platformImage(t *testing.T, ctx context.Context, pub published) string {
 	defer resp.Body.Close()
 	var index struct {
 		Manifests []struct {
-			Digest string `json:"digest"`
+			Digest   string `json:"digest"`
+			Platform struct {
+				OS           string `json:"os"`
+				Architecture string `json:"architecture"`
+			} `json:"platform"`
 		} `json:"manifests"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&index); err != nil || len(index.Manifests) != 1 {
-		t.Fatalf("the index %s: %v, %d manifests, want 1", pub.Image, err, len(index.Manifests))
+	if err := json.NewDecoder(resp.Body).Decode(&index); err != nil {
+		t.Fatalf("the index %s: %v", pub.Image, err)
 	}
-	return pub.Repository + "@" + index.Manifests[0].Digest
+	var refs, platforms []string
+	for _, m := range index.Manifests {
+		refs = append(refs, pub.Repository+"@"+m.Digest)
+		platforms = append(platforms, m.Platform.OS+"/"+m.Platform.Architecture)
+	}
+	if got := strings.Join(platforms, ","); got != "linux/amd64,linux/arm64" {
+		t.Fatalf("the index %s holds images for %q, want make image's default platforms linux/amd64,linux/arm64", pub.Image, got)
+	}
+	return refs
 }
 
 // cosignRunner runs the cosign make sign uses, with a configuration of its own: no Docker
