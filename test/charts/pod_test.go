@@ -110,13 +110,19 @@ func TestChartPodRunsAsAPod(t *testing.T) {
 	version := pub.AppVersion
 	t.Logf("pulled and unpacked %s in %s: entrypoint %q, user %d:%d", pub.Image, time.Since(pulled).Round(time.Millisecond), img.Entrypoint, img.UID, img.GID)
 	clusterIP, proxy := kubernetesService(t, ctx, c)
-	// The chart's post-install hook runs too, as a pod, from the same image (the pre-install
-	// check would refuse this fresh install: the trust roots are left for the leader to create).
+	// The chart's hooks run too, as pods, from the same image. The pre-install check passes this
+	// fresh install, with a warning: the trust roots are left for the leader to create, as in a
+	// GitOps install where Linkerd comes after the operator (manifests/argocd).
 	hooks := newHookRunner(t, ctx, kube, img, clusterIP, "linkerd")
 	dep, installed := startInstall(t, ctx, c, InstallOptions{
 		Helm: helms[0], Repository: pub.Charts, Version: pub.ChartVersion, PlainHTTP: true, Hooks: true,
-		Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest, hookPodLabel, "hooks.preflight.enabled=false"},
+		Set: []string{"image.repository=" + pub.Repository, "image.digest=" + pub.Digest, hookPodLabel},
 	})
+	if pre := hooks.only(t, OperatorChart+"-preflight-"); pre.exit != 0 || !strings.Contains(pre.log, "the operator creates it from the trust anchor") {
+		t.Fatalf("the preflight hook of a fresh install exited %d, want 0 and a warning that the operator creates the trust roots:\n%s", pre.exit, pre.log)
+	} else {
+		t.Logf("the preflight hook of a fresh install, without trust roots, passed:\n%s", pre.log)
+	}
 	pods := deploymentPods(t, ctx, kube, dep)
 	ctr, err := podrun.Container(pods[0], "operator")
 	if err != nil {

@@ -234,6 +234,19 @@ func (c *checks) issuerChains(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !b.Found && c.o.pre {
+		// Before the operator is installed: it will write the bundle from the trust anchor
+		// alone (bundleHasAnchor), so that is the anchor the issuer must chain to.
+		a, err := c.usableAnchor(ctx)
+		if err != nil {
+			return err
+		}
+		if !steps.SignedBy(iss.Cert, a.Cert) {
+			return fmt.Errorf("identity issuer %s in Secret %s is not signed by the trust anchor %s of Secret %s: the bundle the operator writes would not verify its certificates",
+				steps.ShortFingerprint(steps.Fingerprint(iss.Cert)), iss.Ref(), steps.ShortFingerprint(a.Fingerprint()), a.Ref())
+		}
+		return nil
+	}
 	if !b.Found {
 		return fmt.Errorf("ConfigMap %s/%s not found", c.cfg.LinkerdNamespace, c.cfg.TrustRootsConfigMap)
 	}
@@ -256,6 +269,13 @@ func (c *checks) bundleHasAnchor(ctx context.Context) error {
 		return err
 	}
 	ref := c.cfg.LinkerdNamespace + "/" + c.cfg.TrustRootsConfigMap
+	if !b.Found && c.o.pre {
+		// The operator creates the bundle when it first starts, from the trust anchor, before
+		// Linkerd needs it (Linkerd's identity does not start without it): the order a GitOps
+		// install syncs in. Not a failure of the prerequisites, but worth saying.
+		return warnf("ConfigMap %s not found: the operator creates it from the trust anchor %s when it starts; to have it before, run `%s`",
+			ref, steps.ShortFingerprint(a.Fingerprint()), ApplyBundleCommand)
+	}
 	if !b.Found {
 		return fmt.Errorf("ConfigMap %s not found: create it with `%s`", ref, ApplyBundleCommand)
 	}

@@ -610,19 +610,38 @@ func TestPlanLooksAhead(t *testing.T) {
 // bundle help all tell the user to apply the bundle with the one command under which the
 // operator owns it (server-side, its field manager): a plain `kubectl apply` would make the
 // owner check warn.
+//
+// Before the operator is installed (check --pre, the chart's pre-install hook), a missing bundle
+// is a warning, not a failure: the operator creates it when it first starts, which is the order
+// a GitOps install syncs in (manifests/argocd: the operator, then Linkerd). The issuer must
+// still chain to the trust anchor the operator will write.
 func TestMissingBundleNamesTheOneApplyCommand(t *testing.T) {
 	const want = "linkerd trust bundle | kubectl apply --server-side --field-manager=" + steps.FieldManager + " -f -"
 	f := newFixture(t)
 	f.remove(&corev1.ConfigMap{}, "linkerd", steps.DefaultTrustRootsConfigMap)
 	out, _, code := f.run("check", "--pre")
+	if code != 0 || !strings.Contains(out, "‼ ConfigMap linkerd-identity-trust-roots contains the current trust anchor") ||
+		!strings.Contains(out, "ConfigMap linkerd/linkerd-identity-trust-roots not found: the operator creates it from the trust anchor") ||
+		!strings.Contains(out, "to have it before, run `"+want+"`") || !strings.Contains(out, "√ identity issuer chains to an anchor in the trust bundle") {
+		t.Errorf("check --pre without the bundle: exit %d, want 0, a warning that the operator creates it, naming %q, and the issuer chaining to the anchor\n%s", code, want, out)
+	}
+	out, _, code = f.run("check")
 	if code == 0 || !strings.Contains(out, "ConfigMap linkerd/linkerd-identity-trust-roots not found: create it with `"+want+"`") {
-		t.Errorf("check --pre without the bundle: exit %d, want a failure naming %q\n%s", code, want, out)
+		t.Errorf("check without the bundle, the operator installed: exit %d, want a failure naming %q\n%s", code, want, out)
 	}
 	for _, args := range [][]string{{"--help"}, {"bundle", "--help"}} {
 		out, _, _ := f.run(args...)
 		if !strings.Contains(out, want) || strings.Contains(out, "bundle | kubectl apply -f -") {
 			t.Errorf("%v names another way to apply the bundle than %q:\n%s", args, want, out)
 		}
+	}
+
+	// An issuer that the anchor did not sign fails --pre, bundle or not: the bundle the operator
+	// writes would not verify its certificates.
+	f.issue("linkerd", "linkerd-identity-issuer", certPEM(t, "issuer-new"))
+	out, _, code = f.run("check", "--pre")
+	if code == 0 || !strings.Contains(out, "is not signed by the trust anchor") {
+		t.Errorf("check --pre without the bundle, the issuer signed by another anchor: exit %d, want a failure\n%s", code, out)
 	}
 }
 
