@@ -51,11 +51,14 @@ func applications(t *testing.T) map[string]*appv1.Application {
 	return apps
 }
 
-// The example's Applications sync in the order the README promises: the PKI, the CRDs, the
-// operator (which bootstraps the trust bundle), then Linkerd.
+// The example's Applications sync in the order the README promises: the PKI, the CRDs (Linkerd's
+// and the operator's, in one wave), the operator (which bootstraps the trust bundle), then Linkerd.
 func TestApplicationsSyncInOrder(t *testing.T) {
 	apps := applications(t)
-	order := []string{"linkerd-cert-manager", "trust-rotation-operator-crds", "trust-rotation-operator", "linkerd-control-plane"}
+	if w := apps["linkerd-crds"].Annotations["argocd.argoproj.io/sync-wave"]; w != apps["trust-rotation-operator-crds"].Annotations["argocd.argoproj.io/sync-wave"] {
+		t.Errorf("linkerd-crds is in wave %q, not with trust-rotation-operator-crds", w)
+	}
+	order := []string{"linkerd-pki", "linkerd-crds", "trust-rotation-operator", "linkerd-control-plane"}
 	wave := map[string]int{}
 	for _, name := range order {
 		app, ok := apps[name]
@@ -109,6 +112,43 @@ func TestChartsArePinned(t *testing.T) {
 		if registry := strings.TrimSuffix(src.RepoURL, "/charts"); !strings.HasPrefix(image, registry+"/") {
 			t.Errorf("Application %s pulls chart %s from %s, but the chart's image is %s: use one registry", name, src.Chart, src.RepoURL, image)
 		}
+	}
+}
+
+// Everything the example installs is open source and shipped where it says: Linkerd's charts
+// from Linkerd's own Helm repository (not a vendor's distribution), at one release; this
+// project's charts from its registry; the PKI from this repository's manifests, a file that
+// exists, pinned to a tag.
+func TestSourcesAreOpenSource(t *testing.T) {
+	linkerdCharts := map[string]string{}
+	for name, app := range applications(t) {
+		src := app.Spec.GetSource()
+		switch {
+		case name == "linkerd-trust-rotation": // root.yaml: the user's GitOps repository
+		case src.Chart == "linkerd-crds" || src.Chart == "linkerd-control-plane":
+			if src.RepoURL != "https://helm.linkerd.io/edge" {
+				t.Errorf("Application %s pulls Linkerd's %s from %s, want Linkerd's open-source repository https://helm.linkerd.io/edge", name, src.Chart, src.RepoURL)
+			}
+			linkerdCharts[src.Chart] = src.TargetRevision
+		case src.Chart != "":
+			if _, err := os.Stat(filepath.Join(repoRoot, "charts", src.Chart, "Chart.yaml")); err != nil {
+				t.Errorf("Application %s installs chart %s, which is neither Linkerd's nor this repository's", name, src.Chart)
+			}
+		default:
+			if src.RepoURL != "https://github.com/linkerd/trust-rotation.git" || !regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`).MatchString(src.TargetRevision) {
+				t.Errorf("Application %s syncs %s at %q, want this repository at a release tag", name, src.RepoURL, src.TargetRevision)
+			}
+			if src.Directory == nil || src.Directory.Include == "" {
+				t.Errorf("Application %s syncs all of %s, want one file (directory.include)", name, src.Path)
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(repoRoot, src.Path, src.Directory.Include)); err != nil {
+				t.Errorf("Application %s: %v", name, err)
+			}
+		}
+	}
+	if len(linkerdCharts) != 2 || linkerdCharts["linkerd-crds"] != linkerdCharts["linkerd-control-plane"] {
+		t.Errorf("Linkerd's charts: %v, want linkerd-crds and linkerd-control-plane at one version", linkerdCharts)
 	}
 }
 
