@@ -139,7 +139,7 @@ func Find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 type InstallOptions struct {
 	// Helm installs the charts; the zero value means Helm 3 from the tools directory.
 	Helm Helm
-	// Namespace of both releases (default linkerd, as in the user guide). It must exist.
+	// Namespace of both releases (default linkerd, as in README). It must exist.
 	Namespace string
 	// Set are --set values of the operator chart, and SetJSON its --set-json values.
 	Set     []string

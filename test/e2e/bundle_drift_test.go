@@ -21,7 +21,7 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// TestBundleRevertedDuringRotation rotates as the user guide's user does while other writers
+// TestBundleRevertedDuringRotation rotates as a user following README's Rotate section does while other writers
 // put linkerd-identity-trust-roots back: a hand edit (kubectl edit) of the old bundle while the
 // data plane propagates the expanded one, a second writer (an Argo CD self-heal) that keeps
 // writing the old bundle back while the rotation waits for the issuer renewal, a Helm upgrade

@@ -21,7 +21,7 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// TestRotationHistory rotates the anchor as the user guide's user does and reads what the
+// TestRotationHistory rotates the anchor as a user following README's Rotate section does and reads what the
 // operator recorded: status.history holds the rotation, from the old anchor to the new one,
 // with phase visits whose durations add up to its wall time, the user's restarts and the
 // operator's; a RotationRecorded Event says so; and status.nextRotation, with its metric, moved

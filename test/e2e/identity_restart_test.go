@@ -209,7 +209,7 @@ func (e *Env) checkNoEvent(since time.Time, reason string) {
 	}
 }
 
-// playUser plays the user guide's user until the rotation to anchor is Synced: it restarts the
+// playUser plays a user following README's Rotate section until the rotation to anchor is Synced: it restarts the
 // workloads when the operator waits for them and renews the issuer when it asks for that, once
 // each.
 func (e *Env) playUser(anchor *x509.Certificate) {

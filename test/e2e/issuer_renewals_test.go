@@ -18,7 +18,7 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// TestIssuerRenewedAgainDuringRotation rotates as the user guide's user does while cert-manager
+// TestIssuerRenewedAgainDuringRotation rotates as a user following README's Rotate section does while cert-manager
 // renews the identity issuer again and again on its own schedule (Linkerd's 48h/25h makes that
 // about daily; here several times per phase): two, then three times while the data plane
 // propagates the expanded bundle, and three, then two times once the issuer is on the new anchor

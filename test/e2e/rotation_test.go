@@ -23,7 +23,7 @@ import (
 
 const rotationName = steps.DefaultRotationName
 
-// TestRotation performs full rotations as the user guide's user would, with both charts
+// TestRotation performs full rotations as a user following README's Rotate section would, with both charts
 // installed by helm, the operator running out of cluster under the chart's ServiceAccount, and
 // the oracle watching the whole mesh throughout: first in order, then with the issuer renewed
 // right after the anchor. The mesh has both proxy layouts, as a cluster part-way through an

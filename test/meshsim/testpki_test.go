@@ -18,7 +18,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/meshsim"
 )
 
-// testPKI installs the Linkerd PKI of the user guide through the real cert-manager. It is a
+// testPKI installs the Linkerd PKI of manifests/cert-manager/linkerd-pki.yaml through the real cert-manager. It is a
 // stand-in until test/cluster ships its PKI helpers; it follows the same contract (names, isCA,
 // ECDSA, rotationPolicy Always, cmctl-style renew).
 type testPKI struct {

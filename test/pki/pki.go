@@ -1,5 +1,5 @@
 // Package pki installs Linkerd's PKI on a test cluster the way users install it with cert-manager
-// (see the "Installing cert-manager and the Linkerd PKI" section of the user guide): a
+// (manifests/cert-manager/linkerd-pki.yaml, README step 2): a
 // self-signed root Issuer, the trust-anchor Certificate it signs, a CA ClusterIssuer over the
 // anchor's Secret, and the identity-issuer Certificate that ClusterIssuer signs. The real
 // cert-manager controller issues every certificate. Renew triggers a re-issuance exactly like
@@ -26,7 +26,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 )
 
-// Default object names, as the user guide lists them.
+// Default object names, as manifests/cert-manager/linkerd-pki.yaml names them.
 const (
 	DefaultCertManagerNamespace  = "cert-manager"
 	DefaultLinkerdNamespace      = "linkerd"

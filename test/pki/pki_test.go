@@ -66,7 +66,7 @@ func TestInstallIssuesLinkerdPKI(t *testing.T) {
 		t.Errorf("identity issuer lifetime %s, want the default 48h", lifetime)
 	}
 
-	// The objects are the ones the user guide names, with the documented settings.
+	// The objects are the ones manifests/cert-manager/linkerd-pki.yaml makes, with the documented settings.
 	crt, err := c.CertManager().CertmanagerV1().Certificates("cert-manager").Get(ctx, "linkerd-trust-anchor", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

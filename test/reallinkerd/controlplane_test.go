@@ -29,7 +29,7 @@ var controlPlaneRecording = filepath.Join("..", "meshsim", "testdata", "linkerd-
 var controlPlaneDeployments = []string{"linkerd-identity", "linkerd-destination", "linkerd-proxy-injector"}
 
 // TestLinkerdInstallRendersTheControlPlane records, with -update and LINKERD_BIN, the
-// control-plane Deployments the real `linkerd install` renders the way the user guide installs
+// control-plane Deployments the real `linkerd install` renders the way README installs
 // Linkerd with cert-manager (identity.externalCA=true, identity.issuer.scheme=kubernetes.io/tls),
 // verbatim. It needs a cluster: with an external CA, `linkerd install` reads the issuer Secret,
 // and refuses to run before the Gateway API CRDs (from the gateway-api module this module
@@ -88,7 +88,7 @@ func TestLinkerdInstallRendersTheControlPlane(t *testing.T) {
 	}
 }
 
-// installArgs render the control plane the way the user guide installs Linkerd with cert-manager.
+// installArgs render the control plane the way README installs Linkerd with cert-manager.
 var installArgs = []string{"install", "--set", "identity.externalCA=true", "--set", "identity.issuer.scheme=kubernetes.io/tls"}
 
 // rendered caches what `linkerd install` rendered, for the recordings that run Linkerd's

@@ -1,7 +1,7 @@
 // Command bench measures the trust-rotation operator and the linkerd-trust CLI at scale on the
 // local test cluster and prints (never asserts) the figures of issue 7: for each size, a fresh
 // cluster with N meshed pods (kwok) under the mesh simulator, the operator as a process of its
-// own, one full rotation driven as the user guide's user does it, then `linkerd trust inspect`.
+// own, one full rotation driven as README's Rotate section says, then `linkerd trust inspect`.
 //
 //   - phase reaction latency p50/p99/max: from the moment a phase's exit condition became true
 //     to the phase change in the status (see world);
@@ -494,7 +494,7 @@ func waitQuiet(ctx context.Context, w *world, mesh *meshsim.Mesh, want int, say 
 	}
 }
 
-// rotate performs one rotation as the user guide's user does, acting as soon as the status
+// rotate performs one rotation as README's Rotate section says, acting as soon as the status
 // asks for it, and records its wall time, busy time and phase transitions in r.
 func rotate(ctx context.Context, w *world, c *cluster.Cluster, p *pki.PKI, mesh *meshsim.Mesh, apps []meshsim.Workload, r *result) error {
 	cfg := steps.DefaultConfig()

@@ -497,7 +497,7 @@ type driveOpts struct {
 	timeout time.Duration
 }
 
-// drive renews the trust anchor and plays the user guide's user until the rotation is Synced on
+// drive renews the trust anchor and plays a user following README's Rotate section until the rotation is Synced on
 // the newest anchor: it restarts the workloads when the operator waits for them, renews the
 // issuer when it waits for that, and restarts the operator (through sup) whenever it died.
 // restarter restarts dead operators; drive calls it at every observation.
