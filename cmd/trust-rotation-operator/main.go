@@ -60,8 +60,9 @@ type options struct {
 }
 
 func main() {
-	// The end-to-end tests' fault hook comes from the environment, never from a flag.
-	o := options{app: app.Options{Config: steps.DefaultConfig(), CrashAt: os.Getenv(app.CrashEnv)}}
+	// The end-to-end tests' fault hook comes from the environment, never from a flag, and only
+	// in a binary built for them (-tags crashpoints).
+	o := options{app: app.Options{Config: steps.DefaultConfig(), CrashAt: crashAt()}}
 	fs := pflag.NewFlagSet("trust-rotation-operator", pflag.ExitOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "trust-rotation-operator rotates Linkerd's trust anchor on top of cert-manager.\n\nUsage:\n  trust-rotation-operator [flags]\n\nFlags:\n%s", fs.FlagUsages())

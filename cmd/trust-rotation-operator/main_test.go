@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/kube"
 )
 
@@ -80,5 +82,14 @@ func TestClientsSpeakHTTP1UnlessHTTP2IsAsked(t *testing.T) {
 		if ns.Name != want {
 			t.Errorf("--kube-api-http2=%v: the apiserver saw %s, want %s", http2, ns.Name, want)
 		}
+	}
+}
+
+// The operator users run (built without -tags crashpoints, as this test is) ignores the fault
+// hook's environment variable: nothing in its environment can make it kill itself.
+func TestReleasedOperatorIgnoresTheCrashHook(t *testing.T) {
+	t.Setenv(app.CrashEnv, "save:"+steps.StepExpandTrustBundle)
+	if got := crashAt(); got != "" {
+		t.Errorf("with %s set, the operator reads the crash point %q; only a -tags crashpoints build may", app.CrashEnv, got)
 	}
 }

@@ -39,11 +39,12 @@ func Binary(t testing.TB, name string) string {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "./cmd/trust-rotation-operator", "./cmd/linkerd-trust")
+		// -tags crashpoints: the operator reads the fault hook (app.CrashEnv) the fault tests set.
+		cmd := exec.Command("go", "build", "-tags", "crashpoints", "-o", binDir+"/", "./cmd/trust-rotation-operator", "./cmd/linkerd-trust")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			// The CLI may not exist yet in a partial tree; build the operator alone then.
-			cmd = exec.Command("go", "build", "-o", binDir+"/", "./cmd/trust-rotation-operator")
+			cmd = exec.Command("go", "build", "-tags", "crashpoints", "-o", binDir+"/", "./cmd/trust-rotation-operator")
 			cmd.Dir = root
 			if out2, err2 := cmd.CombinedOutput(); err2 != nil {
 				buildErr = fmt.Errorf("go build: %v\n%s\n%s", err2, out, out2)
