@@ -262,6 +262,16 @@ func (c *checks) issuerChains(ctx context.Context) error {
 func (c *checks) bundleHasAnchor(ctx context.Context) error {
 	a, err := c.usableAnchor(ctx)
 	if err != nil {
+		// Without cert-manager's anchor, say what the mesh trusts instead, if anything.
+		if b, berr := c.bundle.get(ctx); berr == nil {
+			if note := c.handMadeNote(ctx, b, nil); note != "" {
+				var w warningError
+				if errors.As(err, &w) {
+					return warnf("%v; %s", w.err, note)
+				}
+				return fmt.Errorf("%w; %s", err, note)
+			}
+		}
 		return err
 	}
 	b, err := c.bundle.get(ctx)
@@ -288,7 +298,11 @@ func (c *checks) bundleHasAnchor(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("ConfigMap %s does not contain the trust anchor %s of Secret %s (it holds %s)", ref, steps.ShortFingerprint(fp), a.Ref(), shortFingerprints(b))
+	err = fmt.Errorf("ConfigMap %s does not contain the trust anchor %s of Secret %s (it holds %s)", ref, steps.ShortFingerprint(fp), a.Ref(), shortFingerprints(b))
+	if note := c.handMadeNote(ctx, b, a.Cert); note != "" {
+		err = fmt.Errorf("%w; %s", err, note)
+	}
+	return err
 }
 
 func shortFingerprints(b steps.Bundle) string {
