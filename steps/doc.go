@@ -43,7 +43,8 @@
 //     in a State);
 //   - the state and what it derives: state.go, anchors.go (the wanted bundle), certificates.go
 //     (certificate convergence), keep.go (anchors a bundle must keep), workload.go, proxy.go,
-//     pki.go (certificate helpers), config.go (the object names and their flags);
+//     pki.go (certificate helpers), bridge.go (the path a proxy builds through a cross-signed
+//     anchor, as rustls-webpki does), config.go (the object names and their flags);
 //   - the guards: drift.go, supersede.go, strategy.go, validate.go (what the operator cannot use
 //     in the spec: the fields that did not decode, time zones, selectors, the durations' bounds);
 //   - automatic restarts: restarts.go (planning), restartobserve.go (observing), restartact.go

@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
 	"github.com/linkerd/trust-rotation/test/cluster"
 )
 
@@ -66,6 +68,21 @@ func TestReleaseTargetsBuildOnlyTheirTools(t *testing.T) {
 	}
 	if got, want := imagePlatforms(t, filepath.Join(dir, "image", "oci")), []string{"linux/amd64", "linux/arm64"}; !slices.Equal(got, want) {
 		t.Errorf("make image built %v, want %v by default", got, want)
+	}
+	// The operator the image ships has no crash hook: only a -tags crashpoints build reads the
+	// end-to-end tests' variable, whose name is then in the binary.
+	operators, _ := filepath.Glob(filepath.Join(dir, "image", "bin", "*", "trust-rotation-operator"))
+	if len(operators) != 2 {
+		t.Fatalf("make image built the operators %v, want one per platform", operators)
+	}
+	for _, bin := range operators {
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte(app.CrashEnv)) {
+			t.Errorf("%s reads %s: the released operator has the tests' crash hook", bin, app.CrashEnv)
+		}
 	}
 }
 

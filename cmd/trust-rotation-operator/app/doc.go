@@ -5,9 +5,9 @@
 //
 // # The reconcile path
 //
-// Every reconcile goes through four stages: an event, the State read, the engine, a
-// checkpointed act; the repairs come between the read and the engine, the status projection
-// after the engine. Controller.reconcile (reconcile.go) reads so, one function each:
+// Every reconcile goes through six stages, one function each in Controller.reconcile
+// (reconcile.go): the event, the State read, the repairs, the engine, the checkpointed act and
+// the status projection.
 //
 //  1. The event (controller.go). New wires the informers (informers.go: the anchor, previous
 //     anchor and issuer Secrets, the trust bundle, the control plane; the meshed pods, held in
@@ -37,13 +37,15 @@
 //     act's token included, in the status (rotation.go write) before it runs the act, so a
 //     killed operator resumes there without repeating a destructive act. The act writes through
 //     the steps.Writer New builds: apply.KubeWriter, wrapped by automation_writes.go's
-//     rememberingWriter and crash.go's fault hook (tests only).
+//     rememberingWriter and crash.go's fault hook, which only a -tags crashpoints build of the
+//     operator (the end-to-end tests') sets.
 //  6. The status projection (reconcile.go projectStatus): steps.Project makes the status from
 //     the State and the engine's result; it is written unless only progress moved and that is
 //     held back (progress.go holdProgress); report then sets the metrics (metrics.go,
 //     history.go) and emits the Events that follow the status (hold.go suspendEvents among
 //     them). An act that failed is projected at once instead (hold.go publishActFailure).
 //
-// Around the path: lease.go elects the one leader that runs it, events.go writes its Events,
-// apicount.go counts its API requests.
+// Around the path: steps/kube's leader election (lease.go) elects the one leader that runs it
+// and its event recorder (events.go) writes its Events; lazyinformer.go starts an informer on
+// its first use; apicount.go counts the API requests.
 package app
