@@ -24,11 +24,25 @@ const TakeoverDoc = "https://github.com/linkerd/trust-rotation/blob/main/docs/de
 const identitySchemeArg = "-identity-scheme="
 
 // handMadeNote says, when the trust bundle holds anchors other than cert-manager's (anchor, nil
-// when it cannot be read), what they are and who writes the ConfigMap, and whether identity
-// reads its issuer from Linkerd's own layout: the signs of a mesh installed with certificates
-// made by hand, which the operator cannot adopt. It returns "" when every anchor is
-// cert-manager's. It reads no Secret.
+// when it cannot be read) and Linkerd's chart wrote it or identity reads its issuer in Linkerd's
+// own layout — the signs of a mesh installed with certificates made by hand, which the operator
+// cannot adopt — what those anchors are, who writes the ConfigMap and what issuer identity
+// serves. It returns "" otherwise.
 func (c *checks) handMadeNote(ctx context.Context, b steps.Bundle, anchor *x509.Certificate) string {
+	// Linkerd's chart renders the ConfigMap (field manager helm) and, by default, the issuer in
+	// its own layout: either says anchors were handed to the chart. Without either sign the
+	// note is not made, and nothing more is read.
+	owners := b.OtherOwners()
+	scheme := c.identityScheme(ctx)
+	handMade := scheme == "linkerd.io/tls"
+	names := make([]string, len(owners))
+	for i, o := range owners {
+		names[i] = o.Manager
+		handMade = handMade || o.Manager == "helm"
+	}
+	if !handMade {
+		return ""
+	}
 	// cert-manager's own anchors: the current one, and the previous one a rotation keeps.
 	known := map[string]bool{}
 	if anchor != nil {
@@ -43,26 +57,12 @@ func (c *checks) handMadeNote(ctx context.Context, b steps.Bundle, anchor *x509.
 	}
 	var others []string
 	for _, cert := range b.Certs {
-		if known[steps.Fingerprint(cert)] {
-			continue
+		if !known[steps.Fingerprint(cert)] {
+			others = append(others, describeAnchor(cert, c.now))
 		}
-		others = append(others, describeAnchor(cert, c.now))
 	}
 	if len(others) == 0 {
 		return ""
-	}
-	// Linkerd's chart renders the ConfigMap (field manager helm) and, by default, the issuer in
-	// its own layout: either says the anchors were handed to the chart, not made by cert-manager.
-	owners := b.OtherOwners()
-	scheme := c.identityScheme(ctx)
-	handMade := scheme == "linkerd.io/tls"
-	names := make([]string, len(owners))
-	for i, o := range owners {
-		names[i] = o.Manager
-		handMade = handMade || o.Manager == "helm"
-	}
-	if anchor == nil && !handMade {
-		return "" // nothing to compare with, and no sign of Linkerd's own certificates
 	}
 	var note strings.Builder
 	what := "anchors cert-manager does not issue"
@@ -76,12 +76,14 @@ func (c *checks) handMadeNote(ctx context.Context, b steps.Bundle, anchor *x509.
 	if scheme != "" {
 		fmt.Fprintf(&note, "; identity runs with %s%s", identitySchemeArg, scheme)
 		if scheme == "linkerd.io/tls" {
-			note.WriteString(" (its issuer is the crt.pem Linkerd's chart renders, not cert-manager's)")
+			note.WriteString(" (its issuer is the crt.pem Linkerd's chart renders, not cert-manager's")
+			if issuer := c.chartIssuer(ctx); issuer != nil {
+				fmt.Fprintf(&note, ": %s", describeAnchor(issuer, c.now))
+			}
+			note.WriteString(")")
 		}
 	}
-	if handMade {
-		fmt.Fprintf(&note, ". They look like Linkerd's own certificates, handed to its chart: moving such a mesh onto cert-manager's is a takeover, not an adoption (%s)", TakeoverDoc)
-	}
+	fmt.Fprintf(&note, ". They look like Linkerd's own certificates, handed to its chart: moving such a mesh onto cert-manager's is a takeover, not an adoption (%s)", TakeoverDoc)
 	return note.String()
 }
 
@@ -122,3 +124,22 @@ func (c *checks) identityScheme(ctx context.Context) string {
 	}
 	return ""
 }
+
+// chartIssuer is the identity issuer Linkerd's chart rendered (crt.pem of the issuer Secret,
+// scheme linkerd.io/tls), nil when it cannot be read. Only its certificate is parsed; the key
+// the Secret holds beside it is neither used nor shown.
+func (c *checks) chartIssuer(ctx context.Context) *x509.Certificate {
+	sec, err := c.cl.Kube.CoreV1().Secrets(c.cfg.LinkerdNamespace).Get(ctx, c.cfg.IssuerSecret, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	certs, err := steps.ParseCertificates(sec.Data[chartIssuerKey])
+	if err != nil || len(certs) == 0 {
+		return nil
+	}
+	return certs[0]
+}
+
+// chartIssuerKey is where Linkerd's chart puts the issuer certificate under linkerd.io/tls
+// (charts/linkerd-control-plane/templates/identity.yaml; identity reads it, main.go).
+const chartIssuerKey = "crt.pem"

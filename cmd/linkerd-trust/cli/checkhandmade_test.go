@@ -23,6 +23,11 @@ func handMadeMesh(t *testing.T) *fixture {
 	id := available(deployment("linkerd", "linkerd-identity", nil))
 	id.Spec.Template.Spec.Containers = []corev1.Container{{Name: "identity", Args: []string{"identity", "-identity-scheme=linkerd.io/tls"}}}
 	f.replace(id)
+	// The issuer Secret as Linkerd's chart renders it (issuer-old stands in for the hand-made
+	// issuer), with cert-manager's keys beside: the identity-issuer Certificate writes into it.
+	iss := secret("linkerd", "linkerd-identity-issuer", certPEM(t, "issuer-old"))
+	iss.Data["crt.pem"], iss.Data["key.pem"] = certPEM(t, "issuer-old"), []byte("not a key")
+	f.replace(iss)
 	return f
 }
 
@@ -34,7 +39,8 @@ func TestCheckPreDescribesAHandMadePKI(t *testing.T) {
 	f := handMadeMesh(t)
 	found := []string{
 		"CN=root.linkerd.cluster.local (", "self-signed, expires 2026-06-20, in 18d12h)",
-		"written by helm", "identity runs with -identity-scheme=linkerd.io/tls", "is a takeover, not an adoption", TakeoverDoc,
+		"written by helm", "identity runs with -identity-scheme=linkerd.io/tls", "not cert-manager's: CN=" + cert(t, "issuer-old").Subject.CommonName + " (",
+		"is a takeover, not an adoption", TakeoverDoc,
 	}
 	out, _, code := f.run("check", "--pre")
 	t.Logf("check --pre:\n%s", out)
