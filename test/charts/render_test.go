@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
 	"github.com/linkerd/trust-rotation/test/cluster"
 )
 
@@ -161,8 +162,10 @@ func TestDashboardAndAlerts(t *testing.T) {
 		t.Fatal("no PrometheusRule")
 	}
 	text, _ := json.Marshal(rule.Object)
-	for _, want := range []string{"TrustRotationBlocked", "trust_rotation_phase", "TrustAnchorExpiringSoon", "IdentityIssuerExpiringSoon",
-		`trust_rotation_certificate_expiration_timestamp_seconds{namespace=\"linkerd\", role=\"trust-bundle\"}`, `role=\"identity-issuer\"`} {
+	// The expiry alerts read the operator's roles (its app.Role* constants), one alert each.
+	for _, want := range []string{"TrustRotationBlocked", "trust_rotation_phase", "TrustAnchorExpiringSoon", "IdentityIssuerExpiringSoon", "BridgeCertificateExpiringSoon",
+		`trust_rotation_certificate_expiration_timestamp_seconds{namespace=\"linkerd\", role=\"` + app.RoleTrustBundle + `\"}`,
+		`role=\"` + app.RoleIdentityIssuer + `\"`, `role=\"` + app.RoleBridge + `\"`} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("PrometheusRule lacks %s", want)
 		}

@@ -188,6 +188,27 @@ func (c *checks) anchorExpiry(ctx context.Context) error {
 	case left < time.Duration(c.o.expiryWarning):
 		return warnf("trust anchor in Secret %s expires at %s, in %s (less than --expiry-warning %s): rotate it soon", a.Ref(), when, age(left), &c.o.expiryWarning)
 	}
+	return c.bridgesExpiry(a, "the trust anchor's chain")
+}
+
+// bridgesExpiry checks the certificates a Secret's tls.crt holds after its certificate: the
+// bridges a cross-signed trust anchor carries to the anchors before it, which cert-manager's
+// CA issuer appends to every identity issuer it signs, and Linkerd identity to every
+// workload certificate (service.go Certify). A proxy that reaches its trust anchor only
+// through a bridge rejects the chain once the bridge expired (rustls-webpki checks every
+// presented intermediate's validity), and identity caps every certificate it issues at the
+// earliest expiry of that chain (pkg/tls/ca.go findFirstExpiration).
+func (c *checks) bridgesExpiry(s steps.Source, what string) error {
+	for i, b := range s.Chain {
+		left := b.NotAfter.Sub(c.now)
+		desc := fmt.Sprintf("certificate %d of %s in Secret %s, %s", i+2, what, s.Ref(), describeAnchor(b, c.now))
+		switch {
+		case left <= 0:
+			return fmt.Errorf("%s: proxies that reach their trust anchor only through it reject the chain", desc)
+		case left < time.Duration(c.o.expiryWarning):
+			return warnf("%s (less than --expiry-warning %s): identity issues no certificate past it; finish the rotation that needs it, or renew the identity issuer without it", desc, &c.o.expiryWarning)
+		}
+	}
 	return nil
 }
 
@@ -207,6 +228,9 @@ func (c *checks) issuerValidity(ctx context.Context) error {
 	}
 	if !iss.Cert.IsCA {
 		return fmt.Errorf("identity issuer in Secret %s is not a CA certificate: it cannot sign workload certificates", iss.Ref())
+	}
+	if err := c.bridgesExpiry(iss, "the chain identity serves"); err != nil {
+		return err
 	}
 	crt, err := c.cl.CertManager.CertmanagerV1().Certificates(c.cfg.LinkerdNamespace).Get(ctx, c.o.identityIssuerCert, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

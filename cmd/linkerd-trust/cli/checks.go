@@ -63,7 +63,7 @@ func checkCommand(env *Env) *command {
 	o := &checkOptions{expiryWarning: duration(30 * 24 * time.Hour), blockedWarning: duration(time.Hour)}
 	o.output = addOutputFlag(fs, "table", "json", "yaml")
 	fs.BoolVar(&o.pre, "pre", false, "only check the prerequisites of the operator: cert-manager and the Linkerd PKI")
-	fs.Var(&o.expiryWarning, "expiry-warning", "warn when the trust anchor expires, or the next rotation's deadline passes, within this duration (e.g. 30d, 72h)")
+	fs.Var(&o.expiryWarning, "expiry-warning", "warn when the trust anchor or a bridge certificate expires, or the next rotation's deadline passes, within this duration (e.g. 30d, 72h)")
 	fs.Var(&o.failWithin, "fail-within", "fail when the trust anchor expires, or the next rotation's deadline (status.nextRotation) passes, within this duration (e.g. 7d); off when 0")
 	o.kube = addKubeFlags(fs)
 	fs.StringVar(&o.rootIssuer, "trust-root-issuer", "linkerd-trust-root-issuer", "cert-manager Issuer (in the cert-manager namespace) that signs the trust anchor")

@@ -203,3 +203,56 @@ func TestCheckOlderBridgeExpiry(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckBridgesInTheIssuersChain: whatever the strategy and phase, the bridges the identity
+// issuer's chain carries (what identity serves after the issuer) are checked for expiry as the
+// issuer is: a warning within --expiry-warning naming which certificate of the chain, a
+// failure once one expired.
+func TestCheckBridgesInTheIssuersChain(t *testing.T) {
+	const line = "identity issuer is valid and renewed on time"
+	key := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	issue := func(cn string, serial int64, notBefore, notAfter time.Time, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: notBefore, NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true,
+			KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+		k := key()
+		if parent == nil {
+			parent, parentKey = tmpl, k
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, k.Public(), parentKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, k
+	}
+	for name, tc := range map[string]struct {
+		bridgeEnd time.Time
+		want      string
+	}{
+		"far":     {testNow.Add(400 * 24 * time.Hour), "√ " + line},
+		"soon":    {testNow.Add(10 * 24 * time.Hour), "‼ " + line + "\n    certificate 2 of the chain identity serves in Secret linkerd/linkerd-identity-issuer, CN=root.linkerd.cluster.local ("},
+		"expired": {testNow.Add(-time.Hour), "× " + line + "\n    certificate 2 of the chain identity serves in Secret linkerd/linkerd-identity-issuer, CN=root.linkerd.cluster.local ("},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, aKey := issue("root.linkerd.cluster.local", 1, testNow.Add(-48*time.Hour), testNow.Add(87600*time.Hour), nil, nil)
+			b, bKey := issue("root.linkerd.cluster.local", 2, testNow.Add(-48*time.Hour), tc.bridgeEnd, a, aKey)
+			iss, _ := issue("identity.linkerd.cluster.local", 3, testNow.Add(-time.Hour), testNow.Add(47*time.Hour), b, bKey)
+			f := newFixture(t)
+			f.issue("linkerd", "linkerd-identity-issuer", steps.EncodePEM(iss, b))
+			out, errOut, _ := f.run("check")
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("output lacks %q:\n%s%s", tc.want, out, errOut)
+			}
+		})
+	}
+}

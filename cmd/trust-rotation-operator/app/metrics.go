@@ -80,6 +80,10 @@ const (
 	RoleTrustBundle    = "trust-bundle"
 	RoleIdentityIssuer = "identity-issuer"
 	RolePreviousAnchor = "previous-anchor"
+	// RoleBridge: a certificate a Secret's tls.crt carries after its own, in the identity
+	// issuer's (what identity serves every proxy after the issuer) or the trust anchor's (a
+	// cross-signed anchor's bridges to the anchors before it).
+	RoleBridge = "bridge"
 )
 
 // NewMetrics registers the operator's metrics, plus the Go and process collectors.
@@ -116,7 +120,7 @@ func NewMetrics() *Metrics {
 		}, []string{"step"}),
 		certExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "trust_rotation_certificate_expiration_timestamp_seconds",
-			Help: "NotAfter (Unix seconds) of each certificate the rotation relies on: the current trust anchor, every anchor of the trust bundle, the identity issuer and the previous anchor, by role and fingerprint.",
+			Help: "NotAfter (Unix seconds) of each certificate the rotation relies on: the current trust anchor, every anchor of the trust bundle, the identity issuer, the previous anchor and the bridges the issuer's and the anchor's chains carry, by role and fingerprint.",
 		}, []string{"role", "fingerprint"}),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trust_rotation_reconciles_total",
@@ -235,6 +239,13 @@ func (m *Metrics) ObserveCertificates(s *steps.State) {
 	}{{RoleTrustAnchor, s.Anchor}, {RoleIdentityIssuer, s.Issuer}, {RolePreviousAnchor, s.Previous}} {
 		if src.s.Usable() {
 			set(src.role, src.s.Cert)
+		}
+	}
+	for _, src := range []steps.Source{s.Issuer, s.Anchor} {
+		if src.Usable() {
+			for _, c := range src.Chain {
+				set(RoleBridge, c)
+			}
 		}
 	}
 	for _, c := range s.Bundle.Certs {

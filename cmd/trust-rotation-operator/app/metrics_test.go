@@ -94,6 +94,20 @@ func TestObserveCertificates(t *testing.T) {
 	if got := expirySeries(t, m); len(got) != 4 || strings.Contains(strings.Join(got, ","), steps.Fingerprint(oldA)) {
 		t.Fatalf("series after the bundle was reduced %v, want 4 without the old anchor", got)
 	}
+
+	// The bridges the issuer's and the anchor's chains carry, each once by fingerprint.
+	bridge, older := selfSigned(t, "bridge", notAfter.Add(-time.Hour)), selfSigned(t, "older", notAfter.Add(-2*time.Hour))
+	s.Issuer.Chain, s.Anchor.Chain = []*x509.Certificate{bridge, older}, []*x509.Certificate{older}
+	m.ObserveCertificates(s)
+	got = expirySeries(t, m)
+	for _, want := range []string{"bridge " + steps.Fingerprint(bridge) + " 1999996400", "bridge " + steps.Fingerprint(older) + " 1999992800"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("series %v lack %s", got, want)
+		}
+	}
+	if len(got) != 6 {
+		t.Errorf("series %v, want 6 (4 and two bridges)", got)
+	}
 }
 
 // series gathers a gauge as "label=value,... value" lines, sorted.
