@@ -280,9 +280,6 @@ func testCheckPreMissing(e *e2e) {
 		{"issuer Certificate", "l5d-trust-identity-issuer-certificate", func(ctx context.Context) error {
 			return cm.Certificates("linkerd").Delete(ctx, "linkerd-identity-issuer", metav1.DeleteOptions{})
 		}},
-		{"trust bundle ConfigMap", "l5d-trust-bundle", func(ctx context.Context) error {
-			return e.kube.CoreV1().ConfigMaps("linkerd").Delete(ctx, steps.DefaultTrustRootsConfigMap, metav1.DeleteOptions{})
-		}},
 	}
 	for _, tc := range cases {
 		e.t.Run(tc.name, func(t *testing.T) {
@@ -304,6 +301,30 @@ func testCheckPreMissing(e *e2e) {
 			e.restorePKI()
 		})
 	}
+	// The trust bundle is no prerequisite: the operator creates it when it starts. Without it
+	// check --pre passes, warning with the bundle's hint.
+	e.t.Run("trust bundle ConfigMap", func(t *testing.T) {
+		if err := e.kube.CoreV1().ConfigMaps("linkerd").Delete(e.ctx, steps.DefaultTrustRootsConfigMap, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code := e.run("check", "--pre", "-o", "json")
+		co := parseCheck(t, out)
+		if code != 0 || !co.Success {
+			t.Errorf("exit code %d, success %v; want 0, true:\n%s", code, co.Success, out)
+		}
+		var warned []string
+		for _, cat := range co.Categories {
+			for _, ch := range cat.Checks {
+				if ch.Result == "warning" {
+					warned = append(warned, strings.TrimPrefix(ch.Hint, cli.HintBase))
+				}
+			}
+		}
+		if !contains(warned, "l5d-trust-bundle") {
+			t.Errorf("warnings %v do not include l5d-trust-bundle:\n%s", warned, out)
+		}
+		e.restorePKI()
+	})
 }
 
 // restorePKI re-creates whatever PKI object is missing and waits until check --pre is green.

@@ -17,6 +17,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -380,18 +381,29 @@ func (e *Env) bundle() string {
 }
 
 // checkMetric fails the test unless the operator's /metrics has the line.
+//
+// The operator sets its metrics right after the status write the test has just observed
+// (app's report follows the write), so the line may take a moment to appear: it is awaited,
+// briefly, not read once.
 func (e *Env) checkMetric(line string) {
 	e.T.Helper()
-	text, err := e.Operator.Metrics(e.Ctx)
-	if err != nil {
-		e.T.Fatalf("reading metrics: %v", err)
-	}
-	for _, l := range strings.Split(text, "\n") {
-		if l == line {
-			return
+	var last string
+	err := poll.Until(e.Ctx, 10*time.Second, "metric line "+line, func(ctx context.Context) (bool, error) {
+		text, err := e.Operator.Metrics(ctx)
+		if err != nil {
+			return false, err
 		}
+		last = text
+		for _, l := range strings.Split(text, "\n") {
+			if l == line {
+				return true, nil
+			}
+		}
+		return false, poll.Pending("not yet")
+	})
+	if err != nil {
+		e.T.Errorf("metrics lack %q (%v); the last read:\n%s", line, err, grepLines(last, strings.SplitN(line, "{", 2)[0]))
 	}
-	e.T.Errorf("metrics lack %q", line)
 }
 
 func keys[V any](m map[string]V) []string {
