@@ -21,8 +21,12 @@ func bootstrapStep(w Writer) Step {
 // bootstrapPrevious chooses the certificate to create linkerd-previous-anchor from when it is
 // missing: the anchor the existing bundle trusts besides the current one, so that an anchor
 // renewed while the operator was away (or a deleted previous-anchor) is never dropped; or the
-// current anchor on a fresh install. ok is false when the bundle is ambiguous.
+// current anchor on a fresh install. ok is false when the bundle is ambiguous, or holds anchors
+// made by hand that may not be taken over yet (takeoverGate).
 func bootstrapPrevious(s *State) (cert *x509.Certificate, ok bool) {
+	if s.takeoverGate() != nil {
+		return nil, false
+	}
 	skip := map[string]bool{s.Anchor.Fingerprint(): true}
 	for _, a := range s.InFlight {
 		skip[Fingerprint(a)] = true // kept in the bundle in their own right
@@ -47,6 +51,9 @@ func observeBootstrap(s *State, _ string) workflow.Decision {
 		return *d
 	}
 	if !s.Previous.Found {
+		if d := s.takeoverGate(); d != nil {
+			return *d
+		}
 		if _, ok := bootstrapPrevious(s); !ok {
 			return workflow.Waiting("AmbiguousTrustBundle", fmt.Sprintf(
 				"Secret %s is missing and ConfigMap %s/%s trusts %d anchors besides the current one; recreate %s with the anchor to keep",

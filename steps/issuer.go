@@ -22,8 +22,18 @@ func waitForIdentityIssuerStep(w Writer) Step {
 	}
 }
 
-// renewIssuer is the command that renews the identity issuer: its cert-manager Certificate's.
+// renewIssuer is what moves identity onto an issuer signed by the new anchor: the renewal of its
+// cert-manager Certificate, or, while identity reads the issuer Linkerd's chart rendered, the
+// helm upgrade that switches it to cert-manager's (SchemeSwitch).
 func renewIssuer(s *State) string {
+	if cmd := s.SchemeSwitch(); cmd != "" {
+		return cmd
+	}
+	return renewIssuerCommand(s)
+}
+
+// renewIssuerCommand renews the identity issuer's cert-manager Certificate.
+func renewIssuerCommand(s *State) string {
 	return fmt.Sprintf("cmctl renew -n %s %s", s.Config.LinkerdNamespace, s.Config.IssuerCertificate)
 }
 
@@ -58,6 +68,10 @@ func issuerOnNewAnchor(s *State) (d workflow.Decision, renewable bool) {
 		return workflow.Waiting("IssuerUnrelated", fmt.Sprintf(
 			"identity issuer in Secret %s is signed by neither the new trust anchor %s nor the previous one %s; renew it from the ClusterIssuer backed by %s",
 			s.Issuer.Ref(), ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint()), s.Anchor.Ref())), false
+	}
+	if d := s.schemeSwitchProblem(); d != nil {
+		// A renewal of cert-manager's issuer would change nothing identity reads.
+		return *d, false
 	}
 	return workflow.Waiting(ReasonWaitingForIssuerRenewal, "Waiting for the identity issuer to be renewed onto the new trust anchor: "+renewIssuer(s)), true
 }

@@ -25,8 +25,14 @@ type State struct {
 	Anchor Source
 	// Previous is the operator-managed copy of the previous anchor.
 	Previous Source
-	// Issuer is the identity issuer certificate (the first certificate of its Secret's tls.crt).
+	// Issuer is the identity issuer identity signs with: the first certificate of its Secret's
+	// tls.crt, or of crt.pem while identity runs with the chart's scheme linkerd.io/tls
+	// (IssuerKey).
 	Issuer Source
+	// StagedIssuer is cert-manager's issuer (tls.crt of the same Secret) while identity reads the
+	// chart's crt.pem instead: what a takeover switches identity to (SchemeSwitch). Not found
+	// under any other scheme.
+	StagedIssuer Source
 	// Bundle is the linkerd-identity-trust-roots ConfigMap.
 	Bundle Bundle
 	// InFlight are anchors a rotation was moving to when the anchor was renewed again
@@ -116,6 +122,11 @@ type Source struct {
 	Chain []*x509.Certificate
 	// Err says what is wrong with the object's content, when it exists but is unusable.
 	Err error
+	// Helm is what the object's annotations say of the Helm release that rendered it.
+	Helm HelmRender
+	// ChartIssuer: the Secret also holds crt.pem, the issuer Linkerd's chart renders (see
+	// ChartIssuerLeft).
+	ChartIssuer bool
 }
 
 // Ref is namespace/name.
@@ -154,6 +165,8 @@ type Bundle struct {
 	// Owners are the field managers that own data[ca-bundle.crt] (from managedFields), the
 	// latest writer first: who wrote the bundle there is.
 	Owners []FieldOwner
+	// Helm is what the ConfigMap's annotations say of the Helm release that rendered it.
+	Helm HelmRender
 }
 
 // FieldOwner is a field manager that owns a field, from an object's managedFields.
@@ -207,6 +220,9 @@ type Deployment struct {
 	// Members are the same pods, sorted by name, with when each started and from which restart
 	// of the template.
 	Members []ControlPlanePod
+	// IssuerScheme is the -identity-scheme argument of the pod template's containers, "" when
+	// none has it (only identity's does).
+	IssuerScheme string
 }
 
 // ControlPlanePod is an alive pod of a control-plane Deployment.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,18 +15,26 @@ import (
 // SourceFromSecret reads the certificate of a Secret's tls.crt. secret is nil when the Secret
 // does not exist. For an issuer, the first certificate is the issuer; any others are its chain.
 func SourceFromSecret(namespace, name string, secret *corev1.Secret) steps.Source {
+	return SourceFromSecretKey(namespace, name, secret, steps.CertificateKey)
+}
+
+// SourceFromSecretKey is SourceFromSecret reading the certificates of key: crt.pem for the
+// issuer Linkerd's chart renders (steps.IssuerKey).
+func SourceFromSecretKey(namespace, name string, secret *corev1.Secret, key string) steps.Source {
 	src := steps.Source{Namespace: namespace, Name: name, Found: secret != nil}
 	if secret == nil {
 		return src
 	}
-	data, ok := secret.Data[steps.CertificateKey]
+	src.Helm = steps.HelmRenderFrom(secret.Annotations)
+	_, src.ChartIssuer = secret.Data[steps.ChartIssuerKey]
+	data, ok := secret.Data[key]
 	if !ok || len(data) == 0 {
-		src.Err = fmt.Errorf("no %s key", steps.CertificateKey)
+		src.Err = fmt.Errorf("no %s key", key)
 		return src
 	}
 	certs, err := steps.ParseCertificates(data)
 	if err != nil {
-		src.Err = fmt.Errorf("%s: %w", steps.CertificateKey, err)
+		src.Err = fmt.Errorf("%s: %w", key, err)
 		return src
 	}
 	src.Cert, src.Chain = certs[0], certs[1:]
@@ -37,7 +46,7 @@ func BundleFromConfigMap(cm *corev1.ConfigMap) steps.Bundle {
 	if cm == nil {
 		return steps.Bundle{}
 	}
-	b := steps.Bundle{Found: true, Data: cm.Data[steps.TrustRootsKey], Owners: BundleOwners(cm)}
+	b := steps.Bundle{Found: true, Data: cm.Data[steps.TrustRootsKey], Owners: BundleOwners(cm), Helm: steps.HelmRenderFrom(cm.Annotations)}
 	b.Certs, _ = steps.ParseCertificates([]byte(b.Data))
 	return b
 }
@@ -81,6 +90,7 @@ func DeploymentFrom(namespace, name string, d *appsv1.Deployment) steps.Deployme
 		return out
 	}
 	out.RestartedAt = d.Spec.Template.Annotations[steps.RestartedAtAnnotation]
+	out.IssuerScheme = issuerScheme(d.Spec.Template.Spec.Containers)
 	want := int32(1)
 	if d.Spec.Replicas != nil {
 		want = *d.Spec.Replicas
@@ -102,4 +112,16 @@ func DeploymentFrom(namespace, name string, d *appsv1.Deployment) steps.Deployme
 		out.RolledOut = true
 	}
 	return out
+}
+
+// issuerScheme is the -identity-scheme argument of the containers, "" when none has it.
+func issuerScheme(containers []corev1.Container) string {
+	for _, c := range containers {
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, steps.IdentitySchemeArg); ok {
+				return v
+			}
+		}
+	}
+	return ""
 }

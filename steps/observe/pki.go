@@ -154,20 +154,30 @@ func (r PKIReader) fromRequest(ctx context.Context, ns, certName, secretName str
 	return src, "", nil
 }
 
+// SecretKey reads the certificate of a Secret's key: the issuer Linkerd's chart renders
+// (crt.pem), which no cert-manager object holds.
+func (r PKIReader) SecretKey(ctx context.Context, ns, name, key string) (steps.Source, error) {
+	return r.secretKey(ctx, ns, name, key, "Linkerd's chart renders the identity issuer into the Secret alone")
+}
+
 // secret reads a Secret's certificate because of why (nothing else holds it). A missing Secret
 // is a Source that is not Found; a forbidden one a Source whose Err says so (see Forbidden).
 func (r PKIReader) secret(ctx context.Context, ns, name, why string) (steps.Source, error) {
+	return r.secretKey(ctx, ns, name, steps.CertificateKey, why)
+}
+
+func (r PKIReader) secretKey(ctx context.Context, ns, name, key, why string) (steps.Source, error) {
 	sec, err := r.Kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return SourceFromSecret(ns, name, nil), nil
+		return SourceFromSecretKey(ns, name, nil, key), nil
 	case apierrors.IsForbidden(err):
 		return steps.Source{Namespace: ns, Name: name, Found: true,
 			Err: fmt.Errorf("%s, and reading the Secret is forbidden: %w", why, err)}, nil
 	case err != nil:
 		return steps.Source{}, fmt.Errorf("reading Secret %s/%s (%s): %w", ns, name, why, err)
 	}
-	return SourceFromSecret(ns, name, sec), nil
+	return SourceFromSecretKey(ns, name, sec, key), nil
 }
 
 // Forbidden reports whether a Source is unknown because reading its Secret was forbidden: a

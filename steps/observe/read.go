@@ -75,6 +75,14 @@ func ReadFeeding(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorR
 		}
 		s.ControlPlane[name] = DeploymentFrom(cfg.LinkerdNamespace, name, d)
 	}
+	if key := steps.IssuerKey(s.IdentityScheme()); key != steps.CertificateKey {
+		// Identity signs with the issuer Linkerd's chart rendered, which only its Secret holds;
+		// cert-manager's is staged.
+		s.StagedIssuer = s.Issuer
+		if s.Issuer, err = r.SecretKey(ctx, cfg.LinkerdNamespace, cfg.IssuerSecret, key); err != nil {
+			return nil, err
+		}
+	}
 	pods, err := ListMeshedPods(ctx, kube, cfg, feed)
 	if err != nil {
 		return nil, err

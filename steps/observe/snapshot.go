@@ -72,6 +72,11 @@ func (c *Snapshotter) Snapshot(now time.Time, step string, tar *v1alpha1.TrustAn
 	for _, name := range cfg.ControlPlane() {
 		s.ControlPlane[name] = DeploymentFrom(cfg.LinkerdNamespace, name, c.Caches.ControlPlaneDeployment(name))
 	}
+	if key := steps.IssuerKey(s.IdentityScheme()); key != steps.CertificateKey {
+		// Identity signs with the issuer Linkerd's chart rendered; cert-manager's is staged.
+		s.StagedIssuer = s.Issuer
+		s.Issuer = c.parsed.chartIssuer.sourceKey(cfg.LinkerdNamespace, cfg.IssuerSecret, c.Caches.IssuerSecret(), key)
+	}
 	c.Index.FillControlPlane(s)
 	s.TrustBundle = c.Index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
 	c.Certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(c.Steps, s, step))

@@ -10,7 +10,10 @@ import (
 // and issuer Secrets and the trust bundle's ConfigMap.
 type parsedSources struct {
 	anchor, previous, issuer sourceMemo
-	bundle                   memo[*corev1.ConfigMap, steps.Bundle]
+	// chartIssuer is the issuer Secret's crt.pem, read while identity runs with the chart's
+	// scheme (steps.IssuerKey).
+	chartIssuer sourceMemo
+	bundle      memo[*corev1.ConfigMap, steps.Bundle]
 }
 
 // memo keeps what a conversion made of one informer object. An informer replaces an object on
@@ -33,7 +36,12 @@ func (m *memo[O, T]) get(obj O, convert func() T) T {
 
 // source is the Source of the Secret ns/name, secret (nil when it does not exist).
 func (m *sourceMemo) source(ns, name string, secret *corev1.Secret) steps.Source {
-	return m.get(secret, func() steps.Source { return SourceFromSecret(ns, name, secret) })
+	return m.sourceKey(ns, name, secret, steps.CertificateKey)
+}
+
+// sourceKey is source reading key. A memo always reads the same key.
+func (m *sourceMemo) sourceKey(ns, name string, secret *corev1.Secret, key string) steps.Source {
+	return m.get(secret, func() steps.Source { return SourceFromSecretKey(ns, name, secret, key) })
 }
 
 type sourceMemo struct {

@@ -17,12 +17,6 @@ import (
 // cert-manager's PKI is a rotation of its own.
 const TakeoverDoc = "https://github.com/linkerd/trust-rotation/blob/main/docs/design/takeover.md"
 
-// identitySchemeArg is the argument of Linkerd's identity container that names the layout of
-// its issuer Secret (controller/cmd/identity/main.go): linkerd.io/tls reads crt.pem and key.pem,
-// which Linkerd's chart renders from identity.issuer.tls; kubernetes.io/tls reads cert-manager's
-// tls.crt and tls.key.
-const identitySchemeArg = "-identity-scheme="
-
 // handMadeNote says, when the trust bundle holds anchors other than cert-manager's (anchor, nil
 // when it cannot be read) and Linkerd's chart wrote it or identity reads its issuer in Linkerd's
 // own layout — the signs of a mesh installed with certificates made by hand, which the operator
@@ -34,7 +28,7 @@ func (c *checks) handMadeNote(ctx context.Context, b steps.Bundle, anchor *x509.
 	// note is not made, and nothing more is read.
 	owners := b.OtherOwners()
 	scheme := c.identityScheme(ctx)
-	handMade := scheme == "linkerd.io/tls"
+	handMade := scheme == steps.SchemeLinkerd
 	names := make([]string, len(owners))
 	for i, o := range owners {
 		names[i] = o.Manager
@@ -74,8 +68,8 @@ func (c *checks) handMadeNote(ctx context.Context, b steps.Bundle, anchor *x509.
 		fmt.Fprintf(&note, ", written by %s", strings.Join(names, ", "))
 	}
 	if scheme != "" {
-		fmt.Fprintf(&note, "; identity runs with %s%s", identitySchemeArg, scheme)
-		if scheme == "linkerd.io/tls" {
+		fmt.Fprintf(&note, "; identity runs with %s%s", steps.IdentitySchemeArg, scheme)
+		if scheme == steps.SchemeLinkerd {
 			note.WriteString(" (its issuer is the crt.pem Linkerd's chart renders, not cert-manager's")
 			if issuer := c.chartIssuer(ctx); issuer != nil {
 				fmt.Fprintf(&note, ": %s", describeAnchor(issuer, c.now))
@@ -116,7 +110,7 @@ func (c *checks) identityScheme(ctx context.Context) string {
 		}
 		for _, ctr := range d.Spec.Template.Spec.Containers {
 			for _, a := range ctr.Args {
-				if s, ok := strings.CutPrefix(a, identitySchemeArg); ok {
+				if s, ok := strings.CutPrefix(a, steps.IdentitySchemeArg); ok {
 					return s
 				}
 			}
@@ -133,13 +127,9 @@ func (c *checks) chartIssuer(ctx context.Context) *x509.Certificate {
 	if err != nil {
 		return nil
 	}
-	certs, err := steps.ParseCertificates(sec.Data[chartIssuerKey])
+	certs, err := steps.ParseCertificates(sec.Data[steps.ChartIssuerKey])
 	if err != nil || len(certs) == 0 {
 		return nil
 	}
 	return certs[0]
 }
-
-// chartIssuerKey is where Linkerd's chart puts the issuer certificate under linkerd.io/tls
-// (charts/linkerd-control-plane/templates/identity.yaml; identity reads it, main.go).
-const chartIssuerKey = "crt.pem"

@@ -19,8 +19,15 @@ func certificateOnly(obj any) (any, error) {
 	}
 	slim := &corev1.Secret{ObjectMeta: sec.ObjectMeta, Type: sec.Type}
 	slim.ManagedFields = nil
-	if crt, ok := sec.Data[steps.CertificateKey]; ok {
-		slim.Data = map[string][]byte{steps.CertificateKey: crt}
+	// The certificate of tls.crt, and of crt.pem, where Linkerd's chart renders the identity
+	// issuer (steps.IssuerKey); never a key.
+	for _, k := range []string{steps.CertificateKey, steps.ChartIssuerKey} {
+		if crt, ok := sec.Data[k]; ok {
+			if slim.Data == nil {
+				slim.Data = map[string][]byte{}
+			}
+			slim.Data[k] = crt
+		}
 	}
 	return slim, nil
 }

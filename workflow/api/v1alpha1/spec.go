@@ -109,6 +109,15 @@ type TrustAnchorRotationSpec struct {
 	// `--resume` set it.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+	// Takeover lets the operator move a mesh that runs on certificates made by hand — an anchor
+	// and an identity issuer handed to Linkerd's chart, as Linkerd's documentation installs them
+	// — onto cert-manager's trust anchor: a rotation whose previous anchors are the ones the
+	// trust-roots ConfigMap holds, with the user's helm upgrades as waits whose blocking message
+	// prints each command (docs/adopting.md). Without it the operator writes nothing on such a
+	// mesh and says what it found (reason TakeoverNotRequested). `linkerd trust takeover` sets
+	// it. It has no effect on a mesh that already trusts cert-manager's anchor.
+	// +optional
+	Takeover bool `json:"takeover,omitempty"`
 }
 
 // RemoteCluster is a linked cluster named in the spec: how to read its TrustAnchorRotation.
