@@ -121,6 +121,10 @@ func previousProblem(s *State) *workflow.Decision {
 	if s.Previous.Usable() {
 		return nil
 	}
+	if d := s.takeoverGate(); d != nil {
+		// Not recreated from the bundle: it holds anchors made by hand (RecreatePrevious).
+		return d
+	}
 	d := workflow.Waiting("PreviousAnchorUnavailable", s.Previous.Problem("previous-anchor Secret")+
 		"; the trust bundle is left as it is until it is recreated from the bundle")
 	return &d

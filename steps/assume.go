@@ -23,6 +23,9 @@ const (
 	// AssumeCertificatesRenewed: every meshed pod presents a certificate from the identity
 	// issuer.
 	AssumeCertificatesRenewed
+	// AssumeTakeoverHandedOver: on a mesh that runs on hand-made certificates, with the takeover
+	// requested, Helm keeps what it renders (the moves of TakeoverHandoverPending were made).
+	AssumeTakeoverHandedOver
 )
 
 // Describe says what is assumed, under the spec's automations: "assuming ...".
@@ -41,6 +44,8 @@ func (a Assumption) Describe(spec v1alpha1.TrustAnchorRotationSpec) string {
 			return "assuming cert-manager re-issued the identity issuer from the new trust anchor"
 		}
 		return "assuming the issuer was renewed onto the new trust anchor (a stand-in made in memory)"
+	case AssumeTakeoverHandedOver:
+		return "assuming you annotated what Linkerd's chart renders " + HelmResourcePolicyAnnotation + "=" + HelmKeep + " and ran the helm upgrade with identity.externalCA=true"
 	case AssumeCertificatesRenewed:
 		if automatic {
 			return "assuming every meshed pod presents a certificate from the new issuer, refreshed or restarted by the operator"

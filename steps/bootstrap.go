@@ -15,7 +15,7 @@ func bootstrapStep(w Writer) Step {
 		Name: StepBootstrap, Phase: string(v1alpha1.PhaseSynced),
 		Doc:     "Create linkerd-previous-anchor and linkerd-identity-trust-roots when they are missing.",
 		Observe: observeBootstrap, Act: actBootstrap(w), Describe: describeBootstrap,
-	}}
+	}, Assumes: AssumeTakeoverHandedOver}
 }
 
 // bootstrapPrevious chooses the certificate to create linkerd-previous-anchor from when it is

@@ -159,6 +159,9 @@ func (s *State) takeoverGate() *workflow.Decision {
 	return nil
 }
 
+// TakeoverGate is takeoverGate, for the CLI.
+func TakeoverGate(s *State) *workflow.Decision { return s.takeoverGate() }
+
 // takeoverExpiries are the hand-made certificates a takeover depends on until identity signs
 // with cert-manager's issuer: the hand-made anchors, and the issuer identity signs with when it
 // is not cert-manager's.

@@ -147,7 +147,27 @@ func (a *Ahead) Assume(as steps.Assumption) (said string, ok bool, why string) {
 			a.recount()
 			return "assuming the operator's restarts rolled out: " + strings.Join(slices.Sorted(maps.Keys(rolling)), ", "), true, ""
 		}
+	case steps.AssumeTakeoverHandedOver:
+		if len(s.TakeoverAnchors()) == 0 {
+			return "", false, "a plan cannot stand in for what it waits on"
+		}
+		if !s.Spec.Takeover {
+			return "", false, "the takeover is not requested (spec.takeover): linkerd trust takeover"
+		}
+		s.Bundle.Helm.Keep, s.Issuer.Helm.Keep = true, true
 	case steps.AssumeIssuerRenewed:
+		if cmd := s.SchemeSwitch(); cmd != "" && s.StagedIssuer.Usable() {
+			// Identity reads the issuer Linkerd's chart rendered: the user's helm upgrade switches
+			// it to cert-manager's, staged in tls.crt (no stand-in needed).
+			d := s.ControlPlane[s.Config.IdentityDeployment]
+			d.IssuerScheme = steps.SchemeKubernetes
+			s.ControlPlane[s.Config.IdentityDeployment] = d
+			chart := s.Issuer.ChartIssuer
+			s.Issuer, s.StagedIssuer = s.StagedIssuer, steps.Source{}
+			s.Issuer.ChartIssuer = chart
+			a.recount()
+			return "assuming you ran " + cmd, true, ""
+		}
 		if a.RenewIssuer == nil {
 			return "", false, "plan cannot stand in for an issuer signed by the new trust anchor without its private key, which it never reads"
 		}

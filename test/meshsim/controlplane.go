@@ -1,8 +1,10 @@
 package meshsim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +28,10 @@ type ControlPlaneOptions struct {
 	// spec.containers (Helm proxy.nativeSidecar: false) instead of native sidecars, the chart
 	// default since edge-26.5.2. The identity's proxy is in spec.containers either way.
 	ProxyAsContainer bool
+	// IssuerScheme is identity's -identity-scheme (Helm identity.issuer.scheme): kubernetes.io/tls
+	// when empty, as this project's install sets it; linkerd.io/tls is the chart's default, with
+	// the issuer Helm renders from certificates made by hand.
+	IssuerScheme string
 }
 
 // InstallControlPlane creates (or updates) the linkerd namespace, the control-plane
@@ -107,7 +113,7 @@ func controlPlaneDeployment(opts ControlPlaneOptions, component, trustRootHash s
 	main := corev1.Container{Name: component, Image: "cr.l5d.io/linkerd/controller:" + opts.ProxyVersion, Args: []string{component}}
 	if component == ComponentIdentity {
 		main.Args = append(main.Args, "-controller-namespace="+opts.Namespace, "-identity-trust-domain="+opts.TrustDomain,
-			"-identity-scheme=kubernetes.io/tls")
+			identitySchemeArg+cmp.Or(opts.IssuerScheme, SchemeKubernetes))
 		main.Ports = []corev1.ContainerPort{{Name: "grpc", ContainerPort: 8080}, {Name: "admin-http", ContainerPort: 9990}}
 	}
 	spec := corev1.PodSpec{ServiceAccountName: name, Containers: []corev1.Container{main, proxy}}
@@ -126,4 +132,36 @@ func controlPlaneDeployment(opts ControlPlaneOptions, component, trustRootHash s
 			},
 		},
 	}
+}
+
+// Identity's issuer schemes (linkerd2 controller/cmd/identity/main.go): the files of the issuer
+// volume identity reads under each. Linkerd's chart renders -identity-scheme from
+// identity.issuer.scheme, linkerd.io/tls by default; this project's install sets
+// kubernetes.io/tls.
+const (
+	SchemeLinkerd     = "linkerd.io/tls"
+	SchemeKubernetes  = "kubernetes.io/tls"
+	identitySchemeArg = "-identity-scheme="
+)
+
+// issuerFiles are the issuer certificate and key identity reads from its volume under scheme:
+// crt.pem and key.pem under linkerd.io/tls, tls.crt and tls.key under kubernetes.io/tls (main.go
+// builds the paths from the scheme; any other scheme fails there).
+func issuerFiles(data map[string][]byte, scheme string) (crt, key []byte) {
+	if scheme == SchemeLinkerd {
+		return data["crt.pem"], data["key.pem"]
+	}
+	return data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey]
+}
+
+// podIssuerScheme is the -identity-scheme argument of the pod's identity container, "" when it
+// has none (the chart always renders it).
+func podIssuerScheme(pod *corev1.Pod) string {
+	args, _ := containerArgs(pod, ComponentIdentity)
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, identitySchemeArg); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -26,11 +26,13 @@ import (
 type identityProc struct {
 	mesh *Mesh
 	pod  PodRef
+	// scheme is the pod's -identity-scheme: which files of the issuer volume it reads.
+	scheme string
 
 	mu        sync.Mutex
 	roots     *rootSet
 	issuer    *issuerCreds
-	lastData  []byte // tls.crt+tls.key last loaded, to react only to volume content changes
+	lastData  []byte // certificate+key files last loaded, to react only to volume content changes
 	deploy    *appsv1.Deployment
 	starts    int
 	lastErr   string
@@ -94,7 +96,8 @@ func (id *identityProc) initialize() error {
 	if err != nil {
 		return fmt.Errorf("failed to construct k8s event recorder: %w", err)
 	}
-	crt, key, ok := id.mesh.mountedIssuerSecret()
+	files, ok := id.mesh.mountedIssuerSecret()
+	crt, key := issuerFiles(files, id.scheme)
 	if !ok {
 		return fmt.Errorf("failed to initialize identity service: failed to read CA from disk: secret %s/%s not found", id.mesh.cfg.LinkerdNamespace, IssuerSecret)
 	}
@@ -119,10 +122,11 @@ func (id *identityProc) issuerVolumeChanged() {
 	if id.stopped || id.issuer == nil {
 		return // not running: the next start reads the Secret anyway
 	}
-	crt, key, ok := id.mesh.issuerSecret()
+	files, ok := id.mesh.issuerSecret()
 	if !ok {
 		return // the kubelet keeps the last content of a deleted Secret's volume
 	}
+	crt, key := issuerFiles(files, id.scheme)
 	data := append(append([]byte{}, crt...), key...)
 	if bytes.Equal(data, id.lastData) {
 		return // no file changed, no fsnotify event

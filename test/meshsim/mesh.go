@@ -394,25 +394,27 @@ func (m *Mesh) configMapValue(ns, name, key string) (string, bool) {
 
 // mountedIssuerSecret is the issuer Secret's volume at container start, read from the apiserver
 // as the kubelet does (see mountedConfigMapValue); the informer's copy when it cannot be read.
-func (m *Mesh) mountedIssuerSecret() (crt, key []byte, ok bool) {
+// The kubelet mounts every key of the Secret: identity reads those its scheme names
+// (issuerFiles).
+func (m *Mesh) mountedIssuerSecret() (map[string][]byte, bool) {
 	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 	defer cancel()
 	s, err := m.client.CoreV1().Secrets(m.cfg.LinkerdNamespace).Get(ctx, IssuerSecret, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, nil, false
+		return nil, false
 	case err != nil:
 		return m.issuerSecret()
 	}
-	return s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], true
+	return s.Data, true
 }
 
-func (m *Mesh) issuerSecret() (crt, key []byte, ok bool) {
+func (m *Mesh) issuerSecret() (map[string][]byte, bool) {
 	s, err := m.secrets.Secrets(m.cfg.LinkerdNamespace).Get(IssuerSecret)
 	if err != nil {
-		return nil, nil, false
+		return nil, false
 	}
-	return s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], true
+	return s.Data, true
 }
 
 func (m *Mesh) deployment(ns, name string) (*appsv1.Deployment, error) {
@@ -554,7 +556,7 @@ func (m *Mesh) syncPod(pod *corev1.Pod) {
 	switch component {
 	case ComponentIdentity:
 		if m.identities[pod.UID] == nil {
-			var id identityController = &identityProc{mesh: m, pod: ref}
+			var id identityController = &identityProc{mesh: m, pod: ref, scheme: podIssuerScheme(pod)}
 			if m.real != nil {
 				id = newRealIdentity(m, pod, ref)
 			}

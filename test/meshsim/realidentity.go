@@ -6,8 +6,10 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,16 +65,27 @@ type realIdentity struct {
 	stopped  bool
 	timer    clock.Timer
 	roots    *rootSet
-	issuer   []*x509.Certificate // tls.crt it serves: read at start, or its last IssuerUpdated
-	pending  []*x509.Certificate // tls.crt written at the last refresh, until identity judged it
+	scheme   string              // the pod's -identity-scheme: which issuer files identity reads
+	issuer   []*x509.Certificate // issuer certificate file it serves: read at start, or its last IssuerUpdated
+	pending  []*x509.Certificate // issuer certificate file written at the last refresh, until identity judged it
 	lastData []byte
-	loaded   []*x509.Certificate // tls.crt read at start
+	loaded   []*x509.Certificate // issuer certificate file read at start
 	version  string              // the version the controller logged at start
 }
 
 func newRealIdentity(m *Mesh, pod *corev1.Pod, ref PodRef) *realIdentity {
 	args, sa := containerArgs(pod, ComponentIdentity)
-	return &realIdentity{mesh: m, pod: ref, podIP: pod.Status.PodIP, sa: sa, args: args}
+	return &realIdentity{mesh: m, pod: ref, podIP: pod.Status.PodIP, sa: sa, args: args, scheme: podIssuerScheme(pod)}
+}
+
+// volumeData is a volume's content in one byte string, its files in name order, to tell
+// whether a refresh changed any.
+func volumeData(files map[string][]byte) []byte {
+	var out []byte
+	for _, k := range slices.Sorted(maps.Keys(files)) {
+		out = append(append(append(out, k...), 0), files[k]...)
+	}
+	return out
 }
 
 // containerArgs are the pod's args with the addresses of this pod and, as Helm renders the
@@ -121,10 +134,11 @@ func (id *realIdentity) run() error {
 	if !ok {
 		return fmt.Errorf("reading trust roots: configmap %s/%s key %s not found", m.cfg.LinkerdNamespace, TrustRootsConfigMap, TrustRootsKey)
 	}
-	crt, key, ok := m.mountedIssuerSecret()
+	files, ok := m.mountedIssuerSecret()
 	if !ok {
 		return fmt.Errorf("MountVolume.SetUp failed: secret %s/%s not found", m.cfg.LinkerdNamespace, IssuerSecret)
 	}
+	crt, _ := issuerFiles(files, id.scheme)
 	if err := m.real.ensureIdentityRBAC(m); err != nil {
 		return err
 	}
@@ -137,14 +151,15 @@ func (id *realIdentity) run() error {
 	id.roots, _ = parseRoots(bundle)
 	id.loaded, _ = ParseCertificates(crt)
 	id.issuer, id.pending, id.serving = nil, nil, false
-	id.lastData = append(append([]byte{}, crt...), key...)
+	id.lastData = volumeData(files)
 	id.gen++
 	gen := id.gen
-	ctl, err := reallinkerd.StartController(m.cfg.Linkerd.Controller, id.containerArgs(creds.kubeconfig), map[string][]byte{
-		"identity/trust-roots/" + TrustRootsKey:      []byte(bundle),
-		"identity/issuer/" + corev1.TLSCertKey:       crt,
-		"identity/issuer/" + corev1.TLSPrivateKeyKey: key,
-	}, func(line string) { id.observe(gen, line) })
+	// The kubelet mounts every key of the issuer Secret; identity reads those its scheme names.
+	volumes := map[string][]byte{"identity/trust-roots/" + TrustRootsKey: []byte(bundle)}
+	for k, v := range files {
+		volumes["identity/issuer/"+k] = v
+	}
+	ctl, err := reallinkerd.StartController(m.cfg.Linkerd.Controller, id.containerArgs(creds.kubeconfig), volumes, func(line string) { id.observe(gen, line) })
 	if err != nil {
 		return err
 	}
@@ -221,17 +236,18 @@ func (id *realIdentity) issuerVolumeChanged() {
 	if id.stopped || id.ctl == nil || !id.serving {
 		return
 	}
-	crt, key, ok := id.mesh.issuerSecret()
+	files, ok := id.mesh.issuerSecret()
 	if !ok {
 		return // the kubelet keeps the last content of a deleted Secret's volume
 	}
-	data := append(append([]byte{}, crt...), key...)
+	data := volumeData(files)
 	if string(data) == string(id.lastData) {
 		return
 	}
 	id.lastData = data
+	crt, _ := issuerFiles(files, id.scheme)
 	id.pending, _ = ParseCertificates(crt)
-	if err := id.ctl.Refresh("identity/issuer", map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key}); err != nil {
+	if err := id.ctl.Refresh("identity/issuer", files); err != nil {
 		klog.ErrorS(err, "Refreshing the identity container's issuer volume", "pod", id.pod)
 	}
 }

@@ -156,6 +156,7 @@ func commands(env *Env) []*command {
 		inspectCommand(env),
 		planCommand(env),
 		rotateCommand(env),
+		takeoverCommand(env),
 		waitCommand(env),
 		completionCommand(env),
 		versionCommand(env),

@@ -58,7 +58,7 @@ that are yours. Each later step assumes the ones before it done, and says what i
 		if err != nil {
 			return err
 		}
-		p, err := buildPlan(ctx, env, cl, kf, pf, *assume)
+		p, err := buildPlan(ctx, env, cl, kf, pf, planOptions{assumeRenewed: *assume})
 		if err != nil {
 			return err
 		}
@@ -150,9 +150,18 @@ type planStep struct {
 // placeholderToken stands for the idempotency token the operator will choose when it acts.
 const placeholderToken = "<new token>"
 
+// planOptions are what a plan assumes besides the cluster it reads.
+type planOptions struct {
+	// assumeRenewed: the trust anchor was just renewed (plan --assume-anchor-renewed, rotate).
+	assumeRenewed bool
+	// takeover: spec.takeover is set (takeover, before it sets it).
+	takeover bool
+}
+
 // buildPlan reads the cluster once and walks the operator's steps over it with the engine's
 // walk (workflow.PlanAhead), which planSimulation carries past the step the operator stops at.
-func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, assumeRenewed bool) (*plan, error) {
+func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, opts planOptions) (*plan, error) {
+	assumeRenewed := opts.assumeRenewed
 	cfg := kf.Config
 	recorder := &apply.DryRun{Config: cfg}
 	newRotation := env.Rotation
@@ -198,6 +207,10 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	reading, err := observe.ReadFeeding(ctx, cl.pkiReader(cfg), &tar.Status, env.now(), probes.feed)
 	if err != nil {
 		return nil, err
+	}
+	if opts.takeover && !tar.Spec.Takeover {
+		tar.Spec.Takeover = true
+		p.Notes = append(p.Notes, fmt.Sprintf("assuming spec.takeover is set on TrustAnchorRotation %s, as %s takeover sets it", kf.RotationName, binary))
 	}
 	// The desired bundle, which the convergence counts against, depends on spec.strategy.
 	reading.State.Spec = tar.Spec

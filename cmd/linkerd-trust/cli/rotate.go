@@ -162,7 +162,7 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview
 		return errReported
 	}
 	if preview.plan {
-		p, err := buildPlan(ctx, env, cl, o.kube, preview.probes, true)
+		p, err := buildPlan(ctx, env, cl, o.kube, preview.probes, planOptions{assumeRenewed: true})
 		if err != nil {
 			return fmt.Errorf("planning the rotation: %w", err)
 		}
