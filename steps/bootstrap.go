@@ -24,7 +24,7 @@ func bootstrapStep(w Writer) Step {
 // current anchor on a fresh install. ok is false when the bundle is ambiguous, or holds anchors
 // made by hand that may not be taken over yet (takeoverGate).
 func bootstrapPrevious(s *State) (cert *x509.Certificate, ok bool) {
-	if s.takeoverGate() != nil {
+	if s.takeoverGate() != nil || s.bundleLostUnderForeignIssuer() != "" {
 		return nil, false
 	}
 	skip := map[string]bool{s.Anchor.Fingerprint(): true}
@@ -53,6 +53,9 @@ func observeBootstrap(s *State, _ string) workflow.Decision {
 	if !s.Previous.Found {
 		if d := s.takeoverGate(); d != nil {
 			return *d
+		}
+		if msg := s.bundleLostUnderForeignIssuer(); msg != "" {
+			return workflow.Waiting(ReasonTrustRootsLost, msg)
 		}
 		if _, ok := bootstrapPrevious(s); !ok {
 			return workflow.Waiting("AmbiguousTrustBundle", fmt.Sprintf(
@@ -95,4 +98,34 @@ func describeBootstrap(s *State) []string {
 		out = append(out, fmt.Sprintf("create ConfigMap %s/%s", s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap))
 	}
 	return out
+}
+
+// RootsJSONPath is the kubectl JSONPath that prints the trust anchors Linkerd's injector wrote into
+// the first listed pod's proxy (pkg/inject: the literal LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS, in
+// spec.initContainers for a native sidecar, spec.containers otherwise).
+const RootsJSONPath = `{.items[0].spec..env[?(@.name=="LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS")].value}`
+
+// ReasonTrustRootsLost: the trust bundle is missing on a mesh whose identity signs with an issuer
+// the current anchor did not sign: creating it from the anchor would break the mesh.
+const ReasonTrustRootsLost = "TrustRootsLost"
+
+// bundleLostUnderForeignIssuer says, when bootstrap must not create the trust bundle from the
+// anchor, why and what to do; "" otherwise. A fresh install has no bundle and an issuer signed
+// by cert-manager's anchor: bootstrap creates the bundle from it. But a bundle deleted under a
+// running mesh — a helm upgrade with identity.externalCA=true on a ConfigMap not annotated keep —
+// while identity signs with an issuer the anchor did not sign (a hand-made one) is a mesh whose
+// pods trust an anchor the operator does not know: the pods injected next would trust the
+// anchor alone, and reject every certificate identity signs. Linkerd's injector wrote the roots
+// into every meshed pod's spec: the ConfigMap is recreated from there, by the user.
+func (s *State) bundleLostUnderForeignIssuer() string {
+	if s.Bundle.Found || s.Previous.Found || !s.Anchor.Usable() || !s.Issuer.Usable() || SignedBy(s.Issuer.Cert, s.Anchor.Cert) {
+		return ""
+	}
+	ns, cm := s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap
+	return fmt.Sprintf("ConfigMap %s/%s is missing, and identity signs with %s, which cert-manager's trust anchor %s did not sign: "+
+		"the mesh trusts an anchor the operator does not have, and a bundle made from cert-manager's would break it; "+
+		"recreate the ConfigMap with the roots the injector wrote into your meshed pods: "+
+		"kubectl get pods -A -l '%s=%s,!%s' -o jsonpath='%s' > roots.pem; kubectl create configmap -n %s %s --from-file=%s=roots.pem",
+		ns, cm, describeCert(s.Issuer.Cert), ShortFingerprint(s.Anchor.Fingerprint()), ControlPlaneNSLabel, ns, ControlPlaneComponentLabel,
+		RootsJSONPath, ns, cm, TrustRootsKey)
 }

@@ -9,9 +9,11 @@ import (
 
 // propagateTrustRootsStep waits for the data plane to be injected with the expanded bundle.
 func propagateTrustRootsStep(w Writer) Step {
+	step := bundleRestartsStep(w, StepPropagateTrustRoots, v1alpha1.PhasePropagatingTrustRoots, propagate, "expanded",
+		"Wait until every meshed pod was injected with the expanded bundle (restart your workloads).")
+	step.Observe = warnSchemeSwitch(step.Observe)
 	return Step{
-		Step: bundleRestartsStep(w, StepPropagateTrustRoots, v1alpha1.PhasePropagatingTrustRoots, propagate, "expanded",
-			"Wait until every meshed pod was injected with the expanded bundle (restart your workloads)."),
+		Step: step,
 		ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true,
 		CrossSignedSkips: "no pod needs the new anchor in its roots before the issuer switch: the bridge in the issuer's chain leads its certificates to the previous anchor",
 		Manual:           restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true, Assumes: AssumeWorkloadsRestarted,
@@ -32,6 +34,22 @@ func bundleRestartsStep(w Writer, name string, ph v1alpha1.Phase, p restartPurpo
 	return workflow.Step[*State]{
 		Name: name, Phase: string(ph), Doc: doc,
 		Observe: observeBundleRestarts(p, which), Act: actRestarts(w, p), Describe: describeRestarts(p),
+	}
+}
+
+// warnSchemeSwitch completes the wait of a takeover's propagate-trust-roots: switching identity's
+// issuer scheme now is the one misstep the mesh cannot absorb (docs/design/takeover.md, "7
+// before 6"). Identity would restart onto the expanded roots with cert-manager's issuer and
+// sign certificates that the pods not yet restarted, which trust the hand-made anchor alone,
+// reject.
+func warnSchemeSwitch(observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
+	return func(s *State, token string) workflow.Decision {
+		d := observe(s, token)
+		if d.Outcome == workflow.Wait && s.SchemeSwitch() != "" {
+			d.Message += "; do not switch identity's issuer scheme (helm upgrade --set identity.issuer.scheme=" + SchemeKubernetes +
+				") before every pod trusts the new anchor: identity would sign certificates that the pods not yet restarted reject"
+		}
+		return d
 	}
 }
 

@@ -1,11 +1,14 @@
 package steps
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/util/jsonpath"
 
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -195,5 +198,79 @@ func TestIssuerSchemeSwitchIsTheUsersHelmUpgrade(t *testing.T) {
 	}
 	if note := s.ChartIssuerLeft(); !strings.Contains(note, `"path":"/data/crt.pem"`) {
 		t.Errorf("no closing note for the chart's issuer left in the Secret: %q", note)
+	}
+}
+
+// Misstep "the ConfigMap deleted" (a helm upgrade with identity.externalCA=true before the keep
+// annotation): the operator does not create a bundle from cert-manager's anchor under an
+// identity that signs with the hand-made issuer, and prints the commands that recreate it from
+// the roots Linkerd's injector wrote into the pods. The JSONPath in them is run here with
+// client-go's jsonpath, kubectl's own, over a pod as the injector writes it (native sidecar).
+func TestBundleLostUnderHandMadeIssuer(t *testing.T) {
+	p := newHandMadePKI(t, 8760*time.Hour)
+	s := p.state(takeoverRequested, noBundle())
+	d := observeBootstrap(s, "")
+	if d.Outcome != workflow.Wait || d.Reason != ReasonTrustRootsLost || !strings.Contains(d.Message, "kubectl create configmap -n linkerd linkerd-identity-trust-roots --from-file=ca-bundle.crt=roots.pem") {
+		t.Fatalf("bootstrap: %s %s (%s), want to wait for the ConfigMap to be recreated", d.Outcome, d.Reason, d.Message)
+	}
+	if prev, ok := RecreatePrevious(s, StepBootstrap); ok {
+		t.Fatalf("previous anchor recreated (%s) with the bundle lost", Fingerprint(prev))
+	}
+	if prev, ok := bootstrapPrevious(s); ok {
+		t.Fatalf("bootstrap would write previous anchor %s", Fingerprint(prev))
+	}
+
+	roots := RenderBundle(p.hand.cert)
+	list := map[string]any{"items": []any{map[string]any{"spec": map[string]any{
+		"initContainers": []any{map[string]any{"name": "linkerd-proxy", "env": []any{
+			map[string]any{"name": "LINKERD2_PROXY_IDENTITY_DIR", "value": "/var/run/linkerd/identity/end-entity"},
+			map[string]any{"name": "LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS", "value": roots}}}},
+		"containers": []any{map[string]any{"name": "app"}}}}}}
+	jp := jsonpath.New("roots")
+	if err := jp.Parse(RootsJSONPath); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := jp.Execute(&out, list); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != roots {
+		t.Fatalf("the JSONPath prints %q, want the pod's trust anchors", out.String())
+	}
+
+	// A fresh install: no bundle, cert-manager's issuer. Bootstrap creates both.
+	fresh := p.state(noBundle(), issuer(p.cmIssuer))
+	if msg := fresh.bundleLostUnderForeignIssuer(); msg != "" {
+		t.Fatalf("a fresh install is taken for a lost bundle: %s", msg)
+	}
+}
+
+// Misstep "the scheme switched before the data plane trusts the new anchor": the wait of
+// propagate-trust-roots warns against it beforehand, and once it happened, the identity pods
+// started on cert-manager's issuer are reported (IdentityRestartedEarly) as for any issuer
+// switched early.
+func TestSchemeSwitchedEarly(t *testing.T) {
+	p := newHandMadePKI(t, 8760*time.Hour)
+	propagating := func(s *State) {
+		s.Previous = src("linkerd", "linkerd-previous-anchor", p.hand)
+		bundleOf(p.cm, p.hand)(s)
+		s.TrustBundle = Convergence{Converged: 1, Target: 3}
+		s.RotationStart = s.Now.Add(-time.Hour)
+	}
+	s := p.state(propagating)
+	d := stepNamed(t, StepPropagateTrustRoots).Observe(s, "")
+	if d.Outcome != workflow.Wait || !strings.Contains(d.Message, "do not switch identity's issuer scheme") {
+		t.Fatalf("propagate-trust-roots: %s %s (%s), want a wait that warns against the scheme switch", d.Outcome, d.Reason, d.Message)
+	}
+	switched := p.state(propagating, issuer(p.cmIssuer), identityPod("linkerd-identity-new", -time.Minute, ""), func(s *State) {
+		d := s.ControlPlane["linkerd-identity"]
+		d.IssuerScheme = SchemeKubernetes
+		s.ControlPlane["linkerd-identity"] = d
+	})
+	if got := switched.IdentityRestartedEarly(rotationSteps, StepPropagateTrustRoots); len(got) != 1 || got[0] != "linkerd/linkerd-identity-new" {
+		t.Fatalf("identity restarted early: %v, want the pod started on cert-manager's issuer", got)
+	}
+	if d := stepNamed(t, StepPropagateTrustRoots).Observe(switched, ""); strings.Contains(d.Message, "do not switch") {
+		t.Errorf("still warns against a switch made already: %s", d.Message)
 	}
 }

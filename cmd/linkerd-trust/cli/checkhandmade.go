@@ -14,8 +14,8 @@ import (
 )
 
 // TakeoverDoc is where a mesh on Linkerd's own certificates is sent: moving it onto
-// cert-manager's PKI is a rotation of its own.
-const TakeoverDoc = "https://github.com/linkerd/trust-rotation/blob/main/docs/design/takeover.md"
+// cert-manager's PKI is a rotation of its own, the takeover.
+const TakeoverDoc = "https://github.com/linkerd/trust-rotation/blob/main/docs/adopting.md#from-linkerds-own-certificates"
 
 // handMadeNote says, when the trust bundle holds anchors other than cert-manager's (anchor, nil
 // when it cannot be read) and Linkerd's chart wrote it or identity reads its issuer in Linkerd's
@@ -77,7 +77,7 @@ func (c *checks) handMadeNote(ctx context.Context, b steps.Bundle, anchor *x509.
 			note.WriteString(")")
 		}
 	}
-	fmt.Fprintf(&note, ". They look like Linkerd's own certificates, handed to its chart: moving such a mesh onto cert-manager's is a takeover, not an adoption (%s)", TakeoverDoc)
+	fmt.Fprintf(&note, ". They look like Linkerd's own certificates, handed to its chart: moving such a mesh onto cert-manager's is a takeover, not an adoption: %s takeover (%s)", binary, TakeoverDoc)
 	return note.String()
 }
 

@@ -40,7 +40,7 @@ func TestCheckPreDescribesAHandMadePKI(t *testing.T) {
 	found := []string{
 		"CN=root.linkerd.cluster.local (", "self-signed, expires 2026-06-20, in 18d12h)",
 		"written by helm", "identity runs with -identity-scheme=linkerd.io/tls", "not cert-manager's: CN=" + cert(t, "issuer-old").Subject.CommonName + " (",
-		"is a takeover, not an adoption", TakeoverDoc,
+		"is a takeover, not an adoption", binary + " takeover", TakeoverDoc,
 	}
 	out, _, code := f.run("check", "--pre")
 	t.Logf("check --pre:\n%s", out)
