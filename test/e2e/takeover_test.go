@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
@@ -80,11 +81,22 @@ func TestTakeoverFromHandMadeCertificates(t *testing.T) {
 		t.Fatalf("the operator changed the trust bundle before Helm's objects were kept:\n%s", b)
 	}
 
+	// The operator is killed (SIGKILL) as soon as it has written the expanded bundle, before it
+	// records the act, and again after the scheme switch, right after saving the checkpoint of
+	// identity's restart onto cert-manager's issuer: each next one resumes from the checkpoint.
+	e.Operator.Stop()
+	e.Operator = e.startCrashing("acted:" + steps.StepExpandTrustBundle)
+
 	// The user's moves: keep both objects, stop the chart rendering the ConfigMap (no render here:
 	// Helm, seeing keep, leaves the live object as it is).
 	for _, kind := range []string{"configmaps", "secrets"} {
 		e.annotateKeep(kind)
 	}
+	e.waitKilled()
+	if want := steps.RenderBundle(cmAnchor, hand.Anchor); e.bundle() != want {
+		t.Fatalf("the killed operator left the bundle:\n%s\nwant cert-manager's anchor and the hand-made one", e.bundle())
+	}
+	e.Operator = e.startCrashing("save:" + steps.StepRestartIdentityOnNewIssuer)
 
 	restarts := 0
 	tar, err := WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhasePropagatingTrustRoots, 2*time.Minute)
@@ -109,6 +121,8 @@ func TestTakeoverFromHandMadeCertificates(t *testing.T) {
 	e.waitBlocked("the scheme switch", upgrade)
 	e.checkIdentitySigns(hand.Issuer, "before the scheme switch")
 	e.switchScheme()
+	e.waitKilled()
+	e.Operator = StartChartOperator(t, e.Release)
 
 	if _, err := WaitPhase(ctx, e.TARs, rotationName, v1alpha1.PhaseRemovingOldTrustRoots, 4*time.Minute); err != nil {
 		t.Fatal(err)
@@ -130,6 +144,26 @@ func TestTakeoverFromHandMadeCertificates(t *testing.T) {
 
 	// Step 10 of the design: the chart's issuer and its key leave the Secret.
 	e.removeChartIssuer()
+}
+
+// startCrashing starts the operator as the chart runs it, with the test-only hook that makes it
+// SIGKILL itself at point (app.CrashEnv; the e2e binaries carry it).
+func (e *Env) startCrashing(point string) *Operator {
+	e.T.Helper()
+	return StartOperatorWithEnv(e.T, []string{"POD_NAMESPACE=" + e.Release.Namespace, app.CrashEnv + "=" + point}, e.Release.Kubeconfig, e.Release.OperatorArgs...)
+}
+
+// waitKilled waits for the operator to have killed itself at its crash point.
+func (e *Env) waitKilled() {
+	e.T.Helper()
+	select {
+	case <-e.Operator.Done():
+	case <-time.After(3 * time.Minute):
+		e.T.Fatal("the operator did not reach its crash point within 3 minutes")
+	}
+	if code := e.Operator.ExitCode(); code != -1 {
+		e.T.Fatalf("the operator exited with %d, not killed at its crash point", code)
+	}
 }
 
 // handMadeIssuance is identity's workload-certificate lifetime in the takeover's mesh: short, so
