@@ -187,8 +187,12 @@ func (s *State) handoverCommands() []string {
 	if len(annotate) == 0 {
 		return nil
 	}
-	return append(annotate, s.HelmUpgrade("--set identity.externalCA=true"))
+	return append(annotate, s.HandoverUpgrade())
 }
+
+// HandoverUpgrade is the takeover's first helm upgrade: the chart stops rendering the trust-roots
+// ConfigMap (manifests/linkerd/takeover-handover-values.yaml).
+func (s *State) HandoverUpgrade() string { return s.HelmUpgrade("--set identity.externalCA=true") }
 
 // HelmUpgrade is the helm upgrade of the release that renders the control plane, with the
 // user's values kept and the given ones set. The release is the one the ConfigMap or the

@@ -120,6 +120,11 @@ func TestTakeoverFromHandMadeCertificates(t *testing.T) {
 	}
 	e.waitBlocked("the scheme switch", upgrade)
 	e.checkIdentitySigns(hand.Issuer, "before the scheme switch")
+	// check reads the issuer identity reads, the hand-made one, and the ConfigMap the operator
+	// took from Helm: nothing it checks is wrong.
+	if check, code := e.cliExit("check"); code != 0 || !strings.Contains(check, "ConfigMap linkerd-identity-trust-roots is written by the operator alone") {
+		t.Errorf("linkerd-trust check while the takeover waits for the scheme switch: exit %d\n%s", code, check)
+	}
 	e.switchScheme()
 	e.waitKilled()
 	e.Operator = StartChartOperator(t, e.Release)
@@ -329,6 +334,17 @@ func (e *Env) cli(args ...string) string {
 		e.T.Fatalf("linkerd-trust %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// cliExit runs linkerd-trust as cli does and returns its output and exit code.
+func (e *Env) cliExit(args ...string) (string, int) {
+	e.T.Helper()
+	cmd := exec.CommandContext(e.Ctx, Binary(e.T, "linkerd-trust"), append([]string{"--kubeconfig", e.Cluster.Kubeconfig()}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if _, exited := err.(*exec.ExitError); err != nil && !exited {
+		e.T.Fatalf("linkerd-trust %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
 }
 
 // annotateKeep is `kubectl annotate -n linkerd <kind> <name> helm.sh/resource-policy=keep` of the

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
 
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/pki"
 )
 
@@ -54,6 +55,29 @@ func TestShippedLinkerdValues(t *testing.T) {
 	if !reflect.DeepEqual(values, want) {
 		t.Errorf("manifests/linkerd/external-ca-values.yaml is %v, want %v", values, want)
 	}
+	// The takeover's two helm upgrades are the --set values the operator's blocking messages
+	// print (steps.State.HelmUpgrade): external-ca-values.yaml is the second.
+	b, err = os.ReadFile(filepath.Join("..", "..", "manifests", "linkerd", "takeover-handover-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values = nil
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	s := &steps.State{Config: steps.DefaultConfig(),
+		ControlPlane: map[string]steps.Deployment{"linkerd-identity": {IssuerScheme: steps.SchemeLinkerd}}}
+	for _, c := range []struct {
+		file, cmd string
+		values    map[string]any
+	}{
+		{"takeover-handover-values.yaml", s.HandoverUpgrade(), values},
+		{"external-ca-values.yaml", s.SchemeSwitch(), want},
+	} {
+		if got := setValues(t, c.cmd); !reflect.DeepEqual(got, c.values) {
+			t.Errorf("manifests/linkerd/%s is %v; the operator asks for %v (%s)", c.file, c.values, got, c.cmd)
+		}
+	}
 	app, err := os.ReadFile(filepath.Join("..", "..", "manifests", "argocd", "apps", "linkerd-control-plane.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -73,4 +97,33 @@ func TestShippedLinkerdValues(t *testing.T) {
 	if got := a.Spec.Source.Helm.ValuesObject["identity"]; !reflect.DeepEqual(got, want["identity"]) {
 		t.Errorf("the Argo CD example gives Linkerd identity %v, the shipped values %v", got, want["identity"])
 	}
+}
+
+// setValues are the values a helm command's --set flags give, nested as a values file holds them.
+func setValues(t *testing.T, cmd string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	fields := strings.Fields(cmd)
+	for i, f := range fields {
+		if f != "--set" || i+1 == len(fields) {
+			continue
+		}
+		key, value, _ := strings.Cut(fields[i+1], "=")
+		m := out
+		path := strings.Split(key, ".")
+		for _, p := range path[:len(path)-1] {
+			next, ok := m[p].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				m[p] = next
+			}
+			m = next
+		}
+		var v any = value
+		if value == "true" {
+			v = true
+		}
+		m[path[len(path)-1]] = v
+	}
+	return out
 }
