@@ -18,18 +18,47 @@ func (s *State) DesiredBundle() string {
 		return ""
 	}
 	if a := s.FinishingOn(); a != nil {
-		return RenderBundle(a)
+		return s.renderKeeping(a)
 	}
 	if !s.Rotating() {
-		return RenderBundle(s.Anchor.Cert)
+		return s.renderKeeping(s.Anchor.Cert)
 	}
 	if s.CrossSigned() {
 		// The old roots until retire-previous-anchor: the identity issuer's chain carries the
 		// bridge from the new anchor to them (see CrossSigned).
-		return RenderBundle(append(append([]*x509.Certificate(nil), s.InFlight...), s.Previous.Cert)...)
+		return s.renderKeeping(append(append([]*x509.Certificate(nil), s.InFlight...), s.Previous.Cert)...)
 	}
 	anchors := append([]*x509.Certificate{s.Anchor.Cert}, s.InFlight...)
-	return RenderBundle(append(anchors, s.Previous.Cert)...)
+	return s.renderKeeping(append(anchors, s.Previous.Cert)...)
+}
+
+// renderKeeping is RenderBundle of the anchors, or the bytes the ConfigMap holds when it holds
+// exactly those anchors, in that order: a bundle another writer rendered — Linkerd's chart trims
+// the final newline (templates/identity.yaml) — is the desired bundle as it is. The injector
+// stamps each pod with the digest of the bytes it read (linkerd.io/trust-root-sha256), which is
+// what the trust-bundle convergence counts: the same anchors rewritten in other bytes would
+// count every pod behind, and restart the data plane for nothing.
+func (s *State) renderKeeping(anchors ...*x509.Certificate) string {
+	want := RenderBundle(anchors...)
+	if !s.Bundle.Found || s.Bundle.Data == want || len(s.Bundle.Certs) == 0 {
+		return want
+	}
+	seen := map[string]bool{}
+	i := 0
+	for _, a := range anchors {
+		if a == nil || seen[Fingerprint(a)] {
+			continue
+		}
+		seen[Fingerprint(a)] = true
+		if i == len(s.Bundle.Certs) || !s.Bundle.Certs[i].Equal(a) {
+			return want
+		}
+		i++
+	}
+	if i != len(s.Bundle.Certs) {
+		return want
+	}
+	return s.Bundle.Data
 }
 
 // Rotating reports whether a rotation is under way: the anchor differs from the previous one,

@@ -13,7 +13,7 @@ func propagateTrustRootsStep(w Writer) Step {
 		"Wait until every meshed pod was injected with the expanded bundle (restart your workloads).")
 	step.Observe = warnSchemeSwitch(step.Observe)
 	return Step{
-		Step: step,
+		Step:           step,
 		ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true,
 		CrossSignedSkips: "no pod needs the new anchor in its roots before the issuer switch: the bridge in the issuer's chain leads its certificates to the previous anchor",
 		Manual:           restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true, Assumes: AssumeWorkloadsRestarted,

@@ -3,6 +3,7 @@ package steps
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"strings"
 	"testing"
@@ -272,5 +273,41 @@ func TestSchemeSwitchedEarly(t *testing.T) {
 	}
 	if d := stepNamed(t, StepPropagateTrustRoots).Observe(switched, ""); strings.Contains(d.Message, "do not switch") {
 		t.Errorf("still warns against a switch made already: %s", d.Message)
+	}
+}
+
+// The desired bundle is the ConfigMap's own bytes when it holds exactly the desired anchors, in
+// order: Linkerd's chart trims the final newline, and the injector stamps pods with the digest of
+// the bytes it read, so a cross-signed takeover, which keeps the hand-made anchor alone until the
+// issuer switch, counts every pod injected from the chart's ConfigMap as converged.
+func TestDesiredBundleKeepsTheBytesOfTheSameAnchors(t *testing.T) {
+	p := newHandMadePKI(t, 8760*time.Hour)
+	chart := strings.TrimSpace(RenderBundle(p.hand.cert))
+	crossSigned := p.state(func(s *State) {
+		s.Bundle.Data = chart
+		s.Previous = src("linkerd", "linkerd-previous-anchor", p.hand)
+		s.Spec.Strategy = v1alpha1.StrategyCrossSigned
+	})
+	if got := crossSigned.DesiredBundle(); got != chart {
+		t.Fatalf("desired bundle %q, want the chart's bytes %q", got, chart)
+	}
+	if d := observeBundleWritten(crossSigned, ""); d.Outcome != workflow.Done {
+		t.Errorf("the bundle is rewritten for its bytes alone: %s %s", d.Outcome, d.Message)
+	}
+	standard := p.state(func(s *State) {
+		s.Bundle.Data = chart
+		s.Previous = src("linkerd", "linkerd-previous-anchor", p.hand)
+	})
+	if got, want := standard.DesiredBundle(), RenderBundle(p.cm.cert, p.hand.cert); got != want {
+		t.Fatalf("expanded bundle %q, want both anchors rendered", got)
+	}
+	twice := p.state(func(s *State) {
+		s.Bundle.Data = RenderBundle(p.hand.cert) + RenderBundle(p.hand.cert)
+		s.Bundle.Certs = []*x509.Certificate{p.hand.cert, p.hand.cert}
+		s.Previous = src("linkerd", "linkerd-previous-anchor", p.hand)
+		s.Spec.Strategy = v1alpha1.StrategyCrossSigned
+	})
+	if got := twice.DesiredBundle(); got != RenderBundle(p.hand.cert) {
+		t.Errorf("a bundle holding the anchor twice is kept: %q", got)
 	}
 }

@@ -28,11 +28,12 @@ import (
 // ECDSA P-256 keys; the root-ca profile makes a self-signed CA with path length 1 and key usages
 // certSign and crlSign, valid ten years; the intermediate-ca profile a CA with path length 0 and
 // the same key usages (smallstep crypto x509util DefaultRootTemplate and
-// DefaultIntermediateTemplate). The anchor's key is not kept: a takeover never needs it.
+// DefaultIntermediateTemplate).
 type HandMade struct {
 	Anchor, Issuer *x509.Certificate
-	// IssuerKeyPEM is the issuer's key as step writes it (an EC PRIVATE KEY).
-	IssuerKeyPEM []byte
+	// IssuerKeyPEM is the issuer's key as step writes it (an EC PRIVATE KEY). AnchorKeyPEM is the
+	// anchor's (ca.key): only the cross-signed takeover, by a user who kept it, uses it.
+	IssuerKeyPEM, AnchorKeyPEM []byte
 }
 
 // MakeHandMade makes the anchor and the issuer for trustDomain, the issuer valid for issuerLife.
@@ -54,12 +55,26 @@ func MakeHandMade(trustDomain string, issuerLife time.Duration) (*HandMade, erro
 	if err != nil {
 		return nil, err
 	}
-	keyDER, err := x509.MarshalECPrivateKey(issuerKey)
+	h := &HandMade{Anchor: anchor, Issuer: issuer}
+	if h.IssuerKeyPEM, err = keyPEM(issuerKey); err != nil {
+		return nil, err
+	}
+	if h.AnchorKeyPEM, err = keyPEM(anchorKey); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func keyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		return nil, err
 	}
-	return &HandMade{Anchor: anchor, Issuer: issuer, IssuerKeyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})}, nil
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }
+
+// AnchorPEM is the anchor's certificate as step writes it (ca.crt).
+func (h *HandMade) AnchorPEM() []byte { return encodePEM(h.Anchor) }
 
 // stepCertificate signs a CA certificate as step's templates shape it (parent nil: self-signed).
 func stepCertificate(cn string, notBefore, notAfter time.Time, pathLen int, pub *ecdsa.PublicKey, parent *x509.Certificate, signer *ecdsa.PrivateKey) (*x509.Certificate, error) {
