@@ -37,8 +37,10 @@ func renewIssuerCommand(s *State) string {
 	return fmt.Sprintf("cmctl renew -n %s %s", s.Config.LinkerdNamespace, s.Config.IssuerCertificate)
 }
 
-func issuerRenewalAutomated(spec v1alpha1.TrustAnchorRotationSpec) string {
-	if spec.IdentityIssuerRenewal != v1alpha1.Automatic {
+func issuerRenewalAutomated(s *State) string {
+	if s.Spec.IdentityIssuerRenewal != v1alpha1.Automatic || s.SchemeSwitch() != "" {
+		// While identity reads the issuer Linkerd's chart rendered, the move is the user's
+		// helm upgrade: a renewal changes nothing identity reads.
 		return ""
 	}
 	return "the operator renews the identity issuer, as cmctl renew does (spec.identityIssuerRenewal: Automatic)"

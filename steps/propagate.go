@@ -55,8 +55,8 @@ func warnSchemeSwitch(observe func(*State, string) workflow.Decision) func(*Stat
 
 func restartYourWorkloads(*State) string { return "restart your workloads" }
 
-func restartsBehind(spec v1alpha1.TrustAnchorRotationSpec) string {
-	return automatedRestarts(spec, "restarts the workloads whose pods are behind")
+func restartsBehind(s *State) string {
+	return automatedRestarts(s.Spec, "restarts the workloads whose pods are behind")
 }
 
 func observePropagated(which string) func(*State, string) workflow.Decision {

@@ -23,12 +23,13 @@ func renewWorkloadCertificatesStep(w Writer) Step {
 			}
 			return "restart workloads, or let proxies refresh"
 		},
-		Automated: func(spec v1alpha1.TrustAnchorRotationSpec) string {
+		Automated: func(s *State) string {
+			spec := s.Spec
 			if StrategyOf(spec) == v1alpha1.StrategyCrossSigned {
 				return ""
 			}
 			if restartMethod(spec) == v1alpha1.Evict {
-				return restartsBehind(spec)
+				return restartsBehind(s)
 			}
 			return automatedRestarts(spec, "restarts the workloads whose proxies have not refreshed onto the new anchor's issuer within twice the refresh interval")
 		},

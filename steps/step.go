@@ -17,9 +17,10 @@ type Step struct {
 	// on the others.
 	Manual func(*State) string
 	// Automated says what the operator does instead of the user when the spec automates the
-	// user's part (spec.dataPlaneRestart, spec.identityIssuerRenewal); "" when the user does it.
+	// user's part (spec.dataPlaneRestart, spec.identityIssuerRenewal) and the state lets it;
+	// "" when the user does it.
 	// Optional, with Manual.
-	Automated func(v1alpha1.TrustAnchorRotationSpec) string
+	Automated func(*State) string
 	// Assumes is what a plan that looks ahead takes to have happened when the step waits, to
 	// show the steps after it (see Assumption).
 	Assumes Assumption

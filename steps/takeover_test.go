@@ -184,6 +184,9 @@ func TestIssuerSchemeSwitchIsTheUsersHelmUpgrade(t *testing.T) {
 			if got := step.Manual(tc.s); got != upgrade {
 				t.Errorf("the plan asks the user to run %q, want %q", got, upgrade)
 			}
+			if got := step.Automated(tc.s); got != "" {
+				t.Errorf("the plan says the operator does it (%q), spec.identityIssuerRenewal Automatic or not", got)
+			}
 		})
 	}
 	// After the upgrade identity reads tls.crt: the issuer is cert-manager's, the step is done.

@@ -356,7 +356,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		if st.Manual != nil {
 			v.Manual = st.Manual(manualOn)
 			if st.Automated != nil {
-				v.Automated = st.Automated(tar.Spec)
+				v.Automated = st.Automated(manualOn)
 			}
 			if v.Automated != "" {
 				v.Manual = ""
