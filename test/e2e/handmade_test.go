@@ -24,6 +24,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/test/reallinkerd"
@@ -357,5 +358,27 @@ func (e *Env) removeHandMadeIssuer() {
 	}
 	if err := e.Cluster.Kube().CoreV1().Secrets("cert-manager").Delete(e.Ctx, handMadeRoot, metav1.DeleteOptions{}); err != nil {
 		e.T.Error(err)
+	}
+}
+
+// waitChartIssuerEvent waits for the operator's Warning Event ChartIssuerLeft, which gives the
+// command that removes the chart's issuer and its key from the Secret.
+func (e *Env) waitChartIssuerEvent(since time.Time) {
+	e.T.Helper()
+	err := poll.Until(e.Ctx, time.Minute, "a ChartIssuerLeft Event", func(ctx context.Context) (bool, error) {
+		evs, err := e.Cluster.Kube().CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, poll.Pending("%v", err)
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == app.ReasonChartIssuerLeft && ev.Type == corev1.EventTypeWarning && !ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) &&
+				strings.Contains(ev.Message, `kubectl patch secret -n linkerd linkerd-identity-issuer --type=json`) {
+				return true, nil
+			}
+		}
+		return false, poll.Pending("none yet")
+	})
+	if err != nil {
+		e.T.Fatal(err)
 	}
 }

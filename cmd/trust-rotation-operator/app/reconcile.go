@@ -24,6 +24,10 @@ const (
 	ReasonActFailed        = "ActFailed"
 	ReasonRotationComplete = "RotationComplete"
 	ReasonRotationStarted  = "RotationStarted"
+	// ReasonChartIssuerLeft (Warning): a rotation completed, identity reads cert-manager's
+	// issuer, and the issuer Secret still holds the one Linkerd's chart rendered, with its key:
+	// the end of a takeover, whose last move is the user's.
+	ReasonChartIssuerLeft = "ChartIssuerLeft"
 	// The automations' acts.
 	ReasonWorkloadsRestarted     = "WorkloadsRestarted"
 	ReasonIssuerRenewalTriggered = "IdentityIssuerRenewalTriggered"
@@ -268,6 +272,10 @@ func (c *Controller) report(ctx context.Context, tar, base *v1alpha1.TrustAnchor
 	}
 	if res.Completed && base.Status.Checkpoint != nil && base.Status.Checkpoint.Rotation != "" {
 		c.recorder.Eventf(tar, corev1.EventTypeNormal, ReasonRotationComplete, "rotation to trust anchor %s complete", base.Status.Checkpoint.Rotation)
+		if note := s.ChartIssuerLeft(); note != "" {
+			// A takeover's closing move is the user's (docs/adopting.md, step 7).
+			c.recorder.Event(tar, corev1.EventTypeWarning, ReasonChartIssuerLeft, note)
+		}
 	}
 }
 
