@@ -145,6 +145,13 @@ func (s *State) takeoverGate() *workflow.Decision {
 			return &d
 		}
 	}
+	if !s.Issuer.Usable() {
+		// Identity reads no issuer there: its pods exit at start (the scheme switched before
+		// cert-manager wrote tls.crt, say). No takeover restarts the control plane onto that.
+		d := workflow.Waiting("IssuerUnavailable", fmt.Sprintf("the mesh runs on certificates made by hand, and %s (identity runs with %s%s): fix it before a takeover starts",
+			s.Issuer.Problem("the identity issuer Secret"), IdentitySchemeArg, s.IdentityScheme()))
+		return &d
+	}
 	if !s.Spec.Takeover {
 		d := workflow.Waiting(ReasonTakeoverNotRequested, fmt.Sprintf(
 			"ConfigMap %s trusts %s, made by hand (not cert-manager's trust anchor %s)%s; nothing is written until the takeover is requested: linkerd trust takeover (docs/adopting.md, \"From Linkerd's own certificates\")",

@@ -86,6 +86,14 @@ func TestTakeoverGate(t *testing.T) {
 		{"the hand-made issuer expires too soon", shortIssuer.state(takeoverRequested, keptByHelm, issuer(shortIssuer.handIssuer)), ReasonTakeoverTooLate,
 			[]string{"CN=identity.linkerd.cluster.local (" + ShortFingerprint(Fingerprint(shortIssuer.handIssuer.cert))}},
 		{"too late, requested or not", short.state(), ReasonTakeoverTooLate, nil},
+		// Misstep "the scheme switched before cert-manager's PKI": identity reads a tls.crt
+		// that is not there.
+		{"identity switched to a tls.crt that is not there", p.state(takeoverRequested, keptByHelm, func(s *State) {
+			d := s.ControlPlane["linkerd-identity"]
+			d.IssuerScheme = SchemeKubernetes
+			s.ControlPlane["linkerd-identity"] = d
+			s.Issuer = Source{Namespace: "linkerd", Name: "linkerd-identity-issuer", Found: true, Err: errors.New("no tls.crt key"), Helm: s.Issuer.Helm}
+		}), "IssuerUnavailable", []string{"the identity issuer Secret linkerd/linkerd-identity-issuer: no tls.crt key", "-identity-scheme=kubernetes.io/tls"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := observeBootstrap(tc.s, "")
