@@ -124,10 +124,10 @@ const (
 // takeoverGate is the Wait decision of a takeover that may not start yet, nil when there is no
 // takeover to make (TakeoverAnchors is empty) or it may start: the hand-made anchors become the
 // previous anchor then. The checks, in order: the hand-made anchor and the issuer identity signs
-// with outlive TakeoverMargin (past it, moving the mesh is a recovery, not a rotation); the user
-// asked for the takeover (spec.takeover); and every object Helm renders that the takeover keeps
-// — the ConfigMap, the issuer Secret — is annotated keep, so that the helm upgrades it asks for
-// delete neither.
+// with outlive TakeoverMargin (past it, moving the mesh is a recovery, not a rotation); identity
+// reads an issuer at all; the user asked for the takeover (spec.takeover); and every object Helm
+// renders that the takeover keeps — the ConfigMap, the issuer Secret — is annotated keep, so that
+// the helm upgrades it asks for delete neither.
 func (s *State) takeoverGate() *workflow.Decision {
 	hand := s.TakeoverAnchors()
 	if len(hand) == 0 {
