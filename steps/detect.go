@@ -14,11 +14,11 @@ func detectAnchorRotationStep(w Writer) Step {
 	return Step{Step: workflow.Step[*State]{
 		Name: StepDetectAnchorRotation, Phase: string(v1alpha1.PhaseSynced),
 		Doc:     "Wait for cert-manager to renew the trust anchor; keep the trust bundle as rendered meanwhile.",
-		Observe: observeDetect, Act: actDetect(w), Describe: describeBundleWrite,
+		Observe: observeDetect, Act: actDetect(w), Describe: describeDetect, Token: detectToken,
 	}}
 }
 
-func observeDetect(s *State, _ string) workflow.Decision {
+func observeDetect(s *State, token string) workflow.Decision {
 	if d := anchorProblem(s); d != nil {
 		return *d
 	}
@@ -48,13 +48,36 @@ func observeDetect(s *State, _ string) workflow.Decision {
 		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle (changed by %s)",
 			s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeWriters(s.Bundle)))
 	}
+	if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil {
+		return observeStaleIssuer(s, l, token)
+	}
 	// Synced: nothing to wait for, so no blocking message.
 	return workflow.Waiting("TrustAnchorUnchanged", "")
 }
 
+// detectToken gives a restart of identity off a stale issuer a token of its own (see
+// staleIssuerToken); the bundle writes keep theirs.
+func detectToken(s *State, token string) string {
+	if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil && observeDetect(s, token).Reason == v1alpha1.ReasonIdentityIssuerStale {
+		return staleIssuerToken(s, l, token)
+	}
+	return token
+}
+
+func describeDetect(s *State) []string {
+	if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil && observeDetect(s, "").Reason == v1alpha1.ReasonIdentityIssuerStale {
+		return describeStaleIssuer(s)
+	}
+	return describeBundleWrite(s)
+}
+
 func actDetect(w Writer) func(context.Context, *State, string) error {
 	write := actWriteDesiredBundle(w)
+	restart := actStaleIssuer(w)
 	return func(ctx context.Context, s *State, token string) error {
+		if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil && observeDetect(s, token).Reason == v1alpha1.ReasonIdentityIssuerStale {
+			return restart(ctx, s, token)
+		}
 		if s.RenewedInPlace() {
 			// The previous anchor first: the bundle then renders from the renewed anchor alone.
 			if err := w.WritePreviousAnchor(ctx, s.Anchor.Cert); err != nil {

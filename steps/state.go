@@ -97,6 +97,14 @@ type State struct {
 
 	// Deadline holds what the next rotation's deadline reads besides the certificates.
 	Deadline DeadlineInputs
+
+	// IssuerObserved is the issuer the status last named active, and when the operator first saw
+	// it in the Secret (see IssuerObservedAt).
+	IssuerObserved IssuerObservation
+	// StaleLeaves are the probed certificates issued after identity should have loaded the
+	// issuer in the Secret, signed by another issuer (see StaleIssuer); none when the probes
+	// read none, and in the CLI, which reads the condition instead.
+	StaleLeaves []StaleLeaves
 }
 
 // LiveChain is an issuer chain meshed pods present, as a probe of their admin port read it.

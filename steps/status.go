@@ -39,6 +39,12 @@ func Project(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha
 		st.BlockingMessage = res.Decision.Message
 	}
 	st.ActiveIssuerFingerprint = s.Issuer.Fingerprint()
+	switch {
+	case st.ActiveIssuerFingerprint == "":
+		st.ActiveIssuerObservedTime = nil
+	case prev.ActiveIssuerFingerprint != st.ActiveIssuerFingerprint || prev.ActiveIssuerObservedTime == nil:
+		st.ActiveIssuerObservedTime = &metav1.Time{Time: s.IssuerObservedAt(now)}
+	}
 	st.PreviousAnchorFingerprint = s.Previous.Fingerprint()
 	st.WorkloadCertificateRefreshInterval = nil
 	// In effect while proxies renew onto the new issuer, and while the pod templates of
@@ -122,6 +128,7 @@ func Project(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha
 			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
 		})
 	}
+	projectStaleIssuer(&st, s, res.Checkpoint.Step, generation, now)
 	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
 	TrackHistory(rot, &st, prev.Checkpoint, spec, s, nil, res.Passed, now)
 	st.NextRotation = NextRotationDeadline(s, spec, st.History)
@@ -209,4 +216,20 @@ func SavedCheckpoint(rot *Ordered, prev *v1alpha1.Checkpoint, next workflow.Chec
 // which pods already present a new-anchor certificate.
 func UrgentCertificates(rot *Ordered, s *State, step string) bool {
 	return rot.named(step).UrgentProbes || len(s.IdentityRestartedEarly(rot, step)) > 0
+}
+
+// projectStaleIssuer sets condition IdentityIssuerStale (see State.StaleIssuer).
+func projectStaleIssuer(st *v1alpha1.TrustAnchorRotationStatus, s *State, step string, generation int64, now time.Time) {
+	c := metav1.Condition{
+		Type: v1alpha1.ConditionIdentityIssuerStale, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonIdentityIssuerCurrent, Message: v1alpha1.MessageIdentityIssuerCurrent,
+		ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
+	}
+	switch l := s.StaleIssuer(step); {
+	case l != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonIdentityIssuerStale, s.StaleIssuerMessage(l)
+	case step != StepDetectAnchorRotation:
+		c.Reason, c.Message = v1alpha1.ReasonIdentityIssuerRotating, v1alpha1.MessageIdentityIssuerRotating
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
 }

@@ -23,6 +23,8 @@ import (
 //	<stamp> scale N up    restart-identity: no identity pod was left; identity is scaled back to N
 //	<stamp> replace a,b   restart-identity, as earlier operators wrote it: the identity pods to
 //	                      delete (the list may be empty)
+//	<stamp> stale-issuer F  detect-anchor-rotation: identity restarted because it signed with
+//	                      the stale issuer of short fingerprint F (spec.staleIssuerRestart)
 //
 // The operator's stamps are times (NewActStamp); a plan's is a placeholder, which may hold a
 // space but never a verb between spaces. An act that restarts a workload marks it with its
@@ -39,10 +41,12 @@ const (
 	TokenScale TokenVerb = "scale"
 	// TokenReplace: the identity pods to delete, separated by commas.
 	TokenReplace TokenVerb = "replace"
+	// TokenStaleIssuer: the short fingerprint of the stale issuer identity was restarted off.
+	TokenStaleIssuer TokenVerb = "stale-issuer"
 )
 
 // tokenVerbs are the verbs a token may hold, each between spaces.
-var tokenVerbs = []TokenVerb{TokenRevision, TokenScale, TokenReplace}
+var tokenVerbs = []TokenVerb{TokenRevision, TokenScale, TokenReplace, TokenStaleIssuer}
 
 // scaledUp is the second argument of a scale token written once identity is scaled back up.
 const scaledUp = "up"
@@ -111,6 +115,10 @@ func (t ActToken) check() error {
 		_, err = t.revision()
 	case TokenScale:
 		_, _, err = t.scale()
+	case TokenStaleIssuer:
+		if len(t.Args) != 1 || t.Args[0] == "" {
+			err = fmt.Errorf("%s takes one argument, the stale issuer's short fingerprint; got %q", t.Verb, t.Args)
+		}
 	}
 	return err
 }

@@ -43,6 +43,9 @@ type Snapshotter struct {
 	// Index is the pod informer's store; Certs probes the pods it holds.
 	Index *podindex.Index
 	Certs *probe.CertTracker
+	// IssuerReloadTolerance is how long identity may sign with the previous issuer after the
+	// issuer Secret changed (steps.DefaultIssuerReloadTolerance when zero).
+	IssuerReloadTolerance time.Duration
 
 	// parsed keeps what snapshot parsed of the Secrets and the bundle until they change.
 	parsed parsedSources
@@ -77,6 +80,7 @@ func (c *Snapshotter) Snapshot(now time.Time, step string, tar *v1alpha1.TrustAn
 		s.StagedIssuer = s.Issuer
 		s.Issuer = c.parsed.chartIssuer.sourceKey(cfg.LinkerdNamespace, cfg.IssuerSecret, c.Caches.IssuerSecret(), key)
 	}
+	c.watchIssuer(s, now)
 	c.Index.FillControlPlane(s)
 	s.TrustBundle = c.Index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
 	c.Certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(c.Steps, s, step))
@@ -84,4 +88,20 @@ func (c *Snapshotter) Snapshot(now time.Time, step string, tar *v1alpha1.TrustAn
 	s.LoadLiveChainsOnDemand(c.Certs.LiveChains)
 	FillDeadline(s, c.Index, c.Certs)
 	return s, nil
+}
+
+// watchIssuer has the tracker watch for certificates signed by another issuer than the Secret's
+// once identity should have reloaded it, and reads those it found (steps.State.StaleIssuer).
+func (c *Snapshotter) watchIssuer(s *steps.State, now time.Time) {
+	at := s.IssuerObservedAt(now)
+	if !s.Issuer.Usable() || at.IsZero() {
+		c.Certs.WatchIssuer("", time.Time{})
+		return
+	}
+	tolerance := c.IssuerReloadTolerance
+	if tolerance <= 0 {
+		tolerance = steps.DefaultIssuerReloadTolerance
+	}
+	c.Certs.WatchIssuer(s.Issuer.Fingerprint(), at.Add(tolerance))
+	s.StaleLeaves = c.Certs.StaleLeaves()
 }

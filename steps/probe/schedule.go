@@ -88,7 +88,9 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 		t.OnProbe(err)
 	}
 	t.leafLifetime.observe(leaf)
-	if t.record(ctx, p, certs, predictRefresh(p, leaf), err) && t.notify != nil {
+	changed := t.record(ctx, p, certs, predictRefresh(p, leaf), err)
+	t.recordIssued(p, leaf)
+	if changed && t.notify != nil {
 		t.notify(p)
 	}
 	t.afterProbe(key, p.UID)

@@ -33,6 +33,9 @@ type probeResult struct {
 	// refresh is when the proxy refreshes the certificate it presented (Unix nanoseconds; 0 when
 	// unknown): until then a probe reads the same chain again.
 	refresh int64
+	// issued is when identity issued the leaf the probe read (Unix nanoseconds; 0 when unknown),
+	// for the stale-issuer watch (stale.go).
+	issued int64
 }
 
 // issuerChain is an issuer chain pods present (IssuerChain), shared by every pod that presents
@@ -83,6 +86,10 @@ type CertTracker struct {
 	// rejected holds the pod key of the live pods whose last probe read a chain they cannot
 	// have presented (ChainRejectedError), by UID: named first whatever their workload.
 	rejected map[string]string
+	// watch is the issuer identity must sign with and from when (WatchIssuer), and stale the
+	// live pods, by UID, whose last probe read a leaf issued since by another (stale.go).
+	watch staleWatch
+	stale map[string]staleLeaf
 	// probed, when set (tests), is called after each probe is accounted for.
 	probed func(key, uid string)
 	// OnProbe, when set before Run, is called after each probe with its error (nil: the pod
@@ -108,6 +115,7 @@ func NewCertTracker(index *podindex.Index, dial DialFunc, concurrency int, timeo
 		live:     map[string]*tracked{},
 		behind:   map[string]int{},
 		rejected: map[string]string{},
+		stale:    map[string]staleLeaf{},
 	}
 }
 
@@ -129,6 +137,7 @@ func (t *CertTracker) PodChanged(old, cur *podindex.Pod) {
 			}
 			delete(t.live, old.UID)
 			delete(t.rejected, old.UID)
+			delete(t.stale, old.UID)
 		}
 	}
 	if cur == nil || !cur.Meshed || !cur.Alive {

@@ -58,6 +58,18 @@ type TrustAnchorRotationSpec struct {
 	// +optional
 	IdentityIssuerRenewal RenewalPolicy `json:"identityIssuerRenewal,omitempty"`
 
+	// StaleIssuerRestart says who restarts linkerd-identity when, between rotations, it signs
+	// workload certificates with an issuer the issuer Secret no longer holds (condition
+	// IdentityIssuerStale): it missed the reload of its issuer, and every certificate it signs
+	// expires with that issuer. Manual (the default): the operator reports it, and the user
+	// restarts identity (kubectl rollout restart). Automatic: the operator restarts identity
+	// once per stale issuer, and only when the issuer in the Secret chains to an anchor of the
+	// trust bundle identity loads at start. It has no effect during a rotation, whose steps
+	// restart identity themselves.
+	// +kubebuilder:default=Manual
+	// +optional
+	StaleIssuerRestart RenewalPolicy `json:"staleIssuerRestart,omitempty"`
+
 	// StalledAfter is how long the rotation may wait in one phase before the operator reports it
 	// stalled (condition Stalled=True): blocked on something that needs a person.
 	// +kubebuilder:default={}

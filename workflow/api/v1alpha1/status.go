@@ -24,6 +24,12 @@ type TrustAnchorRotationStatus struct {
 	// +optional
 	ActiveIssuerFingerprint string `json:"activeIssuerFingerprint,omitempty"`
 
+	// ActiveIssuerObservedTime is when the operator first observed the identity issuer named by
+	// activeIssuerFingerprint in the issuer Secret: identity must sign with it from then on,
+	// once the kubelet has refreshed its volume (condition IdentityIssuerStale).
+	// +optional
+	ActiveIssuerObservedTime *metav1.Time `json:"activeIssuerObservedTime,omitempty"`
+
 	// PreviousAnchorFingerprint is the fingerprint of the certificate in the operator-managed
 	// linkerd-previous-anchor Secret, which keeps the old anchor trusted during a rotation.
 	// +optional

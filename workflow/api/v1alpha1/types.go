@@ -77,6 +77,22 @@ const (
 	ReasonIdentityRestartedEarly     = "IdentityRestartedBeforeDataPlaneConverged"
 	ReasonIdentityNotRestartedEarly  = "IdentityNotRestartedEarly"
 	MessageIdentityNotRestartedEarly = "no identity pod runs that started after the trust bundle was expanded while the data plane trusts the old anchor alone and the identity issuer is on the new one"
+
+	// ConditionIdentityIssuerStale is True while, between rotations, linkerd-identity signs
+	// workload certificates with an issuer other than the one the issuer Secret holds: the
+	// probes read certificates issued after the kubelet should have refreshed identity's issuer
+	// volume, signed by another issuer, from a time at which a running identity pod was already
+	// up. Identity missed the reload of its issuer (linkerd2 #15109), and every certificate it
+	// signs expires with the stale issuer. The message names both issuers, since when, and the
+	// pods; the operator also emits a Warning Event with the condition's type as its reason, and
+	// restarts identity under spec.staleIssuerRestart Automatic. False during a rotation.
+	ConditionIdentityIssuerStale = "IdentityIssuerStale"
+
+	ReasonIdentityIssuerStale     = "IdentitySignsWithStaleIssuer"
+	ReasonIdentityIssuerCurrent   = "IdentitySignsWithCurrentIssuer"
+	ReasonIdentityIssuerRotating  = "RotationInProgress"
+	MessageIdentityIssuerCurrent  = "no workload certificate issued since the identity issuer was last renewed was signed by another issuer"
+	MessageIdentityIssuerRotating = "a rotation is in progress: its steps restart linkerd-identity onto the issuer"
 )
 
 // The kstatus conditions (sigs.k8s.io/cli-utils/pkg/kstatus), which kubectl wait, Argo CD, Flux
