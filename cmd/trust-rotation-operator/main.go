@@ -73,6 +73,7 @@ func main() {
 	fs.StringVar(&o.app.RotationName, "rotation-name", steps.DefaultRotationName, "name of the TrustAnchorRotation to drive")
 	fs.IntVar(&o.app.ProbeConcurrency, "probe-concurrency", 50, "live-certificate probes to run at once")
 	fs.DurationVar(&o.app.ProbeTimeout, "probe-timeout", 5*time.Second, "timeout of one live-certificate probe")
+	fs.DurationVar(&o.app.IssuerReloadTolerance, "issuer-reload-tolerance", steps.DefaultIssuerReloadTolerance, "how long after the identity issuer Secret changed linkerd-identity may still sign workload certificates with the issuer before (the kubelet's refresh of its volume); a certificate issued later by another issuer sets condition IdentityIssuerStale")
 	fs.DurationVar(&o.app.MaxPollInterval, "max-poll-interval", 0, "when positive, the longest the operator goes without observing the cluster, a safety net; 0 observes only on a change and at the moments decisions depend on (a maintenance window opening, a threshold falling due)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader on a Lease so that only one replica writes")
 	fs.StringVar(&o.leaseNamespace, "leader-election-namespace", "", "namespace of the leader Lease; the pod's namespace (or linkerd) when empty")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/cmd/internal/version"
@@ -139,6 +140,22 @@ func (c *checks) rotationNotBlocked(ctx context.Context) error {
 	}
 	return fmt.Errorf("TrustAnchorRotation %s has been in phase %s for %s (more than --blocked-warning %s): %s",
 		tar.Name, orDefault(string(st.Phase), string(v1alpha1.PhaseSynced)), age(since), &c.o.blockedWarning, st.BlockingMessage)
+}
+
+// identityIssuerCurrent fails while condition IdentityIssuerStale is True: identity signs, between
+// rotations, with an issuer the Secret no longer holds (the operator reads it from the
+// certificates it probes, which a single run of the CLI cannot tell apart from a reload still
+// due).
+func (c *checks) identityIssuerCurrent(ctx context.Context) error {
+	tar, err := c.rotation.get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+	}
+	cond := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionIdentityIssuerStale)
+	if cond == nil || cond.Status != metav1.ConditionTrue {
+		return nil
+	}
+	return fmt.Errorf("TrustAnchorRotation %s: %s", tar.Name, cond.Message)
 }
 
 // bundleOwnedByOperator warns when a field manager other than the operator owns the bundle's

@@ -36,6 +36,10 @@ type Options struct {
 	// ProbeConcurrency and ProbeTimeout bound the live-certificate probes.
 	ProbeConcurrency int
 	ProbeTimeout     time.Duration
+	// IssuerReloadTolerance is how long identity may sign with the previous issuer after the
+	// issuer Secret changed (condition IdentityIssuerStale; steps.DefaultIssuerReloadTolerance
+	// when zero).
+	IssuerReloadTolerance time.Duration
 	// MaxPollInterval, when positive, is the longest the operator goes without observing,
 	// a safety net. Zero (the default) observes only when an informer or a probe reports a
 	// change, and at the moments the decisions say they depend on (steps.State.RecheckAt).
@@ -191,7 +195,7 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	c.pods = podindex.NewPodInformer(pods, cfg, c.index, func(error) { metrics.watchErrors.WithLabelValues(WatchMeshedPods).Inc() })
 	c.certs = probe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *podindex.Pod) { c.churned(p.ControlPlane) })
 	c.certs.OnProbe = metrics.countProbe
-	c.snapshots = &observe.Snapshotter{Config: cfg, Steps: c.steps, Caches: caches{c}, Index: c.index, Certs: c.certs}
+	c.snapshots = &observe.Snapshotter{Config: cfg, Steps: c.steps, Caches: caches{c}, Index: c.index, Certs: c.certs, IssuerReloadTolerance: opts.IssuerReloadTolerance}
 
 	for what, inf := range map[string]cache.SharedIndexInformer{WatchAnchorSecret: c.anchor, WatchPreviousAnchorSecret: c.previous,
 		WatchIssuerSecret: c.issuer, WatchTrustBundle: c.bundle, WatchControlPlane: c.deployments, WatchRotations: c.rotation} {

@@ -33,6 +33,7 @@ type Metrics struct {
 	remoteConverged        *prometheus.GaugeVec
 	remoteLastObserved     *prometheus.GaugeVec
 	identityRestartedEarly prometheus.Gauge
+	identityIssuerStale    prometheus.Gauge
 	specInvalid            *prometheus.GaugeVec
 	watchErrors            *prometheus.CounterVec
 	probes                 *prometheus.CounterVec
@@ -142,6 +143,10 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_identity_restarted_early_pods",
 			Help: "linkerd-identity pods that started after the trust bundle was expanded while the data plane has not converged on it and the identity issuer is on the new trust anchor (condition IdentityRestartedEarly); 0 otherwise.",
 		}),
+		identityIssuerStale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trust_rotation_identity_issuer_stale_pods",
+			Help: "Meshed pods presenting a certificate linkerd-identity issued, between rotations, after it should have loaded the issuer in the issuer Secret, signed by another issuer (condition IdentityIssuerStale); 0 otherwise.",
+		}),
 		specInvalid: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "trust_rotation_spec_invalid",
 			Help: "1 while a TrustAnchorRotation's spec holds a value the operator cannot use (condition SpecInvalid: a field that does not decode, an unknown time zone), 0 otherwise; one series per TrustAnchorRotation.",
@@ -161,7 +166,7 @@ func NewMetrics() *Metrics {
 	}, func() float64 { return float64(podindex.SkippedPods()) }))
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
 		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.reconciles,
-		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly, m.specInvalid, m.probes,
+		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly, m.identityIssuerStale, m.specInvalid, m.probes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.history = newHistoryMetrics(m.Registry)
 	for _, p := range v1alpha1.Phases {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,13 @@ const (
 	// expansion and the data plane's convergence, with the issuer on the new anchor
 	// (condition IdentityRestartedEarly); one Event each time the pods it names change.
 	ReasonIdentityRestartedEarly = v1alpha1.ConditionIdentityRestartedEarly
+	// ReasonIdentityIssuerStale (Warning): identity signs with an issuer the Secret no longer
+	// holds (condition IdentityIssuerStale); one Event each time the condition turns True or
+	// names another stale issuer.
+	ReasonIdentityIssuerStale = v1alpha1.ConditionIdentityIssuerStale
+	// ReasonIdentityRestartedForStaleIssuer: the operator restarted identity off a stale issuer
+	// (spec.staleIssuerRestart Automatic).
+	ReasonIdentityRestartedForStaleIssuer = "IdentityRestartedForStaleIssuer"
 )
 
 // actReason is the Event reason of an act: the automations' own, StepActed for the others.
@@ -46,6 +54,8 @@ func actReason(decision string) string {
 		return ReasonWorkloadsRestarted
 	case steps.ReasonRenewingIdentityIssuer:
 		return ReasonIssuerRenewalTriggered
+	case v1alpha1.ReasonIdentityIssuerStale:
+		return ReasonIdentityRestartedForStaleIssuer
 	}
 	return ReasonStepActed
 }
@@ -264,6 +274,15 @@ func (c *Controller) report(ctx context.Context, tar, base *v1alpha1.TrustAnchor
 		log.Info("Identity restarted early", "message", early)
 	}
 	c.lastIdentityEarly = early
+	stale := s.StaleIssuer(res.Checkpoint.Step)
+	c.metrics.identityIssuerStale.Set(0)
+	if stale != nil {
+		c.metrics.identityIssuerStale.Set(float64(stale.Pods))
+	}
+	if msg := staleIssuerTurned(base.Status.Conditions, status.Conditions); msg != "" {
+		c.recorder.Event(tar, corev1.EventTypeWarning, ReasonIdentityIssuerStale, msg)
+		log.Info("Identity signs with a stale issuer", "message", msg)
+	}
 	c.suspendEvents(tar, &base.Status, &status)
 	c.specInvalidEvent(tar, base.Status.Conditions, status.Conditions)
 	if status.Phase != base.Status.Phase {
@@ -284,4 +303,30 @@ func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
 		return v1alpha1.PhaseSynced
 	}
 	return p
+}
+
+// staleIssuerTurned is the message of condition IdentityIssuerStale when it turned True, or now
+// names another stale issuer than before; "" otherwise. It reads the conditions, not the
+// controller's memory, so that a new leader does not repeat the Event.
+func staleIssuerTurned(before, after []metav1.Condition) string {
+	cur := meta.FindStatusCondition(after, v1alpha1.ConditionIdentityIssuerStale)
+	if cur == nil || cur.Status != metav1.ConditionTrue {
+		return ""
+	}
+	prev := meta.FindStatusCondition(before, v1alpha1.ConditionIdentityIssuerStale)
+	if prev != nil && prev.Status == metav1.ConditionTrue && staleSigner(prev.Message) == staleSigner(cur.Message) {
+		return ""
+	}
+	return cur.Message
+}
+
+// staleSigner is the stale issuer a condition message names first (steps.StaleIssuerMessage).
+func staleSigner(message string) string {
+	const mark = "with issuer "
+	_, rest, ok := strings.Cut(message, mark)
+	if !ok {
+		return message
+	}
+	signer, _, _ := strings.Cut(rest, " ")
+	return signer
 }
