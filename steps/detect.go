@@ -51,6 +51,9 @@ func observeDetect(s *State, token string) workflow.Decision {
 	if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil {
 		return observeStaleIssuer(s, l, token)
 	}
+	if s.StaleIssuerCarried(StepDetectAnchorRotation) {
+		return workflow.Waiting(v1alpha1.ReasonIdentityIssuerStale, s.StaleReported+"; reading every meshed pod's certificate again since the operator started")
+	}
 	// Synced: nothing to wait for, so no blocking message.
 	return workflow.Waiting("TrustAnchorUnchanged", "")
 }

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -58,6 +61,19 @@ type IssuerObservation struct {
 	At          time.Time
 }
 
+// issuerWatchFromStatus reads what the stale-issuer watch keeps in the status: the issuer last
+// observed and since when, and the condition the previous leader left.
+func (s *State) issuerWatchFromStatus(st *v1alpha1.TrustAnchorRotationStatus) {
+	s.IssuerObserved = IssuerObservation{Fingerprint: st.ActiveIssuerFingerprint}
+	if st.ActiveIssuerObservedTime != nil {
+		s.IssuerObserved.At = st.ActiveIssuerObservedTime.Time
+	}
+	s.StaleReported = ""
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionIdentityIssuerStale); c != nil && c.Status == metav1.ConditionTrue {
+		s.StaleReported = c.Message
+	}
+}
+
 // IssuerObservedAt is when the operator first saw the issuer the Secret holds now: the status's
 // time when it names that issuer, now otherwise (the issuer is new, or the status has none: an
 // operator installed later waits for certificates issued from then on). Zero when the issuer is
@@ -100,6 +116,13 @@ func (s *State) StaleIssuer(step string) *StaleLeaves {
 		}
 	}
 	return out
+}
+
+// StaleIssuerCarried reports whether the status's IdentityIssuerStale=True stands although
+// StaleIssuer finds nothing: the operator restarted and has not probed every pod again yet, so
+// what the previous leader saw is not known to be over.
+func (s *State) StaleIssuerCarried(step string) bool {
+	return s.StaleReported != "" && s.StaleLeavesPartial && step == StepDetectAnchorRotation && !s.Rotating() && s.StaleIssuer(step) == nil
 }
 
 // StaleIssuerMessage says what StaleIssuer found, what it costs, and what is done about it.

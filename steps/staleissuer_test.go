@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -200,4 +203,33 @@ type stalledRollout struct{ *convergingWriter }
 
 func (w stalledRollout) RestartDeployment(ctx context.Context, namespace, name, token string) error {
 	return w.Simulated.RestartDeployment(ctx, namespace, name, token)
+}
+
+// TestStaleIssuerCarriedOverARestart: a new leader keeps the condition the previous one left
+// True until it has probed every pod again, and waits meanwhile; then what it reads decides.
+func TestStaleIssuerCarriedOverARestart(t *testing.T) {
+	p := newPKI(t)
+	renewed := newCert(t, "renewed-issuer", p.newAnchor, true, time.Now().Add(2*time.Hour))
+	const reported = "linkerd-identity still signs workload certificates with issuer 0a1b2c3d4e5f ..."
+	s := syncedOn(p, renewed, func(s *State) { s.StaleReported, s.StaleLeavesPartial = reported, true })
+	prev := v1alpha1.TrustAnchorRotationStatus{Conditions: []metav1.Condition{{Type: v1alpha1.ConditionIdentityIssuerStale, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonIdentityIssuerStale, Message: reported}}}
+	project := func() *metav1.Condition {
+		res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepDetectAnchorRotation}, Phase: string(v1alpha1.PhaseSynced), Decision: observeDetect(s, "")}
+		st := Project(rotationSteps, prev, s.Spec, 1, s, res, s.Now)
+		return meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionIdentityIssuerStale)
+	}
+	if d := observeDetect(s, ""); d.Outcome != workflow.Wait || !strings.HasPrefix(d.Message, reported) {
+		t.Errorf("while probing again: %+v, want a wait with the reported message", d)
+	}
+	if c := project(); c == nil || c.Status != metav1.ConditionTrue || c.Message != reported {
+		t.Errorf("while probing again: condition %+v, want the previous one", c)
+	}
+	s.StaleLeavesPartial = false
+	if d := observeDetect(s, ""); d.Reason != "TrustAnchorUnchanged" {
+		t.Errorf("every pod probed again, none stale: %+v, want Synced", d)
+	}
+	if c := project(); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("every pod probed again, none stale: condition %+v, want False", c)
+	}
 }

@@ -105,6 +105,11 @@ type State struct {
 	// issuer in the Secret, signed by another issuer (see StaleIssuer); none when the probes
 	// read none, and in the CLI, which reads the condition instead.
 	StaleLeaves []StaleLeaves
+	// StaleLeavesPartial: the operator has not probed every pod yet since it started, so
+	// StaleLeaves may lack what the previous leader saw; StaleReported is the message of
+	// condition IdentityIssuerStale when the status holds it True (see StaleIssuerCarried).
+	StaleLeavesPartial bool
+	StaleReported      string
 }
 
 // LiveChain is an issuer chain meshed pods present, as a probe of their admin port read it.

@@ -226,6 +226,8 @@ func projectStaleIssuer(st *v1alpha1.TrustAnchorRotationStatus, s *State, step s
 		ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
 	}
 	switch l := s.StaleIssuer(step); {
+	case s.StaleIssuerCarried(step):
+		return // as the previous leader left it, until every pod is probed again
 	case l != nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonIdentityIssuerStale, s.StaleIssuerMessage(l)
 	case step != StepDetectAnchorRotation:

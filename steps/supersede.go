@@ -183,10 +183,7 @@ func (s *State) FromStatus(rot *Ordered, st *v1alpha1.TrustAnchorRotationStatus)
 		return err
 	}
 	s.InFlight, s.Retiring, s.Rotation, s.RotationStart, s.Strategy = inFlight, RetiringTo(rot, st.Checkpoint), "", time.Time{}, ""
-	s.IssuerObserved = IssuerObservation{Fingerprint: st.ActiveIssuerFingerprint}
-	if st.ActiveIssuerObservedTime != nil {
-		s.IssuerObserved.At = st.ActiveIssuerObservedTime.Time
-	}
+	s.issuerWatchFromStatus(st)
 	if cp := st.Checkpoint; cp != nil {
 		s.Rotation, s.Strategy = cp.Rotation, cp.Strategy
 		if cp.StartTime != nil {

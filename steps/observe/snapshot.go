@@ -104,4 +104,5 @@ func (c *Snapshotter) watchIssuer(s *steps.State, now time.Time) {
 	}
 	c.Certs.WatchIssuer(s.Issuer.Fingerprint(), at.Add(tolerance))
 	s.StaleLeaves = c.Certs.StaleLeaves()
+	s.StaleLeavesPartial = !c.Certs.StaleLeavesComplete()
 }

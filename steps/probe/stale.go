@@ -52,8 +52,15 @@ func (t *CertTracker) WatchIssuer(issuer string, due time.Time) {
 	t.watch = w
 	clear(t.stale)
 	var sample staleSample
+	baseline := t.baseline == nil
+	if baseline {
+		t.baseline = map[string]struct{}{}
+	}
 	t.index.Each(func(p *podindex.Pod) {
 		if tp := t.live[p.UID]; tp != nil {
+			if baseline && !tp.probed {
+				t.baseline[p.UID] = struct{}{}
+			}
 			t.judgeLeafLocked(p.UID, p.Key(), tp)
 			if w.issuer != "" && tp.ok && p.Running && tp.result.refresh > w.due {
 				sample.offer(p.Key(), tp.result.refresh)
@@ -96,11 +103,20 @@ func (s *staleSample) offer(key string, at int64) {
 	s.pods[i].key, s.pods[i].at = key, at
 }
 
+// StaleLeavesComplete reports whether every pod alive at the first WatchIssuer has been probed
+// (or has gone): until then StaleLeaves may miss what a previous leader saw.
+func (t *CertTracker) StaleLeavesComplete() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.baseline != nil && len(t.baseline) == 0
+}
+
 // recordIssued keeps when the leaf a probe of p read was issued (none when the probe failed),
 // and files the pod in the stale set or out of it.
 func (t *CertTracker) recordIssued(p *podindex.Pod, leaf *x509.Certificate) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	delete(t.baseline, p.UID)
 	if tp := t.live[p.UID]; tp != nil {
 		tp.result.issued = 0
 		if tp.result.chain != nil {

@@ -126,3 +126,43 @@ func TestWatchIssuerProbesASampleAfterTheirRefresh(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleLeavesCompleteOnceTheFirstPodsAreProbed: complete once every pod alive at the first
+// watch was probed or went; pods that start later do not hold it back.
+func TestStaleLeavesCompleteOnceTheFirstPodsAreProbed(t *testing.T) {
+	anchor, anchorKey := newCert(t, "root", true, nil, nil)
+	iss, _ := newCert(t, "issuer", true, anchor, anchorKey)
+	var tr *CertTracker
+	x := podindex.New(func(before, cur *podindex.Pod) { tr.PodChanged(before, cur) })
+	tr = NewCertTracker(x, nil, 1, 0, nil)
+	defer tr.queue.ShutDown()
+	tr.SetActive(anchor, false)
+	pod := func(name string) *podindex.Pod {
+		p := &podindex.Pod{Namespace: "app", Name: name, UID: "uid-" + name, Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true}
+		x.Upsert(p)
+		return p
+	}
+	probe := func(p *podindex.Pod) {
+		tr.record(t.Context(), p, []*x509.Certificate{iss, anchor}, time.Time{}, nil)
+		tr.recordIssued(p, &x509.Certificate{NotBefore: time.Now()})
+	}
+	a, _ := pod("a"), pod("b")
+	if tr.StaleLeavesComplete() {
+		t.Fatal("complete before any watch")
+	}
+	tr.WatchIssuer(steps.Fingerprint(iss), time.Now())
+	later := pod("c")
+	probe(a)
+	probe(later)
+	if tr.StaleLeavesComplete() {
+		t.Fatal("complete with pod b never probed")
+	}
+	x.Delete("app/b")
+	if !tr.StaleLeavesComplete() {
+		t.Fatal("not complete once a was probed and b went")
+	}
+	pod("d")
+	if !tr.StaleLeavesComplete() {
+		t.Fatal("a pod started later made it incomplete again")
+	}
+}

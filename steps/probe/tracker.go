@@ -90,6 +90,9 @@ type CertTracker struct {
 	// live pods, by UID, whose last probe read a leaf issued since by another (stale.go).
 	watch staleWatch
 	stale map[string]staleLeaf
+	// baseline holds the pods, by UID, alive and not probed yet at the first WatchIssuer: nil
+	// before it, empty once each was probed or went (StaleLeavesComplete).
+	baseline map[string]struct{}
 	// probed, when set (tests), is called after each probe is accounted for.
 	probed func(key, uid string)
 	// OnProbe, when set before Run, is called after each probe with its error (nil: the pod
@@ -138,6 +141,7 @@ func (t *CertTracker) PodChanged(old, cur *podindex.Pod) {
 			delete(t.live, old.UID)
 			delete(t.rejected, old.UID)
 			delete(t.stale, old.UID)
+			delete(t.baseline, old.UID)
 		}
 	}
 	if cur == nil || !cur.Meshed || !cur.Alive {

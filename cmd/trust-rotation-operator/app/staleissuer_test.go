@@ -36,3 +36,11 @@ func TestStaleIssuerEventOncePerIssuer(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleIssuerRestartEvent: the act of a restart off a stale issuer is recorded under its own
+// reason, not as any step's act.
+func TestStaleIssuerRestartEvent(t *testing.T) {
+	if got := actReason(v1alpha1.ReasonIdentityIssuerStale); got != ReasonIdentityRestartedForStaleIssuer {
+		t.Errorf("Event reason of the restart: %s, want %s", got, ReasonIdentityRestartedForStaleIssuer)
+	}
+}
