@@ -547,7 +547,7 @@ func (e *Env) resetSpec(ctx context.Context) error {
 	return e.patchSpec(ctx, `{"spec":{"workloadCertificateRefreshInterval":"5m","identityIssuerRenewal":"Manual","strategy":"Standard","naturalChurnPeriod":"168h",`+
 		`"stalledAfter":{"default":"1h","identityIssuerRenewal":"24h"},`+
 		`"dataPlaneRestart":{"policy":"Manual","method":"RolloutRestart","maxConcurrent":5,"maxConcurrentPerNamespace":1,`+
-		`"namespaceSelector":null,"workloadSelector":null,"maintenanceWindows":null},"suspend":null,"takeover":null}}`)
+		`"namespaceSelector":null,"workloadSelector":null,"maintenanceWindows":null},"suspend":null,"takeover":null,"staleIssuerRestart":"Manual"}}`)
 }
 
 // patchSpec merge-patches the TrustAnchorRotation (PatchSpec).

@@ -178,14 +178,17 @@ type Mesh struct {
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 
-	mu          sync.Mutex
-	proxies     map[types.UID]*proxy
-	identities  map[types.UID]identityController
-	injectors   map[types.UID]*injectorProc
-	pending     map[types.UID]string // pods whose containers cannot start yet, and why
-	proxyStarts map[string]int       // by "<ns>/<deployment>"
-	restarts    map[string]int       // RolloutRestart calls, by Workload.String()
-	rollouts    *rollouts            // restarts and concurrency seen on application workloads
+	mu         sync.Mutex
+	proxies    map[types.UID]*proxy
+	identities map[types.UID]identityController
+	// withheldReloads are the identity pods whose issuer volume is not refreshed
+	// (WithholdIssuerReload), by UID.
+	withheldReloads map[types.UID]bool
+	injectors       map[types.UID]*injectorProc
+	pending         map[types.UID]string // pods whose containers cannot start yet, and why
+	proxyStarts     map[string]int       // by "<ns>/<deployment>"
+	restarts        map[string]int       // RolloutRestart calls, by Workload.String()
+	rollouts        *rollouts            // restarts and concurrency seen on application workloads
 	// ignoreAdditionalEnv makes the injector ignore config.linkerd.io/proxy-additional-env.
 	ignoreAdditionalEnv bool
 	// faults are the admin-port faults tests inject (SetProxyFault).
@@ -214,7 +217,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	mctx, cancel := context.WithCancel(context.Background())
 	m := &Mesh{
 		cfg: cfg, client: client, clock: cfg.Clock.(clockWithAfterFunc), ctx: mctx, cancel: cancel,
-		proxies: map[types.UID]*proxy{}, identities: map[types.UID]identityController{}, injectors: map[types.UID]*injectorProc{},
+		proxies: map[types.UID]*proxy{}, identities: map[types.UID]identityController{}, withheldReloads: map[types.UID]bool{}, injectors: map[types.UID]*injectorProc{},
 		pending: map[types.UID]string{}, proxyStarts: map[string]int{}, restarts: map[string]int{},
 		rollouts: newRollouts(),
 	}
@@ -465,7 +468,11 @@ func (m *Mesh) secretEvent(obj any) {
 	}
 	m.mu.Lock()
 	ids := make([]identityController, 0, len(m.identities))
-	for _, id := range m.identities {
+	for uid, id := range m.identities {
+		if m.withheldReloads[uid] {
+			klog.InfoS("Issuer volume refresh withheld (fault)", "uid", uid)
+			continue
+		}
 		ids = append(ids, id)
 	}
 	m.mu.Unlock()
@@ -473,6 +480,29 @@ func (m *Mesh) secretEvent(obj any) {
 		m.clock.AfterFunc(m.cfg.IssuerReloadDelay, id.issuerVolumeChanged)
 	}
 	m.retryPending()
+}
+
+// WithholdIssuerReload makes the identity pod named name (in the Linkerd namespace) miss every
+// change of the issuer Secret from now on, as an identity whose reload of its issuer failed
+// does (linkerd2 #15109): its issuer volume keeps the content it had, so it goes on signing with
+// the issuer it loaded. Its replacement, a new pod, reads the Secret as usual. It reports
+// whether the pod runs. For tests only.
+func (m *Mesh) WithholdIssuerReload(name string) bool {
+	m.mu.Lock()
+	ids := make(map[types.UID]identityController, len(m.identities))
+	for uid, id := range m.identities {
+		ids[uid] = id
+	}
+	m.mu.Unlock()
+	for uid, id := range ids {
+		if id.state().Pod.Name == name {
+			m.mu.Lock()
+			m.withheldReloads[uid] = true
+			m.mu.Unlock()
+			return true
+		}
+	}
+	return false
 }
 
 // retryPending retries starting the containers of pods that could not start (the kubelet
@@ -651,6 +681,7 @@ func (m *Mesh) stopPodLocked(uid types.UID) {
 	}
 	if id := m.identities[uid]; id != nil {
 		delete(m.identities, uid)
+		delete(m.withheldReloads, uid)
 		id.stop()
 	}
 	if m.real != nil {

@@ -233,7 +233,10 @@ func (id *realIdentity) crashedLocked(msg string) {
 func (id *realIdentity) issuerVolumeChanged() {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.stopped || id.ctl == nil || !id.serving {
+	// A kubelet refreshes a volume whatever its container does; Linkerd's identity watches the
+	// issuer's directory before it first reads it (controller/cmd/identity/main.go), so a
+	// refresh while it starts is either read at start or reloaded.
+	if id.stopped || id.ctl == nil {
 		return
 	}
 	files, ok := id.mesh.issuerSecret()
@@ -247,6 +250,9 @@ func (id *realIdentity) issuerVolumeChanged() {
 	id.lastData = data
 	crt, _ := issuerFiles(files, id.scheme)
 	id.pending, _ = ParseCertificates(crt)
+	if !id.serving {
+		id.loaded = id.pending
+	}
 	if err := id.ctl.Refresh("identity/issuer", files); err != nil {
 		klog.ErrorS(err, "Refreshing the identity container's issuer volume", "pod", id.pod)
 	}
