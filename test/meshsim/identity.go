@@ -155,10 +155,17 @@ func issuerReloadMessage(err error) string {
 // certify signs a workload certificate (pkg/identity Service.Certify).
 func (id *identityProc) certify(p *proxy) ([]*x509.Certificate, error) {
 	id.mu.Lock()
-	issuer := id.issuer
+	issuer, roots := id.issuer, id.roots
 	id.mu.Unlock()
 	if issuer == nil {
 		return nil, errors.New("cert issuer not ready yet")
+	}
+	// ensureIssuerStillValid: each Certify verifies the issuer against the roots identity loaded
+	// at start, at the current time (Go's x509.Verify, which checks the validity of every
+	// certificate of the chain, the root's included): an expired issuer or anchor refuses every
+	// CSR, however long the process has been up.
+	if err := verifyIssuerNow(issuer, roots.pool, id.mesh.clock.Now()); err != nil {
+		return nil, fmt.Errorf("could not process CSR because of CA cert validation failure: %w", err)
 	}
 	return signLeaf(issuer, p.identity, p.key.Public(), id.mesh.clock.Now(), id.mesh.cfg.IssuanceLifetime, id.mesh.cfg.ClockSkewAllowance)
 }

@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -213,6 +214,41 @@ type issuerCreds struct {
 	chain       []*x509.Certificate
 	key         crypto.Signer
 	firstExpiry time.Time
+	// verifiedUntil is when the last verification against the roots stops holding (Unix
+	// nanoseconds; see verifyIssuerNow).
+	verifiedUntil atomic.Int64
+}
+
+// verifyIssuerNow is pkg/tls Crt.Verify of a loaded issuer at now, as identity's Certify makes it
+// (pkg/identity/service.go ensureIssuerStillValid). The result of a verification holds, for the
+// same certificates, until the first NotAfter of the longest-lived chain it found: until then
+// only the time is compared, so that certifying a large mesh costs no signature checks.
+func verifyIssuerNow(issuer *issuerCreds, roots *x509.CertPool, now time.Time) error {
+	if now.UnixNano() < issuer.verifiedUntil.Load() {
+		return nil
+	}
+	inter := x509.NewCertPool()
+	for _, c := range issuer.chain[1:] {
+		inter.AddCert(c)
+	}
+	chains, err := issuer.chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now})
+	if err != nil {
+		return err
+	}
+	var until time.Time
+	for _, chain := range chains {
+		first := chain[0].NotAfter
+		for _, c := range chain[1:] {
+			if c.NotAfter.Before(first) {
+				first = c.NotAfter
+			}
+		}
+		if first.After(until) {
+			until = first
+		}
+	}
+	issuer.verifiedUntil.Store(until.UnixNano())
+	return nil
 }
 
 // loadIssuer parses an issuer Secret's tls.crt / tls.key and verifies it against the identity

@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 )
@@ -212,4 +214,36 @@ func pemKey(t testing.TB, k crypto.Signer) []byte {
 		t.Fatal(err)
 	}
 	return []byte("-----BEGIN EC PRIVATE KEY-----\n" + b64lines(der) + "-----END EC PRIVATE KEY-----\n")
+}
+
+// TestCertifyRefusesOnceTheIssuerOrTheAnchorExpired: identity verifies its issuer against the
+// roots it loaded at each Certify, at the current time (ensureIssuerStillValid): a running
+// identity refuses every CSR from the moment its issuer, or the anchor the issuer chains to,
+// expires — whichever comes first — and the cached verdict never outlives either.
+func TestCertifyRefusesOnceTheIssuerOrTheAnchorExpired(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	for name, tc := range map[string]struct{ anchorEnds, issuerEnds time.Duration }{
+		"the issuer expires first": {48 * time.Hour, 2 * time.Hour},
+		"the anchor expires first": {2 * time.Hour, 48 * time.Hour},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := newTestRoot(t, "root", now.Add(-time.Hour), now.Add(tc.anchorEnds))
+			issuer := root.issue(t, now.Add(-time.Hour), now.Add(tc.issuerEnds))
+			roots, err := parseRoots(string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.cert.Raw})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			creds := issuer.creds()
+			for _, at := range []time.Duration{0, time.Hour, 2*time.Hour - time.Second} {
+				if err := verifyIssuerNow(creds, roots.pool, now.Add(at)); err != nil {
+					t.Errorf("at +%v: %v, want the issuer accepted", at, err)
+				}
+			}
+			for _, at := range []time.Duration{2*time.Hour + time.Second, 3 * time.Hour} {
+				if err := verifyIssuerNow(creds, roots.pool, now.Add(at)); err == nil || !strings.Contains(err.Error(), "expired") {
+					t.Errorf("at +%v: %v, want an expiry error", at, err)
+				}
+			}
+		})
+	}
 }
