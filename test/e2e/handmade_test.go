@@ -382,3 +382,17 @@ func (e *Env) waitChartIssuerEvent(since time.Time) {
 		e.T.Fatal(err)
 	}
 }
+
+// checkTakeoverControlPlaneRestarts fails unless each control-plane Deployment was restarted as
+// many times as a standard takeover restarts it, killed or not: a restart repeated by an
+// operator that resumed from its checkpoint shows as one more.
+func (e *Env) checkTakeoverControlPlaneRestarts() {
+	e.T.Helper()
+	got := e.Mesh.RolloutStats().ControlPlaneRestarts
+	for _, w := range e.Mesh.ControlPlane() {
+		if n, want := got[w.Name], 3; n != want {
+			e.T.Errorf("Deployment %s restarted %d times, want %d as a standard rotation does", w, n, want)
+		}
+	}
+	e.T.Logf("control-plane restarts: %v", got)
+}

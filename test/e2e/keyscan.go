@@ -31,7 +31,13 @@ type KeyMaterial struct {
 	needles map[string]string
 }
 
-// Collect adds the needles of every tls.key of every Secret of the cluster, read as the admin.
+// chartIssuerKeyFile is the issuer key's name in the Secret Linkerd's chart renders under the
+// scheme linkerd.io/tls (linkerd2 pkg/k8s IdentityIssuerKeyName).
+const chartIssuerKeyFile = "key.pem"
+
+// Collect adds the needles of every private key of every Secret of the cluster, read as the
+// admin: tls.key, and key.pem, where Linkerd's chart puts the issuer's key under its scheme
+// linkerd.io/tls.
 func (k *KeyMaterial) Collect(ctx context.Context, admin kubernetes.Interface) error {
 	list, err := admin.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -43,15 +49,17 @@ func (k *KeyMaterial) Collect(ctx context.Context, admin kubernetes.Interface) e
 		k.needles = map[string]string{}
 	}
 	for _, sec := range list.Items {
-		key := sec.Data[corev1.TLSPrivateKeyKey]
-		if len(key) == 0 {
-			continue
-		}
-		from := sec.Namespace + "/" + sec.Name
-		k.needles[base64.StdEncoding.EncodeToString(key)] = from
-		for _, line := range strings.Split(string(key), "\n") {
-			if line = strings.TrimSpace(line); len(line) >= 40 && !strings.HasPrefix(line, "-----") {
-				k.needles[line] = from
+		for _, name := range []string{corev1.TLSPrivateKeyKey, chartIssuerKeyFile} {
+			key := sec.Data[name]
+			if len(key) == 0 {
+				continue
+			}
+			from := sec.Namespace + "/" + sec.Name
+			k.needles[base64.StdEncoding.EncodeToString(key)] = from
+			for _, line := range strings.Split(string(key), "\n") {
+				if line = strings.TrimSpace(line); len(line) >= 40 && !strings.HasPrefix(line, "-----") {
+					k.needles[line] = from
+				}
 			}
 		}
 	}

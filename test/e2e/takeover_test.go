@@ -133,6 +133,7 @@ func TestTakeoverFromHandMadeCertificates(t *testing.T) {
 	}
 	// The workloads' certificates renewed by themselves (handMadeIssuance).
 	e.checkRestarts(2, "onto the expanded bundle, then onto cert-manager's anchor alone")
+	e.checkTakeoverControlPlaneRestarts()
 
 	// Step 10 of the design: the operator says the chart's issuer and its key are left in the
 	// Secret, and how to remove them; the user does.

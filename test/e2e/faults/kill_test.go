@@ -11,12 +11,8 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// killPoints are where TestKillAtEveryStep kills the operator, one rotation each:
-//   - save:<step>  the operator SIGKILLs itself right after saving the checkpoint, before the act;
-//   - write:<step> right after the act's first write (the middle of a multi-write act);
-//   - acted:<step> right after the act returned, before the status is projected;
-//   - enter:<step> the test SIGKILLs it as soon as the status shows the checkpoint at a step
-//     that waits (a step boundary with no act);
+// killPoints are where TestKillAtEveryStep kills the operator, one rotation each: the points
+// e2e.StepKillPoints derives from the steps (save, write, acted, enter), then
 //   - early/<point>:<step>@<n> with the identity issuer renewed right after the anchor, at the
 //     n-th act of the step: restart-identity then scales identity to 0 (act 1) and back (act 2),
 //     and the operator dies before and after each;
@@ -31,11 +27,11 @@ func killPoints() []string { return killPointsOf(steps.Rotation(nil)) }
 // user; then the early points, then the same points again in a cross-signed rotation, without
 // the steps it passes over (Step.CrossSignedSkips).
 func killPointsOf(rotation []steps.Step) []string {
-	out := stepKillPoints(rotation)
+	out := e2e.StepKillPoints(rotation)
 	for _, act := range []string{"1", "2"} {
 		out = append(out, earlyIssuer+"save:"+steps.StepRestartIdentity+"@"+act, earlyIssuer+"acted:"+steps.StepRestartIdentity+"@"+act)
 	}
-	for _, p := range stepKillPoints(crossSignedSteps(rotation)) {
+	for _, p := range e2e.StepKillPoints(crossSignedSteps(rotation)) {
 		out = append(out, crossSigned+p)
 	}
 	return out
@@ -50,25 +46,6 @@ func crossSignedSteps(rotation []steps.Step) []steps.Step {
 		}
 	}
 	return out
-}
-
-// stepKillPoints are the save, write, acted and enter points of the steps (see killPointsOf).
-func stepKillPoints(rotation []steps.Step) []string {
-	var out, enter []string
-	for _, st := range rotation {
-		switch {
-		case st.Idle():
-		case st.Manual != nil:
-			enter = append(enter, "enter:"+st.Name)
-		case st.Act != nil:
-			out = append(out, "save:"+st.Name)
-			if st.WritesMany {
-				out = append(out, "write:"+st.Name)
-			}
-			out = append(out, "acted:"+st.Name)
-		}
-	}
-	return append(out, enter...)
 }
 
 // earlyIssuer prefixes a kill point whose rotation has the issuer renewed right after the anchor.
