@@ -48,6 +48,9 @@ func observeDetect(s *State, token string) workflow.Decision {
 		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle (changed by %s)",
 			s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeWriters(s.Bundle)))
 	}
+	if s.issuerExpired() {
+		return observeExpiredIssuer(s, token)
+	}
 	if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil {
 		return observeStaleIssuer(s, l, token)
 	}
@@ -61,13 +64,21 @@ func observeDetect(s *State, token string) workflow.Decision {
 // detectToken gives a restart of identity off a stale issuer a token of its own (see
 // staleIssuerToken); the bundle writes keep theirs.
 func detectToken(s *State, token string) string {
-	if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil && observeDetect(s, token).Reason == v1alpha1.ReasonIdentityIssuerStale {
-		return staleIssuerToken(s, l, token)
+	switch observeDetect(s, token).Reason {
+	case ReasonRenewingExpiredIssuer:
+		return expiredIssuerToken(s, token)
+	case v1alpha1.ReasonIdentityIssuerStale:
+		if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil {
+			return staleIssuerToken(s, l, token)
+		}
 	}
 	return token
 }
 
 func describeDetect(s *State) []string {
+	if observeDetect(s, "").Reason == ReasonRenewingExpiredIssuer {
+		return []string{fmt.Sprintf("renew Certificate %s/%s (Issuing=True, ManuallyTriggered): the identity issuer has expired", s.IssuerCertificate.Namespace, s.IssuerCertificate.Name)}
+	}
 	if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil && observeDetect(s, "").Reason == v1alpha1.ReasonIdentityIssuerStale {
 		return describeStaleIssuer(s)
 	}
@@ -76,10 +87,17 @@ func describeDetect(s *State) []string {
 
 func actDetect(w Writer) func(context.Context, *State, string) error {
 	write := actWriteDesiredBundle(w)
-	restart := actStaleIssuer(w)
+	restart, renew := actStaleIssuer(w), actRenewExpiredIssuer(w)
 	return func(ctx context.Context, s *State, token string) error {
-		if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil && observeDetect(s, token).Reason == v1alpha1.ReasonIdentityIssuerStale {
-			return restart(ctx, s, token)
+		// What the act is for, as the step decided it: without the token, which the engine has
+		// just extended for this very act (detectToken) and which would read as done.
+		switch observeDetect(s, "").Reason {
+		case ReasonRenewingExpiredIssuer:
+			return renew(ctx, s, token)
+		case v1alpha1.ReasonIdentityIssuerStale:
+			if l := s.StaleIssuer(StepDetectAnchorRotation); l != nil {
+				return restart(ctx, s, token)
+			}
 		}
 		if s.RenewedInPlace() {
 			// The previous anchor first: the bundle then renders from the renewed anchor alone.

@@ -52,7 +52,7 @@ func actReason(decision string) string {
 	switch decision {
 	case steps.ReasonRestartingWorkloads:
 		return ReasonWorkloadsRestarted
-	case steps.ReasonRenewingIdentityIssuer:
+	case steps.ReasonRenewingIdentityIssuer, steps.ReasonRenewingExpiredIssuer:
 		return ReasonIssuerRenewalTriggered
 	case v1alpha1.ReasonIdentityIssuerStale:
 		return ReasonIdentityRestartedForStaleIssuer
