@@ -164,6 +164,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 	text, _ := json.Marshal(rule.Object)
 	// The expiry alerts read the operator's roles (its app.Role* constants), one alert each.
 	for _, want := range []string{"TrustRotationBlocked", "trust_rotation_phase", "TrustAnchorExpiringSoon", "IdentityIssuerExpiringSoon", "BridgeCertificateExpiringSoon",
+		"TrustRotationIdentityIssuerStale", `trust_rotation_identity_issuer_stale_pods{namespace=\"linkerd\"}`, "kubectl rollout restart -n linkerd deploy/linkerd-identity",
 		`trust_rotation_certificate_expiration_timestamp_seconds{namespace=\"linkerd\", role=\"` + app.RoleTrustBundle + `\"}`,
 		`role=\"` + app.RoleIdentityIssuer + `\"`, `role=\"` + app.RoleBridge + `\"`} {
 		if !strings.Contains(string(text), want) {
