@@ -234,8 +234,13 @@ func TestTrustAnchorRotationIsNeverPruned(t *testing.T) {
 // this test until it is classified here, and covered by the ignoreDifferences below.
 func operatorAnnotations(t *testing.T) (podTemplate, workload []string) {
 	t.Helper()
-	readOnly := map[string]bool{"TrustRootSHA256Annotation": true} // written by Linkerd's injector
-	onWorkload := map[string]bool{"EvictedForAnnotation": true}    // the rest are pod-template annotations
+	readOnly := map[string]bool{
+		"TrustRootSHA256Annotation": true, // written by Linkerd's injector
+		// Helm's, on the trust-roots ConfigMap and the issuer Secret: a takeover reads them to
+		// ask the user for the keep annotation (steps/takeover.go), and writes none.
+		"HelmReleaseNameAnnotation": true, "HelmReleaseNamespaceAnnotation": true, "HelmResourcePolicyAnnotation": true,
+	}
+	onWorkload := map[string]bool{"EvictedForAnnotation": true} // the rest are pod-template annotations
 	fset := token.NewFileSet()
 	pkgs, err := parser.ParseDir(fset, filepath.Join(repoRoot, "steps"), func(fi os.FileInfo) bool {
 		return !strings.HasSuffix(fi.Name(), "_test.go")
