@@ -62,6 +62,7 @@ type Cluster struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	halted   bool // Stop has begun: no component starts again (guarded by mu)
 }
 
 // Start starts a cluster and returns once it is ready: the apiserver answers /readyz, the
@@ -397,6 +398,7 @@ func (c *Cluster) installCertManager(ctx context.Context) error {
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
+		c.halted = true
 		procs := append([]*process(nil), c.procs...)
 		c.mu.Unlock()
 

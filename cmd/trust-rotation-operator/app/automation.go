@@ -174,6 +174,10 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 		a.certificate = a.start(ctx, "Certificate "+a.cfg.LinkerdNamespace+"/"+a.cfg.IssuerCertificate, []string{metav1.NamespaceAll}, func(string) cache.ListerWatcher {
 			return listWatch(c.List, c.Watch, byName)
 		}, &cmapi.Certificate{}, observe.SlimWorkload, cache.Indexers{})
+		a.certificate.mu.Lock()
+		a.certificate.forbidden = "spec.identityIssuerRenewal Automatic reads it; the chart grants that with rotation.spec.identityIssuerRenewal=Automatic, " +
+			"not when only the TrustAnchorRotation says Automatic"
+		a.certificate.mu.Unlock()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	cmfake "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -198,5 +199,33 @@ func TestForbiddenClusterWideListIsExplained(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("the workloads problem %q does not say %q", last, want)
+	}
+}
+
+// spec.identityIssuerRenewal Automatic set on the TrustAnchorRotation alone, without the chart's
+// grant of the issuer's Certificate: the message names the Certificate and the chart value.
+func TestForbiddenCertificateIsExplained(t *testing.T) {
+	cm := cmfake.NewClientset()
+	cm.PrependReactor("list", "certificates", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		gr := action.GetResource().GroupResource()
+		return true, nil, apierrors.NewForbidden(gr, "", fmt.Errorf(`User "system:serviceaccount:linkerd:trust-rotation-operator" cannot list resource "certificates" in API group "cert-manager.io" in the namespace "linkerd"`))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := &automation{kube: clientset.Kube(fake.NewClientset()), cm: clientset.CertManager(cm), cfg: steps.DefaultConfig(), poke: func() {}}
+	a.ensure(ctx, v1alpha1.TrustAnchorRotationSpec{IdentityIssuerRenewal: v1alpha1.Automatic})
+	want := []string{"cannot watch Certificate linkerd/linkerd-identity-issuer:", "is forbidden", "rotation.spec.identityIssuerRenewal=Automatic"}
+	var last string
+	err := utilwait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		_, last = a.certificate.ready()
+		for _, w := range want {
+			if !strings.Contains(last, w) {
+				return false, nil
+			}
+		}
+		return !strings.Contains(last, "restart"), nil
+	})
+	if err != nil {
+		t.Fatalf("the Certificate's problem %q does not say %q (or speaks of restarts)", last, want)
 	}
 }

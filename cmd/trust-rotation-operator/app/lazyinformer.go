@@ -20,6 +20,9 @@ type lazyInformer struct {
 	err  error
 	// errNamespace is the namespace of the informer that failed, "" for a cluster-wide one.
 	errNamespace string
+	// forbidden, when set, says what grants the watch where the RBAC refuses it; the workload
+	// informers' default names the restart namespaces.
+	forbidden string
 }
 
 // singleInformer wraps one informer, cluster-wide or of a cluster-scoped resource.
@@ -45,6 +48,8 @@ func (l *lazyInformer) ready() (bool, string) {
 	switch {
 	case l.err == nil:
 		return false, "waiting for the cache of " + l.what
+	case l.forbidden != "" && apierrors.IsForbidden(l.err):
+		return false, fmt.Sprintf("cannot watch %s: %v (%s)", l.what, l.err, l.forbidden)
 	case l.errNamespace != "":
 		return false, fmt.Sprintf("cannot watch %s in namespace %s: %v", l.what, l.errNamespace, l.err)
 	case apierrors.IsForbidden(l.err):
