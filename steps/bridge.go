@@ -20,25 +20,37 @@ const maxSubCAs = 6
 // build_chain_inner, docs/design/fewer-restarts.md "How rustls-webpki builds the path"): the
 // roots named as the head's issuer first, any whose key signed it ending the path; then each
 // presented certificate so named, in the order presented, that is a CA within its validity
-// period at now, whose subject and key are not on the path yet, and whose key signed the head —
-// depth first. Roots are trust anchors and have no validity period, as in webpki. room is how
-// many certificates the path may hold, head included: maxSubCAs for an issuer, one less for an
-// anchor, which an issuer comes below. The path starts with head and ends with the certificate
-// root signed; ok is false when there is none. Path-length constraints are not looked at: no
-// Linkerd PKI cert-manager issues sets one. A CA whose keyUsage lacks keyCertSign signs nothing
+// period at now and its path-length constraint, whose subject and key are not on the path yet,
+// and whose key signed the head — depth first. The head itself must be such a CA: the proxies
+// verify it as the intermediate it is. Roots are trust anchors and have no validity period, as
+// in webpki. room is how many certificates the path may hold, head included: maxSubCAs for an
+// issuer, one less for an anchor, which an issuer comes below (and so counts one CA below it
+// for its path-length constraint, as webpki's sub_ca_count does). The path starts with head and
+// ends with the certificate root signed; ok is false when there is none. Linkerd's hand-made
+// PKI sets path-length constraints (the root 1, the issuer 0), which a takeover keeps trusting,
+// so they count here. A CA whose keyUsage lacks keyCertSign signs nothing
 // here (SignedBy is crypto/x509's CheckSignatureFrom): the rustls-webpki of linkerd2-proxy
 // v2.366.0 would still take it, rustls-webpki's main branch no longer does, and finding no path
 // is the safe side. TestBridgePathAgreesWithTheOracle (test/meshsim) holds this to the oracle's
 // model of webpki.
 func BridgePath(head *x509.Certificate, presented, roots []*x509.Certificate, now time.Time, room int) (path []*x509.Certificate, root *x509.Certificate, ok bool) {
-	if head == nil || room < 1 {
+	if head == nil || room < 1 || room > maxSubCAs || !bridgeIssuer(head, maxSubCAs-room, now) {
 		return nil, nil, false
 	}
 	return bridgePath([]*x509.Certificate{head}, presented, roots, now, room)
 }
 
+// bridgeIssuer reports whether webpki takes c as an issuer with subCAs CAs between it and the
+// leaf (check_issuer_independent_properties, check_basic_constraints): a CA, within its validity
+// period, whose path-length constraint allows them.
+func bridgeIssuer(c *x509.Certificate, subCAs int, now time.Time) bool {
+	return c.IsCA && c.BasicConstraintsValid && !now.Before(c.NotBefore) && !now.After(c.NotAfter) &&
+		(c.MaxPathLen < 0 || subCAs <= c.MaxPathLen)
+}
+
 func bridgePath(path, presented, roots []*x509.Certificate, now time.Time, room int) ([]*x509.Certificate, *x509.Certificate, bool) {
 	head := path[len(path)-1]
+	subCAs := maxSubCAs - room + len(path) // of the next certificate on the path
 	for _, r := range roots {
 		if bytes.Equal(r.RawSubject, head.RawIssuer) && SignedBy(head, r) {
 			return path, r, true
@@ -48,8 +60,7 @@ func bridgePath(path, presented, roots []*x509.Certificate, now time.Time, room 
 		return nil, nil, false
 	}
 	for _, c := range presented {
-		if !bytes.Equal(c.RawSubject, head.RawIssuer) || onBridgePath(c, path) || !c.IsCA || !c.BasicConstraintsValid ||
-			now.Before(c.NotBefore) || now.After(c.NotAfter) || !SignedBy(head, c) {
+		if !bytes.Equal(c.RawSubject, head.RawIssuer) || onBridgePath(c, path) || !bridgeIssuer(c, subCAs, now) || !SignedBy(head, c) {
 			continue
 		}
 		if p, r, ok := bridgePath(append(path[:len(path):len(path)], c), presented, roots, now, room); ok {

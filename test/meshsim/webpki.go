@@ -34,8 +34,9 @@ import (
 //     order presented, depth first, skipping one whose (subject, SPKI) is already on the path
 //     (RFC 4158 §5.2 loop prevention), at most 6 certificates between leaf and anchor.
 //   - A failure is "non-fatal" and the search goes on, except exhausting the budget: 100
-//     signature checks, 200,000 path-building calls. (webpki reports the most specific of the
-//     failures; this reports the last one. Only the message differs.)
+//     signature checks, 200,000 path-building calls. Once every candidate failed, the most
+//     specific of the failures is reported (loop_while_non_fatal_error, Error::most_specific
+//     and rank in src/error.rs: the first of the highest rank).
 //   - A trust anchor is a subject, a public key and optional name constraints
 //     (anchor_from_trusted_cert): its validity period, basicConstraints, keyUsage and
 //     extendedKeyUsage are never looked at. An expired root still anchors a path.
@@ -130,7 +131,7 @@ func (v *webpkiPath) build(path []*x509.Certificate, subCAs int) error {
 		if e == errBudgetExceeded {
 			return e
 		}
-		err = e
+		err = mostSpecific(err, e)
 	}
 	for _, c := range v.presented {
 		if !bytes.Equal(c.RawSubject, issuer) || v.onPath(c, path) {
@@ -144,16 +145,55 @@ func (v *webpkiPath) build(path []*x509.Certificate, subCAs int) error {
 			return errBudgetExceeded
 		}
 		if len(path) >= webpkiMaxSubCAs {
-			err = errors.New("MaximumPathDepthExceeded")
+			err = mostSpecific(err, errors.New("MaximumPathDepthExceeded"))
 			continue
 		}
 		e := v.build(append(path[:len(path):len(path)], c), next)
 		if e == nil || e == errBudgetExceeded {
 			return e
 		}
-		err = e
+		err = mostSpecific(err, e)
 	}
 	return err
+}
+
+// mostSpecific is Error::most_specific: the new failure replaces the one kept only when it
+// ranks higher.
+func mostSpecific(kept, failure error) error {
+	if webpkiRank(failure) > webpkiRank(kept) {
+		return failure
+	}
+	return kept
+}
+
+// webpkiRank is Error::rank (rustls-webpki 0.103.13 src/error.rs) for the failures the model
+// reports; UnknownIssuer and the budgets rank lowest.
+func webpkiRank(err error) int {
+	switch modelKind(err) {
+	case "CertNotValidYet", "CertExpired":
+		return 290
+	case "InvalidSignatureForPublicKey":
+		return 260
+	case "EmptyEkuExtension":
+		return 245
+	case "RequiredEkuNotFound":
+		return 240
+	case "NameConstraintViolation":
+		return 230
+	case "PathLenConstraintViolated":
+		return 220
+	case "CaUsedAsEndEntity", "EndEntityUsedAsCa":
+		return 210
+	case "InvalidCertValidity":
+		return 190
+	case "UnsupportedSignatureAlgorithmForPublicKey":
+		return 150
+	case "UnsupportedSignatureAlgorithm":
+		return 140
+	case "MaximumPathDepthExceeded":
+		return 61
+	}
+	return 0
 }
 
 // onPath is the loop check: a candidate with the (subject, SPKI) of a certificate already on

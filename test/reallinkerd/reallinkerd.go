@@ -22,17 +22,23 @@ import (
 const (
 	EnvCLI        = "LINKERD_BIN"
 	EnvController = "LINKERD_CONTROLLER_BIN"
+	// EnvVerifier names the proxy's verifier, rustls-webpki as linkerd2-proxy calls it, behind
+	// the line protocol of docs/linkerd-versions.md (meshsim.RealVerifier): with it, the
+	// oracle's every verdict comes from the real verifier, the model checked beside it.
+	EnvVerifier = "WEBPKI_VERIFIER_BIN"
 )
 
 // Binaries are the paths of Linkerd's own binaries; an empty path means that part of Linkerd
 // stays simulated.
 type Binaries struct {
 	CLI, Controller string
+	// Verifier is the proxy's verifier (WEBPKI_VERIFIER_BIN), independent of the other two.
+	Verifier string
 }
 
-// FromEnv reads LINKERD_BIN and LINKERD_CONTROLLER_BIN.
+// FromEnv reads LINKERD_BIN, LINKERD_CONTROLLER_BIN and WEBPKI_VERIFIER_BIN.
 func FromEnv() Binaries {
-	return Binaries{CLI: os.Getenv(EnvCLI), Controller: os.Getenv(EnvController)}
+	return Binaries{CLI: os.Getenv(EnvCLI), Controller: os.Getenv(EnvController), Verifier: os.Getenv(EnvVerifier)}
 }
 
 // Real reports whether both binaries are set: the bed runs Linkerd's own control plane.
