@@ -101,7 +101,10 @@ type Config struct {
 	// linkerd-identity pod it runs Linkerd's own `controller identity` (realidentity.go), and for
 	// each Running linkerd-proxy-injector pod its `controller proxy-injector`, which the
 	// apiserver's admission calls reach (realinjector.go); only the proxies stay simulated. It
-	// needs root (a mount namespace per container), RESTConfig, and the real clock.
+	// needs root (a mount namespace per container), RESTConfig, and the real clock. With its
+	// Verifier set (WEBPKI_VERIFIER_BIN), the mesh's own oracle takes every chain verdict from
+	// the real rustls-webpki, its model beside it (Oracle.SetVerifier); a shared Oracle is the
+	// caller's to equip.
 	Linkerd reallinkerd.Binaries
 }
 
@@ -164,6 +167,8 @@ type Mesh struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	oracle *Oracle
+	// verifier is the real rustls-webpki the mesh's own oracle asks (Config.Linkerd.Verifier).
+	verifier *RealVerifier
 
 	factory    informers.SharedInformerFactory
 	lnFactory  informers.SharedInformerFactory
@@ -294,6 +299,15 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		m.Stop()
 		return nil, err
 	}
+	if cfg.Oracle == nil && cfg.Linkerd.Verifier != "" {
+		v, err := StartVerifier(cfg.Linkerd.Verifier)
+		if err != nil {
+			m.Stop()
+			return nil, err
+		}
+		m.verifier = v
+		m.oracle.SetVerifier(v)
+	}
 	if cfg.Oracle == nil {
 		m.wg.Add(1)
 		go func() {
@@ -340,6 +354,9 @@ func (m *Mesh) Stop() {
 	m.admin.close()
 	m.broadcaster.Shutdown()
 	m.wg.Wait()
+	if m.verifier != nil {
+		_ = m.verifier.Close() // the oracle falls back to its model from now on
+	}
 	klog.InfoS("Mesh simulator stopped")
 }
 

@@ -230,6 +230,10 @@ type Oracle struct {
 	changed   chan struct{} // closed and replaced after every check
 	kick      chan struct{}
 	metrics   *oracleMetrics
+	// real, when set (SetVerifier), gives every chain verdict; the model runs beside it and
+	// each verdict where they part is kept in disagreements.
+	real          *RealVerifier
+	disagreements []Disagreement
 }
 
 type member struct {
@@ -559,7 +563,7 @@ func (o *Oracle) checkPair(rc *rootClass, cc *chainClass, now time.Time, seen ma
 	res, ok := o.cache[key]
 	if !ok || now.Before(res.validFrom) || !now.Before(res.validUntil) {
 		res = pairResult{}
-		if err := cc.verify(rc.rs, now); err != nil {
+		if err := o.judge(rc, cc, now); err != nil {
 			res.err = err.Error()
 		}
 		res.validFrom, res.validUntil = validityInterval(now, cc.target, rc.rs.certs)
@@ -833,12 +837,16 @@ func (o *Oracle) CheckNoViolationsSince(t time.Time) error {
 	o.Check()
 	vs := o.ViolationsSince(t)
 	ws := o.UncertifiedSince(t)
-	if len(vs) == 0 && len(ws) == 0 {
+	ds := o.Disagreements()
+	if len(vs) == 0 && len(ws) == 0 && len(ds) == 0 {
 		return nil
 	}
 	var msg string
+	if len(ds) > 0 {
+		msg = describeDisagreements(ds) + "\n"
+	}
 	if len(vs) > 0 {
-		msg = fmt.Sprintf("%d mTLS violation(s) since %s:", len(vs), t.Format(time.RFC3339Nano))
+		msg += fmt.Sprintf("%d mTLS violation(s) since %s:", len(vs), t.Format(time.RFC3339Nano))
 		for i, v := range vs {
 			if i == 10 {
 				msg += fmt.Sprintf("\n  … and %d more", len(vs)-10)

@@ -5,12 +5,15 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
 // RealVerifier is the proxy's verifier run for real: rustls-webpki, as linkerd2-proxy calls it,
@@ -73,15 +76,13 @@ func StartVerifier(path string) (*RealVerifier, error) {
 	}
 	v := &RealVerifier{path: path, cmd: cmd, in: in, out: bufio.NewReaderSize(stdout, 64<<10)}
 	line, err := v.out.ReadBytes('\n')
-	var hello struct{ Verifier, Version string }
 	if err == nil {
-		err = json.Unmarshal(line, &hello)
+		v.version, err = reallinkerd.ParseVerifierHello(line)
 	}
-	if err != nil || hello.Verifier == "" || hello.Version == "" {
+	if err != nil {
 		_ = v.Close()
-		return nil, fmt.Errorf("the verifier %s did not introduce itself (%q): %v", path, line, err)
+		return nil, fmt.Errorf("starting the verifier %s: %w", path, err)
 	}
-	v.version = hello.Verifier + " " + hello.Version
 	return v, nil
 }
 
@@ -130,6 +131,9 @@ func (v *RealVerifier) Verify(req VerifyRequest) (Verdict, error) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.cmd == nil {
+		return Verdict{}, ErrVerifierClosed
+	}
 	if _, err := v.in.Write(append(line, '\n')); err != nil {
 		return Verdict{}, fmt.Errorf("writing to the verifier %s: %w", v.path, err)
 	}
@@ -147,6 +151,9 @@ func (v *RealVerifier) Verify(req VerifyRequest) (Verdict, error) {
 	}
 	return out, nil
 }
+
+// ErrVerifierClosed is Verify's error once Close was called.
+var ErrVerifierClosed = errors.New("the verifier was closed")
 
 // Close stops the verifier: its input closed, it exits.
 func (v *RealVerifier) Close() error {

@@ -95,20 +95,6 @@ func orAccepted(err error) string {
 	return "rejected: " + err.Error()
 }
 
-// normalKind maps rustls-webpki's error variants to the names the model gives: its *Context
-// variants carry details the model does not, and the model gives one name to both budgets.
-func normalKind(kind string) string {
-	switch kind {
-	case "RequiredEkuNotFoundContext":
-		return "RequiredEkuNotFound"
-	case "UnsupportedSignatureAlgorithmContext", "UnsupportedSignatureAlgorithmForPublicKeyContext":
-		return "UnsupportedSignatureAlgorithm"
-	case "MaximumSignatureChecksExceeded", "MaximumPathBuildCallsExceeded":
-		return "MaximumSignatureChecksExceeded"
-	}
-	return kind
-}
-
 // leafFine: the leaf is valid at now, no CA, fit for usage and signed by the certificate
 // presented after it.
 func leafFine(chain []*x509.Certificate, now time.Time, usage x509.ExtKeyUsage) bool {

@@ -12,6 +12,7 @@ package reallinkerd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -61,14 +62,49 @@ func (b Binaries) Version(ctx context.Context) (string, error) {
 	return v, nil
 }
 
-// Mode names, on one line, what runs the bed's control plane and proxies.
+// Mode names, on one line, what runs the bed's control plane and proxies, and whose verdicts
+// the oracle gives.
 func (b Binaries) Mode(ctx context.Context) string {
-	if !b.Real() {
-		return "control plane: simulated (test/meshsim); proxies simulated"
+	mode := "control plane: simulated (test/meshsim); proxies simulated"
+	if b.Real() {
+		v, err := b.Version(ctx)
+		if err != nil {
+			v = "(version unknown: " + err.Error() + ")"
+		}
+		mode = fmt.Sprintf("control plane: linkerd %s identity and proxy-injector (%s); proxies simulated", v, EnvController)
 	}
-	v, err := b.Version(ctx)
+	if b.Verifier == "" {
+		return mode + "; their verifier: the oracle's model of rustls-webpki (test/meshsim/webpki.go)"
+	}
+	v, err := b.VerifierVersion(ctx)
 	if err != nil {
 		v = "(version unknown: " + err.Error() + ")"
 	}
-	return fmt.Sprintf("control plane: linkerd %s identity and proxy-injector (%s); proxies simulated", v, EnvController)
+	return fmt.Sprintf("%s; their verifier: %s (%s), the model beside it", mode, v, EnvVerifier)
+}
+
+// VerifierVersion starts the verifier and reads the line it introduces itself with, e.g.
+// "rustls-webpki 0.103.13".
+func (b Binaries) VerifierVersion(ctx context.Context) (string, error) {
+	if b.Verifier == "" {
+		return "", fmt.Errorf("%s is not set", EnvVerifier)
+	}
+	cmd := exec.CommandContext(ctx, b.Verifier)
+	cmd.Stdin = strings.NewReader("") // it exits at the end of its input
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", b.Verifier, err)
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return ParseVerifierHello([]byte(first))
+}
+
+// ParseVerifierHello reads the verifier's first line, {"verifier":"rustls-webpki","version":"…"}
+// (docs/linkerd-versions.md), into "rustls-webpki <version>".
+func ParseVerifierHello(line []byte) (string, error) {
+	var hello struct{ Verifier, Version string }
+	if err := json.Unmarshal(line, &hello); err != nil || hello.Verifier == "" || hello.Version == "" {
+		return "", fmt.Errorf("the verifier did not introduce itself: %q (%v)", line, err)
+	}
+	return hello.Verifier + " " + hello.Version, nil
 }
