@@ -32,7 +32,7 @@ const maxSubCAs = 6
 // here (SignedBy is crypto/x509's CheckSignatureFrom): the rustls-webpki of linkerd2-proxy
 // v2.366.0 would still take it, rustls-webpki's main branch no longer does, and finding no path
 // is the safe side. TestBridgePathAgreesWithTheOracle (test/meshsim) holds this to the oracle's
-// model of webpki.
+// model of webpki, and TestWebpkiCorpus to rustls-webpki's own recorded verdicts.
 func BridgePath(head *x509.Certificate, presented, roots []*x509.Certificate, now time.Time, room int) (path []*x509.Certificate, root *x509.Certificate, ok bool) {
 	if head == nil || room < 1 || room > maxSubCAs || !bridgeIssuer(head, maxSubCAs-room, now) {
 		return nil, nil, false

@@ -52,6 +52,11 @@ import (
 // same chains; they part on an expired root (the proxy still trusts it) and on the order of
 // the candidates tried, which only matters when the budget runs out.
 //
+// Held to rustls-webpki itself: testdata/webpki-corpus.json records the real verifier's
+// verdicts on every chain shape the rotations make and on hostile ones, which
+// TestWebpkiCorpus replays here; with WEBPKI_VERIFIER_BIN set the oracle asks the real one and
+// runs this beside it (oraclereal.go).
+//
 // Not modelled: name constraints (no Linkerd PKI here carries them; a certificate or root that
 // does is refused, so a test cannot pass by accident) and revocation (the proxy checks none).
 
