@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 )
 
 // Disagreement is a verdict on which the oracle's model of rustls-webpki (webpki.go) and the real
@@ -123,4 +125,19 @@ func normalKind(kind string) string {
 		return "MaximumSignatureChecksExceeded"
 	}
 	return kind
+}
+
+// EquipOracle gives an oracle the caller runs — one shared by linked clusters' meshes — the real
+// verifier when bins names one, as a mesh does for the oracle it makes itself; stop closes it,
+// once the oracle has stopped. Without a verifier it does nothing.
+func EquipOracle(o *Oracle, bins reallinkerd.Binaries) (stop func(), err error) {
+	if bins.Verifier == "" {
+		return func() {}, nil
+	}
+	v, err := StartVerifier(bins.Verifier)
+	if err != nil {
+		return nil, err
+	}
+	o.SetVerifier(v)
+	return func() { _ = v.Close() }, nil
 }

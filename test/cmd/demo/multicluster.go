@@ -75,6 +75,11 @@ func runMulticluster(ctx context.Context, namespaces, deployments int, replicas 
 
 	oracle := meshsim.NewOracle(nil, 200*time.Millisecond, nil)
 	oracle.SetFlatNetwork(true) // every pod of one cluster with every pod of the other, both ways
+	closeVerifier, err := meshsim.EquipOracle(oracle, reallinkerd.FromEnv())
+	if err != nil {
+		return err
+	}
+	defer closeVerifier()
 	octx, stopOracle := context.WithCancel(ctx)
 	defer stopOracle()
 	go oracle.Run(octx)

@@ -16,6 +16,7 @@ import (
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/test/reallinkerd"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -37,6 +38,11 @@ func startPair(t *testing.T, ctx context.Context, chartSet []string) *pair {
 	t.Helper()
 	p := &pair{oracle: meshsim.NewOracle(nil, 200*time.Millisecond, nil)}
 	p.oracle.SetFlatNetwork(true)
+	closeVerifier, err := meshsim.EquipOracle(p.oracle, reallinkerd.FromEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeVerifier) // after the oracle stops: cleanups run last first
 	octx, stopOracle := context.WithCancel(ctx)
 	t.Cleanup(stopOracle)
 	go p.oracle.Run(octx)
