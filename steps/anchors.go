@@ -137,6 +137,11 @@ func anchorProblem(s *State) *workflow.Decision {
 	s.RecheckAt(s.Anchor.Cert.NotBefore)
 	s.RecheckAt(s.Anchor.Cert.NotAfter.Add(time.Second))
 	if err := CheckAnchor(s.Anchor.Cert, s.Now); err != nil {
+		if s.Now.After(s.Anchor.Cert.NotAfter) && s.Previous.Usable() && s.Previous.Fingerprint() == s.Anchor.Fingerprint() {
+			if d := anchorExpiredProblem(s); d != nil {
+				return d // the anchor the mesh trusts expired, not renewed: what that breaks
+			}
+		}
 		d := workflow.Waiting("TrustAnchorInvalid", fmt.Sprintf("trust anchor Secret %s: %v", s.Anchor.Ref(), err))
 		return &d
 	}

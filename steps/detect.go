@@ -28,6 +28,9 @@ func observeDetect(s *State, token string) workflow.Decision {
 	if d := crossSignedProblem(s); d != nil {
 		return *d
 	}
+	if d := anchorExpiredProblem(s); d != nil {
+		return *d
+	}
 	if s.Rotating() {
 		return workflow.Completed("TrustAnchorRenewed", fmt.Sprintf("trust anchor %s differs from the previous anchor %s", ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint())))
 	}

@@ -41,7 +41,8 @@ func TestRecoveryFromExpiredIssuer(t *testing.T) {
 	cluster.DumpLogsOnFailure(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 1, Deployments: 3, Replicas: 2, ChartSet: []string{"rotation.spec.identityIssuerRenewal=Automatic"}},
+	// The shape of the tests around it on the shared cluster (see TestRotationHistory).
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ProxyContainerDeployments: 1, ChartSet: []string{"rotation.spec.identityIssuerRenewal=Automatic"}},
 		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel) })
 	t.Cleanup(func() { e.restoreDefaults(c) })
 	const ns, name = "linkerd", "linkerd-identity-issuer"
@@ -65,8 +66,24 @@ func TestRecoveryFromExpiredIssuer(t *testing.T) {
 			}
 		}
 		setDuration(crt.Spec.Duration.Duration)
-		// The next test starts from a normal issuer.
-		if err := pki.Renew(context.Background(), c.CertManager(), ns, name); err != nil {
+		if !t.Failed() {
+			return // the recovery left an issuer of the usual lifetime
+		}
+		// The next test starts from an issuer of the usual lifetime (the test's context is done).
+		bg := context.Background()
+		sec, err := c.Kube().CoreV1().Secrets(ns).Get(bg, name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("reading the issuer after the test: %v", err)
+			return
+		}
+		chain, err := steps.ParseCertificates(sec.Data["tls.crt"])
+		if err != nil || len(chain) == 0 {
+			t.Errorf("the issuer after the test: %v", err)
+			return
+		}
+		if err := pki.Renew(bg, c.CertManager(), ns, name); err != nil {
+			t.Errorf("renewing the issuer after the test: %v", err)
+		} else if _, err := pki.WaitRenewed(bg, c.Kube(), c.CertManager(), ns, name, steps.Fingerprint(chain[0]), 2*time.Minute); err != nil {
 			t.Errorf("renewing the issuer after the test: %v", err)
 		}
 	})
