@@ -356,6 +356,8 @@ func (m *Mesh) Stop() {
 	m.wg.Wait()
 	if m.verifier != nil {
 		_ = m.verifier.Close() // the oracle falls back to its model from now on
+		klog.InfoS("Mesh simulator stopped", "verifier", m.verifier.Version(), "verdicts", m.verifier.Calls(), "disagreements", len(m.oracle.Disagreements()))
+		return
 	}
 	klog.InfoS("Mesh simulator stopped")
 }
