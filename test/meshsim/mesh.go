@@ -356,7 +356,7 @@ func (m *Mesh) Stop() {
 	m.wg.Wait()
 	if m.verifier != nil {
 		_ = m.verifier.Close() // the oracle falls back to its model from now on
-		klog.InfoS("Mesh simulator stopped", "verifier", m.verifier.Version(), "verdicts", m.verifier.Calls(), "disagreements", len(m.oracle.Disagreements()))
+		klog.InfoS("Mesh simulator stopped", "verifier", m.oracle.VerifierReport())
 		return
 	}
 	klog.InfoS("Mesh simulator stopped")

@@ -235,6 +235,9 @@ func run(ctx context.Context, namespaces, deployments int, replicas int32, workD
 	op.Stop(10 * time.Second)
 	mesh.Stop()
 	*result = fmt.Sprintf("demo: rotation complete in %s, %d mTLS violations", took.Round(100*time.Millisecond), violations)
+	if r := mesh.Oracle().VerifierReport(); r != "" {
+		*result += "; " + r
+	}
 	return nil
 }
 

@@ -219,6 +219,9 @@ func runMulticluster(ctx context.Context, namespaces, deployments int, replicas 
 	}
 	violations := oracle.ViolationCount()
 	*result = fmt.Sprintf("demo: multicluster rotation complete in %s, %d mTLS violations", took.Round(100*time.Millisecond), violations)
+	if r := oracle.VerifierReport(); r != "" {
+		*result += "; " + r
+	}
 	return nil
 }
 
