@@ -25,7 +25,7 @@ import (
 // enough for identity to load it and one workload to be restarted onto it, short enough to
 // expire within the test. cert-manager renews it a third of it before it expires (renewBefore,
 // 25h in the bed, exceeds it), so the test stops cert-manager as soon as it has issued it.
-const shortIssuerLifetime = 90 * time.Second
+const shortIssuerLifetime = time.Minute
 
 // TestRecoveryFromExpiredIssuer is case 2 of docs/design/recovery.md, end to end: cert-manager
 // is down (its controller process stopped) while the identity issuer expires; the anchor stays
