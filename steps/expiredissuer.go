@@ -45,9 +45,9 @@ func (s *State) issuerExpired() bool {
 func observeExpiredIssuer(s *State, token string) workflow.Decision {
 	ic := s.IssuerCertificate
 	ref := ic.Namespace + "/" + ic.Name
-	msg := fmt.Sprintf("the identity issuer in Secret %s expired at %s: linkerd-identity refuses every certificate request, and the certificates it signed with it have expired, so mTLS is down for the pods holding one; "+
+	msg := fmt.Sprintf("the identity issuer in Secret %s expired at %s: linkerd-identity refuses every certificate request, and the certificates it signed with it have expired, so mTLS is down for the pods holding one%s; "+
 		"a valid issuer in the Secret brings them back without a restart (identity reloads it, and each proxy asks again every 10s)",
-		s.Issuer.Ref(), s.Issuer.Cert.NotAfter.UTC().Format(time.RFC3339))
+		s.Issuer.Ref(), s.Issuer.Cert.NotAfter.UTC().Format(time.RFC3339), expiredLeavesFact(s))
 	if s.Spec.IdentityIssuerRenewal != v1alpha1.Automatic || s.SchemeSwitch() != "" {
 		return workflow.Waiting(ReasonIdentityIssuerExpired, fmt.Sprintf("%s: renew it, %s, and see why cert-manager did not (the Certificate's conditions)", msg, renewIssuerCommand(s)))
 	}
@@ -102,4 +102,40 @@ func actRenewExpiredIssuer(w Writer) func(context.Context, *State, string) error
 	return func(ctx context.Context, s *State, _ string) error {
 		return w.RenewCertificate(ctx, s.IssuerCertificate.Namespace, s.IssuerCertificate.Name)
 	}
+}
+
+// expiredLeavesFact says, from the chains the probes read, how many meshed pods present a
+// certificate whose issuer chain has expired — identity caps each certificate at the first
+// expiry of that chain (pkg/tls/ca.go findFirstExpiration), so none of them holds a valid one —
+// and how many still present one of a chain valid now; "" before any probe.
+func expiredLeavesFact(s *State) string {
+	down, up := 0, 0
+	example := ""
+	for _, lc := range s.liveChains() {
+		if len(lc.Certs) == 0 {
+			continue
+		}
+		first := lc.Certs[0].NotAfter
+		for _, c := range lc.Certs[1:] {
+			if c.NotAfter.Before(first) {
+				first = c.NotAfter
+			}
+		}
+		if s.Now.After(first) {
+			down += lc.Pods
+			if example == "" {
+				example = lc.Example
+			}
+		} else {
+			up += lc.Pods
+		}
+	}
+	if down+up == 0 {
+		return ""
+	}
+	fact := fmt.Sprintf(" (the probes read %d meshed pod(s) on an expired issuer, without a valid certificate now", down)
+	if example != "" {
+		fact += ", e.g. " + example
+	}
+	return fact + fmt.Sprintf(", and %d on an issuer still valid)", up)
 }

@@ -2,6 +2,7 @@ package steps
 
 import (
 	"context"
+	"crypto/x509"
 	"strings"
 	"testing"
 	"time"
@@ -36,13 +37,16 @@ func TestExpiredIssuerBetweenRotations(t *testing.T) {
 	detect := workflow.Checkpoint{Step: StepDetectAnchorRotation}
 
 	t.Run("Manual", func(t *testing.T) {
-		s := syncedOn(p, expired, cert)
+		s := syncedOn(p, expired, cert, func(s *State) {
+			s.LiveChains = []LiveChain{{Certs: []*x509.Certificate{expired.cert}, Pods: 3, Example: "app/web-1"}, {Certs: []*x509.Certificate{p.newIssuer.cert}, Pods: 5, Example: "app/db-0"}}
+		})
 		w := newConvergingWriter(s)
 		res := advance(t, s, w, detect)
 		if res.Acted || res.Decision.Reason != ReasonIdentityIssuerExpired {
 			t.Fatalf("%+v, want a wait for %s", res.Decision, ReasonIdentityIssuerExpired)
 		}
-		for _, want := range []string{"expired at", "refuses every certificate request", "cmctl renew -n linkerd linkerd-identity-issuer", "without a restart"} {
+		for _, want := range []string{"expired at", "refuses every certificate request", "cmctl renew -n linkerd linkerd-identity-issuer", "without a restart",
+			"the probes read 3 meshed pod(s) on an expired issuer, without a valid certificate now, e.g. app/web-1, and 5 on an issuer still valid"} {
 			if !strings.Contains(res.Decision.Message, want) {
 				t.Errorf("message does not say %q: %s", want, res.Decision.Message)
 			}

@@ -123,7 +123,8 @@ func TestRecoveryFromExpiredIssuer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"the identity issuer in Secret " + ns + "/" + name + " expired at", "linkerd-identity refuses every certificate request"} {
+	for _, want := range []string{"the identity issuer in Secret " + ns + "/" + name + " expired at", "linkerd-identity refuses every certificate request",
+		"meshed pod(s) on an expired issuer, without a valid certificate now, e.g. " + web[0].Namespace + "/" + web[0].Name + "-"} {
 		if !strings.Contains(tar.Status.BlockingMessage, want) {
 			t.Errorf("blockingMessage does not say %q: %s", want, tar.Status.BlockingMessage)
 		}
