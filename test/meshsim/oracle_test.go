@@ -27,7 +27,7 @@ type rotationPKI struct {
 	both             *rootSet
 }
 
-func newRotationPKI(t *testing.T, now time.Time) *rotationPKI {
+func newRotationPKI(t testing.TB, now time.Time) *rotationPKI {
 	p := &rotationPKI{now: now}
 	p.oldRoot = newTestRoot(t, "old", now.Add(-time.Hour), now.Add(240*time.Hour))
 	p.newRoot = newTestRoot(t, "new", now.Add(-time.Hour), now.Add(240*time.Hour))
@@ -236,14 +236,14 @@ func TestOracleVerificationCacheExpires(t *testing.T) {
 	}
 }
 
-// TestOracleClassCompressionScales checks 10,000 pods in a handful of class pairs.
-func TestOracleClassCompressionScales(t *testing.T) {
+// compressedMesh is n pods in a handful of class pairs: every thousandth trusts only the old
+// root, half present the old issuer's chain, half the new one's.
+func compressedMesh(t testing.TB, n int) *Oracle {
 	clk := testclock.NewFakeClock(time.Now())
 	p := newRotationPKI(t, clk.Now())
 	o := NewOracle(clk, time.Second, nil)
 	oldChain := p.oldIss.leaf(t, "a", clk.Now(), time.Hour)
 	newChain := p.newIss.leaf(t, "b", clk.Now(), time.Hour)
-	const n = 10000
 	for i := 0; i < n; i++ {
 		rs := p.both
 		if i%1000 == 0 {
@@ -256,6 +256,13 @@ func TestOracleClassCompressionScales(t *testing.T) {
 			o.setChain(pod(i), newChain)
 		}
 	}
+	return o
+}
+
+// TestOracleClassCompressionScales checks 10,000 pods in a handful of class pairs.
+func TestOracleClassCompressionScales(t *testing.T) {
+	const n = 10000
+	o := compressedMesh(t, n)
 	start := time.Now()
 	s := o.Check()
 	elapsed := time.Since(start)
@@ -266,10 +273,7 @@ func TestOracleClassCompressionScales(t *testing.T) {
 	if s.ViolatingPairs != 10*5000 || s.ActiveViolations != 1 {
 		t.Errorf("violating pairs = %d in %d episodes, want 50000 in 1", s.ViolatingPairs, s.ActiveViolations)
 	}
-	t.Logf("full check of %d pods: %v", n, elapsed)
-	if elapsed > 2*time.Second {
-		t.Errorf("a full check of %d pods took %v", n, elapsed)
-	}
+	t.Logf("full check of %d pods: %v (a figure, not a bound: BenchmarkOracleCheck measures it)", n, elapsed)
 }
 
 func TestOracleWaitForViolation(t *testing.T) {
@@ -301,4 +305,13 @@ func metricValue(c prometheus.Metric) float64 {
 		return m.Counter.GetValue()
 	}
 	return m.Gauge.GetValue()
+}
+
+// BenchmarkOracleCheck is the cost of one full check of 10,000 pods in a handful of class pairs.
+func BenchmarkOracleCheck(b *testing.B) {
+	o := compressedMesh(b, 10000)
+	b.ResetTimer()
+	for b.Loop() {
+		o.Check()
+	}
 }
