@@ -169,6 +169,8 @@ type Mesh struct {
 	oracle *Oracle
 	// verifier is the real rustls-webpki the mesh's own oracle asks (Config.Linkerd.Verifier).
 	verifier *RealVerifier
+	// refreshErrs holds, by pod UID, why each proxy's last refresh failed (lastRefreshError).
+	refreshErrs sync.Map
 
 	factory    informers.SharedInformerFactory
 	lnFactory  informers.SharedInformerFactory
@@ -234,6 +236,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		m.oracle = NewOracle(cfg.Clock, cfg.OracleTick, cfg.Registerer)
 	}
 	m.oracle.SetCertificateBound(cfg.CertificateBound)
+	m.oracle.SetLeafExplainer(m.lastRefreshError)
 	m.admin = newAdminServer(mctx)
 
 	m.broadcaster = record.NewBroadcaster(record.WithContext(mctx))
@@ -360,6 +363,16 @@ func (m *Mesh) Stop() {
 		return
 	}
 	klog.InfoS("Mesh simulator stopped")
+}
+
+// lastRefreshError is why a pod's proxy last failed to renew its certificate ("" when its last
+// refresh succeeded): identity's refusal, or the proxy rejecting what identity handed it. The
+// oracle calls it under its own lock, so it reads refreshErrs, which takes no lock of the mesh's.
+func (m *Mesh) lastRefreshError(uid types.UID) string {
+	if why, ok := m.refreshErrs.Load(uid); ok {
+		return why.(string)
+	}
+	return ""
 }
 
 // Oracle is the mesh's mTLS safety oracle.

@@ -230,6 +230,9 @@ type Oracle struct {
 	changed   chan struct{} // closed and replaced after every check
 	kick      chan struct{}
 	metrics   *oracleMetrics
+	// explainLeaf, when set (SetLeafExplainer), says why a pod's leaf was not renewed: it is
+	// added to the reason of an InvalidLeaf episode when the episode begins.
+	explainLeaf func(types.UID) string
 	// real, when set (SetVerifier), gives every chain verdict; the model runs beside it and
 	// each verdict where they part is kept in disagreements.
 	real          *RealVerifier
@@ -662,8 +665,22 @@ func (o *Oracle) checkLeaf(m *member, now time.Time, seen map[string]bool) int {
 	}
 	if v := o.record("leaf|"+string(m.pod.UID)+"|"+chainKey(m.chain[:1]), ViolationInvalidLeaf, m.pod, client, peers, reason, now, seen); v.ServerChain == nil {
 		v.ServerChain = fingerprints(m.chain[:1])
+		if o.explainLeaf != nil {
+			if why := o.explainLeaf(m.pod.UID); why != "" {
+				v.Reason += "; " + why
+			}
+		}
 	}
 	return peers
+}
+
+// SetLeafExplainer gives the oracle a way to say why a pod's leaf was not renewed before it
+// became invalid (the mesh: its proxy's last refresh error), added to each InvalidLeaf episode's
+// reason as it begins. Called with the oracle's lock held: explain must not call the oracle.
+func (o *Oracle) SetLeafExplainer(explain func(types.UID) string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.explainLeaf = explain
 }
 
 // record notes that a violation is ongoing and returns its episode, new or ongoing.

@@ -1,9 +1,11 @@
 package meshsim
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	testclock "k8s.io/utils/clock/testing"
 )
 
@@ -48,4 +50,34 @@ func TestOutageMeasuresTheUnionOfEpisodes(t *testing.T) {
 		t.Errorf("outage after the recovery = %+v, want none", after)
 	}
 	t.Log(all)
+}
+
+// An InvalidLeaf episode says why the leaf was not renewed when the mesh knows (its proxy's last
+// refresh error), so that a report names the cause, not only the expiry.
+func TestInvalidLeafSaysWhyItWasNotRenewed(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now().Truncate(time.Second))
+	p := newRotationPKI(t, clk.Now())
+	o := NewOracle(clk, time.Second, nil)
+	o.SetLeafExplainer(func(uid types.UID) string {
+		if uid == pod(0).UID {
+			return "its proxy's last refresh failed (2 failures so far): identity refused"
+		}
+		return ""
+	})
+	for i := range 2 {
+		o.setRoots(pod(i), p.oldOnly)
+		o.setChain(pod(i), p.oldIss.leaf(t, "a", clk.Now(), -10*time.Second)) // expires 10s from now
+	}
+	clk.Step(11 * time.Second)
+	o.Check()
+	vs := o.Violations()
+	if len(vs) != 2 {
+		t.Fatalf("want both leaves reported expired, got %v", vs)
+	}
+	for _, v := range vs {
+		explained := strings.Contains(v.Reason, "identity refused")
+		if want := v.Server == pod(0); explained != want || !strings.Contains(v.Reason, "leaf certificate expired") {
+			t.Errorf("%s: reason %q (explained %v, want %v)", v.Server, v.Reason, explained, want)
+		}
+	}
 }

@@ -81,6 +81,7 @@ func (p *proxy) stop() {
 		_ = l.Close()
 	}
 	p.mesh.oracle.remove(p.pod.UID)
+	p.mesh.refreshErrs.Delete(p.pod.UID)
 }
 
 // refresh is one iteration of the identity client's loop: certify, then sleep RefreshIn of the
@@ -106,6 +107,9 @@ func (p *proxy) refresh() {
 		p.failures++
 		p.lastErr = err.Error()
 		klog.V(2).InfoS("Failed to obtain identity", "pod", p.pod, "err", err)
+		p.mesh.refreshErrs.Store(p.pod.UID, fmt.Sprintf("its proxy's last refresh failed (%d failures so far): %s", p.failures, p.lastErr))
+	} else {
+		p.mesh.refreshErrs.Delete(p.pod.UID)
 	}
 	next := RefreshIn(p.mesh.clock.Now(), p.expiry, p.minRef, p.maxRef)
 	if p.timer != nil {
