@@ -49,8 +49,9 @@
 //     in the spec: the fields that did not decode, time zones, selectors, the durations' bounds);
 //   - between rotations and before one: staleissuer.go (identity signing with an issuer the
 //     Secret no longer holds), expiredissuer.go (an expired identity issuer), expiredanchor.go
-//     (an expired trust anchor, and the rotation it holds back), takeover.go (a mesh on
-//     Linkerd's hand-made PKI handed over to cert-manager);
+//     (an expired trust anchor), recovery.go (the two steps by which a rotation away from an
+//     expired anchor starts with identity), takeover.go (a mesh on Linkerd's hand-made PKI
+//     handed over to cert-manager);
 //   - automatic restarts: restarts.go (planning), restartobserve.go (observing), restartact.go
 //     (acting), window.go (maintenance windows), proxyenv.go (the proxy-env edits),
 //     restartdeadline.go (a cross-signed rotation's restart left to churn);

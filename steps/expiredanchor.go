@@ -19,29 +19,18 @@ import (
 // valid still verifies at every peer, and the mesh goes on working until each leaf expires — up
 // to the workload certificate lifetime (24h by default) after identity stopped signing.
 //
-// The standard rotation cannot be the way out (docs/design/recovery.md, case 3): it restarts the
-// data plane onto the expanded bundle before it restarts identity, so every proxy it restarts
-// comes up without a certificate — identity, on its old roots, cannot load an issuer from the
-// new anchor and cannot sign with the old one — and a pod that still had mTLS loses it at once
-// instead of at its leaf's expiry. The order that loses least restarts identity first, onto the
-// new issuer and the bundle [new, expired], then the whole data plane. Until that order is built
-// as steps, the operator refuses to start the standard one over an expired anchor, says so, and
-// goes on once identity runs on an issuer of the new anchor — that is, once the recovery's first
-// moves are done — from where the standard order is safe again.
+// Renewed, the rotation onto the new anchor takes the recovery's order (recovery.go): the
+// standard one would restart the data plane before identity, and each proxy it restarts would
+// come up without a certificate (docs/design/recovery.md, case 3).
 
 // ReasonTrustAnchorExpired: Synced, the trust anchor itself has expired, not renewed.
 const ReasonTrustAnchorExpired = "TrustAnchorExpired"
 
-// ReasonPreviousAnchorExpired: the anchor was renewed after the one the mesh trusts expired;
-// the rotation waits for identity to run on an issuer of the new anchor.
-const ReasonPreviousAnchorExpired = "PreviousAnchorExpired"
-
 // anchorExpiredProblem is detect-anchor-rotation's decision when the anchor the mesh trusts has
-// expired: not renewed (Synced), or renewed while identity still signs — or rather, cannot sign —
-// under the expired one. nil when it has not expired, or when identity already runs on an issuer
-// of the renewed anchor.
+// expired and was not renewed: what is down, what still works, and the command. nil when it has
+// not expired, or when it was renewed (the rotation then starts, in the recovery's order).
 func anchorExpiredProblem(s *State) *workflow.Decision {
-	if !s.Previous.Usable() {
+	if !s.Previous.Usable() || s.Rotating() {
 		return nil
 	}
 	s.RecheckAt(s.Previous.Cert.NotAfter.Add(time.Second)) // seen the moment it expires
@@ -49,23 +38,11 @@ func anchorExpiredProblem(s *State) *workflow.Decision {
 		return nil
 	}
 	expired := s.Previous.Cert
-	what := fmt.Sprintf("trust anchor %s expired at %s: linkerd-identity refuses every certificate request and cannot restart "+
+	d := workflow.Waiting(ReasonTrustAnchorExpired, fmt.Sprintf("trust anchor %s expired at %s: linkerd-identity refuses every certificate request and cannot restart "+
 		"(it verifies its issuer against its roots, the anchor's validity included); the proxies still accept each other's certificates "+
-		"(rustls-webpki ignores a trust anchor's validity) until each expires, at most the workload certificate lifetime (24h by default) after identity stopped signing",
-		ShortFingerprint(Fingerprint(expired)), expired.NotAfter.UTC().Format(time.RFC3339))
-	if !s.Rotating() {
-		d := workflow.Waiting(ReasonTrustAnchorExpired, fmt.Sprintf("%s: renew the trust anchor now, cmctl renew -n %s %s, then see docs/troubleshooting.md (An expired trust anchor)",
-			what, s.Anchor.Namespace, s.Anchor.Name))
-		return &d
-	}
-	if identityOnRenewedAnchor(s) {
-		return nil
-	}
-	d := workflow.Waiting(ReasonPreviousAnchorExpired, fmt.Sprintf(
-		"%s. The rotation onto %s does not start: it would restart the proxies before linkerd-identity, and each would come up without a certificate. "+
-			"First renew the identity issuer from the new anchor (%s), write the trust bundle [new, expired] and restart linkerd-identity (docs/troubleshooting.md, An expired trust anchor): "+
-			"the rotation goes on once every linkerd-identity pod started after the issuer in Secret %s was signed by the new anchor",
-		what, ShortFingerprint(s.Anchor.Fingerprint()), renewIssuerCommand(s), s.Issuer.Ref()))
+		"(rustls-webpki ignores a trust anchor's validity) until each expires, at most the workload certificate lifetime (24h by default) after identity stopped signing: "+
+		"renew the trust anchor now, cmctl renew -n %s %s; the rotation onto the renewed anchor recovers in the order of docs/design/recovery.md (case 3)",
+		ShortFingerprint(Fingerprint(expired)), expired.NotAfter.UTC().Format(time.RFC3339), s.Anchor.Namespace, s.Anchor.Name))
 	return &d
 }
 

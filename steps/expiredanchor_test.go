@@ -5,13 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	"github.com/linkerd/trust-rotation/workflow"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 // TestExpiredAnchor: the anchor the mesh trusts has expired. Not renewed, the operator says what
-// is down and what still works; renewed, it does not start the standard rotation — which would
-// restart the proxies while identity cannot sign — until linkerd-identity runs on an issuer of
-// the new anchor, and then does.
+// is down and what still works; renewed, the rotation starts (in the recovery's order, see
+// TestRecoveryOrder).
 func TestExpiredAnchor(t *testing.T) {
 	p := newPKI(t)
 	expired := newCert(t, "expired-anchor", nil, true, time.Now().Add(-time.Minute))
@@ -31,36 +33,10 @@ func TestExpiredAnchor(t *testing.T) {
 		}
 	})
 
-	t.Run("RenewedIssuerNot", func(t *testing.T) {
+	t.Run("Renewed", func(t *testing.T) {
 		s := rotatingState(p, anchor(p.newAnchor), previous(expired), issuer(underExpired), bundleOf(expired), identityPods(1, "linkerd-identity-a"))
-		w, _, advance := driveRotation(t, s)
-		res := advance()
-		for res.Acted {
-			res = advance() // bootstrap's repairs, none here
-		}
-		if res.Checkpoint.Step != StepDetectAnchorRotation || res.Decision.Reason != ReasonPreviousAnchorExpired {
-			t.Fatalf("stopped at %s: %+v, want detect-anchor-rotation waiting for %s", res.Checkpoint.Step, res.Decision, ReasonPreviousAnchorExpired)
-		}
-		if len(w.restarts) != 0 || s.Bundle.Data != RenderBundle(expired.cert) {
-			t.Errorf("wrote before identity runs on the new anchor: restarts %v, bundle changed %v", w.restarts, s.Bundle.Data != RenderBundle(expired.cert))
-		}
-		for _, want := range []string{"does not start", "cmctl renew -n linkerd linkerd-identity-issuer", "restart linkerd-identity"} {
-			if !strings.Contains(res.Decision.Message, want) {
-				t.Errorf("message does not say %q: %s", want, res.Decision.Message)
-			}
-		}
-		// The issuer renewed from the new anchor and the bundle [new, expired] written, but
-		// identity still runs from before: still waiting.
-		issuer(p.newIssuer)(s)
-		bundleOf(p.newAnchor, expired)(s)
-		if d := observeDetect(s, ""); d.Reason != ReasonPreviousAnchorExpired {
-			t.Fatalf("identity not restarted yet: %+v", d)
-		}
-		// Identity restarted onto them: the rotation starts.
-		s.ControlPlane["linkerd-identity"] = Deployment{Namespace: "linkerd", Name: "linkerd-identity", Found: true, RolledOut: true}
-		identityPod("linkerd-identity-b", -time.Minute, "")(s)
 		if d := observeDetect(s, ""); d.Outcome != workflow.Done || d.Reason != "TrustAnchorRenewed" {
-			t.Fatalf("identity on the new anchor's issuer: %+v, want the rotation to start", d)
+			t.Fatalf("%+v, want the rotation to start", d)
 		}
 	})
 
@@ -69,8 +45,138 @@ func TestExpiredAnchor(t *testing.T) {
 		if d := observeDetect(s, ""); d.Reason != "TrustAnchorRenewed" {
 			t.Fatalf("%+v, want the standard rotation", d)
 		}
+		if d := observeRenewIssuerFirst(s, ""); d.Outcome != workflow.Done || d.Reason != ReasonPreviousAnchorValid {
+			t.Fatalf("renew-issuer-first: %+v, want done at once", d)
+		}
 		if got, want := s.Recheck(), p.oldAnchor.cert.NotAfter.Add(time.Second); !got.Equal(want) {
 			t.Errorf("recheck at %s, want the anchor's expiry %s", got, want)
 		}
 	})
+}
+
+// TestRecoveryOrder drives a rotation away from an expired anchor over the simulated cluster: the
+// issuer is renewed onto the new anchor before anything is written, identity is restarted onto
+// it and the bundle [new, expired] before any other pod, and from there the standard order runs
+// to the end with the restarts of a standard rotation — no condition saying the issuer or
+// identity moved out of order, for here that is the order.
+func TestRecoveryOrder(t *testing.T) {
+	p := newPKI(t)
+	expired := newCert(t, "expired-anchor", nil, true, time.Now().Add(-time.Minute))
+	underExpired := newCert(t, "issuer-under-expired", expired, true, time.Now().Add(-time.Minute))
+	s := rotatingState(p, anchor(p.newAnchor), previous(expired), issuer(underExpired), bundleOf(expired), identityPods(1, "linkerd-identity-a"))
+	s.Spec.IdentityIssuerRenewal = v1alpha1.Automatic
+	s.IssuerCertificate = IssuerCertificate{Namespace: "linkerd", Name: "linkerd-identity-issuer", Found: true, Revision: 3}
+	s.TrustBundle = Convergence{Converged: 0, Target: 4}
+	s.Certificates = Convergence{Converged: 0, Target: 4}
+	w, _, advance := driveRotation(t, s)
+	ordered := NewOrdered(Rotation(w))
+	until := func(step string) workflow.Result {
+		t.Helper()
+		for range 20 {
+			if res := advance(); !res.Acted {
+				if res.Checkpoint.Step != step {
+					t.Fatalf("stopped at %s (%s: %s), want %s", res.Checkpoint.Step, res.Decision.Reason, res.Decision.Message, step)
+				}
+				if pods := s.IdentityRestartedEarly(ordered, step); len(pods) > 0 {
+					t.Errorf("at %s: identity reported restarted early (%v), though the recovery restarts it first", step, pods)
+				}
+				return res
+			}
+		}
+		t.Fatalf("no progress towards %s", step)
+		return workflow.Result{}
+	}
+
+	// The issuer first: renewed, nothing else written.
+	res := until(StepRenewIssuerFirst)
+	if res.Decision.Reason != "IssuerRenewing" || len(w.renewed) != 1 || len(w.log) != 0 {
+		t.Fatalf("%+v; renewed %v, writes %v: want the issuer's renewal alone", res.Decision, w.renewed, w.log)
+	}
+	// cert-manager re-issues it from the renewed anchor.
+	s.IssuerCertificate.Issuing, s.IssuerCertificate.Revision = false, 4
+	issuer(p.newIssuer)(s)
+
+	// The bundle [new, expired], identity onto it, then the rest of the control plane.
+	until(StepPropagateTrustRoots)
+	exp, nw := ShortFingerprint(Fingerprint(expired.cert)), ShortFingerprint(Fingerprint(p.newAnchor.cert))
+	want := []string{
+		"bundle [" + nw + ", " + exp + "]",
+		"restart linkerd-identity on [" + nw + ", " + exp + "]",
+		"restart linkerd-destination on [" + nw + ", " + exp + "]",
+		"restart linkerd-proxy-injector on [" + nw + ", " + exp + "]",
+	}
+	if got := strings.Join(w.log, "; "); got != strings.Join(want, "; ") {
+		t.Fatalf("writes\n %s\nwant\n %s", got, strings.Join(want, "; "))
+	}
+	st := Project(ordered, v1alpha1.TrustAnchorRotationStatus{}, s.Spec, 1, s, workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepPropagateTrustRoots}, Phase: string(v1alpha1.PhasePropagatingTrustRoots)}, s.Now)
+	if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionOutOfOrderIssuerRotation) {
+		t.Error("OutOfOrderIssuerRotation reported: in the recovery the issuer moves first by design")
+	}
+
+	// The data plane converges; the standard order finds identity and the issuer done.
+	s.TrustBundle = Convergence{Converged: 4, Target: 4}
+	until(StepRenewWorkloadCertificates)
+	if w.restarts["linkerd-identity"] != 2 || len(w.renewed) != 1 {
+		t.Fatalf("identity restarted %d time(s), issuer renewed %v: want the recovery's restart and restart-identity-on-new-issuer's, one renewal", w.restarts["linkerd-identity"], w.renewed)
+	}
+	s.Certificates = Convergence{Converged: 4, Target: 4}
+	until(StepRemoveOldTrustRoots)
+	s.TrustBundle = Convergence{Converged: 4, Target: 4}
+	if res := until(StepDetectAnchorRotation); !res.Completed {
+		t.Fatalf("the recovery did not complete: %+v", res)
+	}
+	for _, n := range []string{"linkerd-identity", "linkerd-destination", "linkerd-proxy-injector"} {
+		if w.restarts[n] != 3 {
+			t.Errorf("%s restarted %d times, want 3, as in a standard rotation", n, w.restarts[n])
+		}
+	}
+	if s.Bundle.Data != RenderBundle(p.newAnchor.cert) {
+		t.Error("the bundle was not reduced to the new anchor")
+	}
+}
+
+// TestRenewIssuerFirst: by hand, the step waits with the command; automatic, it triggers the
+// renewal once per issuance, and once more when cert-manager re-issued the issuer from the
+// expired anchor (it may renew the issuer before the anchor's Secret holds the new one).
+func TestRenewIssuerFirst(t *testing.T) {
+	p := newPKI(t)
+	expired := newCert(t, "expired-anchor", nil, true, time.Now().Add(-time.Minute))
+	underExpired := newCert(t, "issuer-under-expired", expired, true, time.Now().Add(-time.Minute))
+	s := rotatingState(p, anchor(p.newAnchor), previous(expired), issuer(underExpired), bundleOf(expired))
+	s.IssuerCertificate = IssuerCertificate{Namespace: "linkerd", Name: "linkerd-identity-issuer", Found: true, Revision: 3}
+
+	d := observeRenewIssuerFirst(s, "")
+	if d.Outcome != workflow.Wait || d.Reason != ReasonIssuerFirstNeeded || !strings.Contains(d.Message, "cmctl renew -n linkerd linkerd-identity-issuer") {
+		t.Fatalf("by hand: %+v, want a wait naming the command", d)
+	}
+
+	s.Spec.IdentityIssuerRenewal = v1alpha1.Automatic
+	if d := observeRenewIssuerFirst(s, ""); d.Outcome != workflow.Act || d.Reason != ReasonRenewingIssuerFirst {
+		t.Fatalf("automatic: %+v, want the renewal", d)
+	}
+	stamp := NewActStamp(s.Now.Add(-10 * time.Second))
+	token := renewIssuerFirstToken(s, stamp)
+	if d := observeRenewIssuerFirst(s, token); d.Outcome != workflow.Wait {
+		t.Fatalf("triggered, not re-issued yet: %+v, want a wait", d)
+	}
+	// Re-issued, but the Secret still shows the issuer from before the act: wait for it.
+	s.IssuerCertificate.Revision = 4
+	if d := observeRenewIssuerFirst(s, token); d.Outcome != workflow.Wait || d.Reason != "IssuerRenewed" {
+		t.Fatalf("re-issued, Secret not yet seen: %+v, want a wait for the Secret", d)
+	}
+	// The Secret holds the re-issued issuer, still from the expired anchor: once more.
+	reissued := newCert(t, "issuer-reissued-under-expired", expired, true, time.Now().Add(time.Hour))
+	reissued.cert.NotBefore = s.Now // issued after the act (cert-manager does not backdate)
+	issuer(reissued)(s)
+	if d := observeRenewIssuerFirst(s, token); d.Outcome != workflow.Act {
+		t.Fatalf("re-issued from the expired anchor: %+v, want the renewal once more", d)
+	}
+	if again := renewIssuerFirstToken(s, token); again == token || !strings.HasSuffix(again, " 4") {
+		t.Errorf("token for the second renewal %q (first %q): want a new one recording revision 4", again, token)
+	}
+	// From the new anchor: done.
+	issuer(p.newIssuer)(s)
+	if d := observeRenewIssuerFirst(s, token); d.Outcome != workflow.Done {
+		t.Fatalf("issuer on the new anchor: %+v, want done", d)
+	}
 }

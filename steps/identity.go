@@ -65,7 +65,7 @@ func (s *State) IdentityRestartedEarly(rot *Ordered, step string) []string {
 
 // identityRestartedEarly is IdentityRestartedEarly at a step where identity must wait.
 func (s *State) identityRestartedEarly() []string {
-	if s.CrossSigned() || !s.Rotating() || !s.IssuerOnCurrentAnchor() || s.TrustBundle.Done() || s.expandedAt().IsZero() {
+	if s.CrossSigned() || !s.Rotating() || s.previousAnchorExpired() || !s.IssuerOnCurrentAnchor() || s.TrustBundle.Done() || s.expandedAt().IsZero() {
 		return nil
 	}
 	var out []string

@@ -75,7 +75,9 @@ func rotation(w Writer) []Step {
 	return []Step{
 		bootstrapStep(w),
 		detectAnchorRotationStep(w),
+		renewIssuerFirstStep(w),
 		expandTrustBundleStep(w),
+		restartIdentityFirstStep(w),
 		refreshControlPlaneStep(w),
 		propagateTrustRootsStep(w),
 		waitForRemoteTrustRootsStep(),

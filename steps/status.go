@@ -96,7 +96,7 @@ func Project(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha
 	newRotation := cp.Rotation != "" && (prev.Checkpoint == nil || prev.Checkpoint.Rotation != cp.Rotation ||
 		existing != nil && cp.StartTime != nil && existing.LastTransitionTime.Before(cp.StartTime))
 	switch {
-	case rot.named(cp.Step).BeforeIssuerSwitch && s.Rotating() && s.IssuerOnCurrentAnchor() && !s.CrossSigned():
+	case rot.named(cp.Step).BeforeIssuerSwitch && s.Rotating() && s.IssuerOnCurrentAnchor() && !s.CrossSigned() && !s.previousAnchorExpired():
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: v1alpha1.ConditionOutOfOrderIssuerRotation, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonIssuerRotatedOutOfOrder, Message: v1alpha1.MessageIssuerRotatedOutOfOrder,

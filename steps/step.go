@@ -57,6 +57,11 @@ type Step struct {
 	// (the fault suite kills it there too).
 	WritesMany bool
 
+	// ActsOnlyWhen says when the step has anything to do, for a step that passes at once in most
+	// rotations (the recovery's steps: "the previous trust anchor has expired"); "" for the steps
+	// every rotation runs. The fault suite kills the operator only at steps that always act.
+	ActsOnlyWhen string
+
 	// CrossSignedSkips says why a cross-signed rotation (spec.strategy CrossSigned) has nothing
 	// to do at the step, which is then done at once; "" for the steps both strategies run.
 	CrossSignedSkips string

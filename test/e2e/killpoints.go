@@ -9,14 +9,15 @@ import "github.com/linkerd/trust-rotation/steps"
 //   - write:<step> right after the act's first write, at the steps whose act makes more than one;
 //   - acted:<step> right after the act returned, before the status is projected;
 //
-// at every step whose act runs in every rotation (neither idle nor the user's part); then
+// at every step whose act runs in every rotation (neither idle, nor the user's part, nor acting
+// only in some rotations: ActsOnlyWhen); then
 // enter:<step> at every step that waits on the user: the test SIGKILLs the operator as soon as
 // the status shows the checkpoint there.
 func StepKillPoints(rotation []steps.Step) []string {
 	var out, enter []string
 	for _, st := range rotation {
 		switch {
-		case st.Idle():
+		case st.Idle(), st.ActsOnlyWhen != "":
 		case st.Manual != nil:
 			enter = append(enter, "enter:"+st.Name)
 		case st.Act != nil:
