@@ -193,3 +193,28 @@ func (s *State) RecoveryOrder() string {
 		"until a pod restarts it refuses the new-anchor certificates of the pods restarted before it (docs/design/recovery.md, case 3)",
 	}, " ")
 }
+
+// What `linkerd trust recover` recovers from (RecoveryCase).
+const (
+	RecoveryTrustAnchorExpired    = "TrustAnchorExpired"
+	RecoveryIdentityIssuerExpired = "IdentityIssuerExpired"
+)
+
+// RecoveryCase names the failure between rotations that the mesh is in, and says it in a
+// sentence: the anchor the mesh trusts has expired (renewed since or not), or, the anchor valid,
+// the identity issuer in the Secret has. "" when neither: nothing to recover from.
+func (s *State) RecoveryCase() (name, what string) {
+	switch {
+	case s.Previous.Usable() && s.Now.After(s.Previous.Cert.NotAfter):
+		what = fmt.Sprintf("trust anchor %s expired at %s: linkerd-identity refuses every certificate request and cannot restart; the proxies still accept each other's certificates until each expires",
+			ShortFingerprint(s.Previous.Fingerprint()), s.Previous.Cert.NotAfter.UTC().Format(time.RFC3339))
+		if s.Rotating() {
+			what += fmt.Sprintf("; cert-manager renewed it to %s", ShortFingerprint(s.Anchor.Fingerprint()))
+		}
+		return RecoveryTrustAnchorExpired, what
+	case s.Issuer.Usable() && s.Now.After(s.Issuer.Cert.NotAfter):
+		return RecoveryIdentityIssuerExpired, fmt.Sprintf("the identity issuer in Secret %s expired at %s: linkerd-identity refuses every certificate request, and the certificates it signed with it have expired",
+			s.Issuer.Ref(), s.Issuer.Cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return "", ""
+}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/observe"
@@ -189,7 +190,9 @@ func (a *Ahead) Assume(as steps.Assumption) (said string, ok bool, why string) {
 }
 
 // controlPlaneRolledOut replaces the pods of every control-plane Deployment rolling out by as
-// many pods of its template as it wants, started now.
+// many pods of its template as it wants, started a second from now: a pod starts after the write
+// that restarted it, and a step that tells pods started before a write from those started after
+// (restart-identity, by the bundle's expansion) reads start times in whole seconds.
 func (a *Ahead) controlPlaneRolledOut() {
 	s := a.reading.State
 	hash := steps.BundleHash(s.DesiredBundle())
@@ -208,7 +211,7 @@ func (a *Ahead) controlPlaneRolledOut() {
 			key := fmt.Sprintf("%s/%s-<new pod %d>", d.Namespace, name, i+1)
 			kept = append(kept, &podindex.Pod{Namespace: d.Namespace, Name: key[len(d.Namespace)+1:], Workload: workload, ControlPlane: true,
 				TrustRootHash: hash, Meshed: true, Alive: true, Running: true, Created: s.Now,
-				ControlPlaneStart: &podindex.ControlPlaneStart{Started: s.Now, RestartedAt: d.RestartedAt}})
+				ControlPlaneStart: &podindex.ControlPlaneStart{Started: s.Now.Add(time.Second), RestartedAt: d.RestartedAt}})
 			if s.Issuer.Usable() {
 				// A new pod's proxy presents a certificate from the issuer identity signs with now.
 				chain := []*x509.Certificate{s.Issuer.Cert}

@@ -19,6 +19,9 @@ type ProbeResult struct {
 	// Chain is the live chain above the leaf, the leaf's issuer first (IssuerChain): what the
 	// convergence verifies to the certificate root.
 	Chain []*x509.Certificate
+	// LeafNotAfter is when the pod's live leaf expires (zero when the probe failed): what a
+	// recovery's plan tells each pod's deadline by.
+	LeafNotAfter time.Time
 	// Err says why the probe failed.
 	Err error
 
@@ -121,10 +124,11 @@ func (p *Probes) next() *podindex.Pod {
 func (p *Probes) work() {
 	defer p.wg.Done()
 	for pod := p.next(); pod != nil; pod = p.next() {
-		chain, _, err := ProbePod(p.ctx, p.dial, pod, p.timeout)
+		chain, leaf, err := ProbePod(p.ctx, p.dial, pod, p.timeout)
 		r := ProbeResult{Chain: chain, Err: err}
 		if err == nil {
 			r.Issuer, r.key = steps.Fingerprint(chain[0]), chainKey(chain)
+			r.LeafNotAfter = leaf.NotAfter
 		}
 		p.mu.Lock()
 		p.results[pod.Key()] = r

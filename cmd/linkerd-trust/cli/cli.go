@@ -157,6 +157,7 @@ func commands(env *Env) []*command {
 		planCommand(env),
 		rotateCommand(env),
 		takeoverCommand(env),
+		recoverCommand(env),
 		waitCommand(env),
 		completionCommand(env),
 		versionCommand(env),

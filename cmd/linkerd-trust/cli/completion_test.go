@@ -25,7 +25,7 @@ func TestBashCompletion(t *testing.T) {
 		want  []string
 	}{
 		{"linkerd-trust ch", []string{"check"}},
-		{"linkerd-trust ", []string{"bundle", "check", "completion", "inspect", "plan", "rotate", "takeover", "version", "wait", "help"}},
+		{"linkerd-trust ", []string{"bundle", "check", "completion", "inspect", "plan", "recover", "rotate", "takeover", "version", "wait", "help"}},
 		{"linkerd-trust check --pr", []string{"--pre", "--previous-anchor-secret", "--proxy", "--proxy-injector-deployment"}},
 		{"linkerd-trust --context prod -L mesh rotate --dry", []string{"--dry-run"}},
 		{"linkerd-trust completion f", []string{"fish"}},
@@ -64,7 +64,7 @@ func TestZshAndFishCompletion(t *testing.T) {
 		if code != ExitOK {
 			t.Fatalf("completion %s: exit %d: %s", shell, code, errOut)
 		}
-		for _, w := range []string{"bundle", "check", "inspect", "plan", "rotate", "takeover", "wait", "version", "dry-run", "assume-anchor-renewed", "expiry-warning"} {
+		for _, w := range []string{"bundle", "check", "inspect", "plan", "recover", "rotate", "takeover", "wait", "version", "dry-run", "assume-anchor-renewed", "expiry-warning"} {
 			if !strings.Contains(script, w) {
 				t.Errorf("the %s script does not name %s", shell, w)
 			}

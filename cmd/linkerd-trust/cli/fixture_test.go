@@ -150,6 +150,8 @@ type fixture struct {
 	forbid []string
 	// kubeClients are the Kubernetes clients the commands were given, with the requests they made.
 	kubeClients []*kubefake.Clientset
+	// cmClients are the cert-manager clients the commands were given.
+	cmClients []*cmfake.Clientset
 	// links are the Links of linkerd-multicluster; remotes the TrustAnchorRotations of each
 	// linked cluster, by its name: a cluster not there has no credentials Secret.
 	links   []runtime.Object
@@ -375,7 +377,9 @@ func (f *fixture) env(out, errOut *bytes.Buffer) *Env {
 				})
 			}
 			f.kubeClients = append(f.kubeClients, kube)
-			cl := &Clients{Kube: kube, CertManager: cmfake.NewClientset(f.cm...), Rotations: f.rotations}
+			cm := cmfake.NewClientset(f.cm...)
+			f.cmClients = append(f.cmClients, cm)
+			cl := &Clients{Kube: kube, CertManager: cm, Rotations: f.rotations}
 			if len(f.links) > 0 {
 				kube.Resources = append(kube.Resources, &metav1.APIResourceList{GroupVersion: linkGVR.GroupVersion().String(),
 					APIResources: []metav1.APIResource{{Name: linkGVR.Resource, Namespaced: true, Kind: "Link"}}})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,6 +87,9 @@ type plan struct {
 	NextRotation *v1alpha1.NextRotation `json:"nextRotation,omitempty"`
 	now          time.Time
 
+	// Recovery is what recover found and will do, before the steps.
+	Recovery *recoveryView `json:"recovery,omitempty"`
+
 	Steps []planStep `json:"steps"`
 	// ManualActions are the user's, in order.
 	ManualActions []string `json:"manualActions,omitempty"`
@@ -156,6 +160,9 @@ type planOptions struct {
 	assumeRenewed bool
 	// takeover: spec.takeover is set (takeover, before it sets it).
 	takeover bool
+	// recover: the plan of a recovery from an expired PKI (recover, before it sets the spec
+	// and renews the anchor): its facts first, then the steps under the spec it sets.
+	recover *recoverOptions
 }
 
 // buildPlan reads the cluster once and walks the operator's steps over it with the engine's
@@ -224,6 +231,16 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		}
 	}
 	s := reading.State
+	var rc recoveryCase
+	if opts.recover != nil {
+		if rc.name, rc.what = s.RecoveryCase(); rc.name == "" {
+			return nil, fmt.Errorf("nothing to recover from: %s; nothing was changed", nothingToRecover(s))
+		}
+		// An expired anchor not renewed yet: recover renews it, and the plan assumes it.
+		rc.renewAnchor = rc.name == steps.RecoveryTrustAnchorExpired && !s.Rotating()
+		assumeRenewed = rc.renewAnchor
+		p.AssumeAnchorRenewed = assumeRenewed
+	}
 	var anchorKey crypto.Signer
 	if assumeRenewed {
 		if at.Phase != string(v1alpha1.PhaseSynced) || s.Rotating() {
@@ -252,6 +269,12 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	}
 	s.Certificates = probe.NewCertificateCheck(s.CertificateRoot()).Convergence(reading.Pods, results)
 	s.LiveChains = probe.LiveChains(reading.Pods, results)
+	if opts.recover != nil {
+		p.Recovery = recoveryFacts(rc, s, tar.Spec, reading.Pods, results, *opts.recover)
+		tar.Spec = p.Recovery.applyTo(tar.Spec)
+		s.Spec = tar.Spec
+		p.Notes = append(p.Notes, fmt.Sprintf("assuming the spec %s recover sets on TrustAnchorRotation %s: %s", binary, kf.RotationName, strings.Join(p.Recovery.Sets, "; ")))
+	}
 	// The linked clusters, read as the operator reads them, with its credentials: the remote
 	// gates below wait on them.
 	linked, err := linkedClusters(ctx, cl, kf, tar.Spec.RemoteClusters, s.Now)
@@ -285,7 +308,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		return nil, err
 	}
 	p.Notes = append(p.Notes, notes...)
-	if assumeRenewed {
+	if assumeRenewed && opts.recover == nil {
 		p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s (assumed done)", cfg.CertManagerNamespace, cfg.AnchorSecret))
 	}
 
@@ -308,6 +331,11 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 			}
 		}
 		return ahead
+	}
+	if s.Rotating() && s.RotationStart.IsZero() {
+		// The rotation starts in this walk: the operator records its start before the first
+		// act (steps.SavedCheckpoint), and the steps tell what started after it by it.
+		s.RotationStart = s.Now
 	}
 	sim := &planSimulation{ahead: newAhead(), newAhead: newAhead, recorder: recorder, status: &tar.Status, s: s, reading: reading}
 	rotation = newRotation(sim.ahead)

@@ -78,6 +78,9 @@ func renderPlanText(w io.Writer, p *plan) error {
 		fmt.Fprintf(w, "  %-16s %s not found\n", "trust bundle", p.TrustBundle.Ref)
 	}
 
+	if p.Recovery != nil {
+		renderRecovery(w, p.Rotation, p.Recovery)
+	}
 	fmt.Fprintf(w, "\nSteps, in the operator's order (\"now\": observed on the cluster; \"then\": simulated, after the writes and the assumptions above):\n")
 	for _, st := range p.Steps {
 		mark := " "

@@ -1,0 +1,357 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/apply"
+	"github.com/linkerd/trust-rotation/steps/kube/clientset"
+	"github.com/linkerd/trust-rotation/steps/podindex"
+	"github.com/linkerd/trust-rotation/steps/probe"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// RotationSpecPatcher merge-patches a TrustAnchorRotation's spec; *client.Client is one.
+type RotationSpecPatcher interface {
+	PatchSpec(ctx context.Context, name string, spec []byte, fieldManager string) (*v1alpha1.TrustAnchorRotation, error)
+}
+
+// recoverOptions are recover's flags that shape the recovery.
+type recoverOptions struct {
+	// maxConcurrent is the restart budget during the recovery, cluster-wide and per namespace;
+	// 0: every meshed workload at once.
+	maxConcurrent int32
+}
+
+// recoveryCase is what RecoveryCase found, and whether recover renews the anchor.
+type recoveryCase struct {
+	name, what  string
+	renewAnchor bool
+}
+
+// recoveryView is the facts a recovery's plan prints first, in plain numbers, and what
+// recover changes.
+type recoveryView struct {
+	Case    string `json:"case"`
+	Summary string `json:"summary"`
+	// ProbedPods are the meshed pods whose live certificate was read; UnprobedPods the others
+	// (not running, or the probe failed).
+	ProbedPods   int `json:"probedPods"`
+	UnprobedPods int `json:"unprobedPods,omitempty"`
+	// WithoutCertificate are the pods presenting no valid certificate now, Expiring the others,
+	// each with when what it presents expires (the leaf, or an issuer above it), soonest first.
+	WithoutCertificate []podDeadline `json:"withoutCertificate,omitempty"`
+	Expiring           []podDeadline `json:"expiring,omitempty"`
+	// Workloads is how many meshed workloads the recovery restarts.
+	Workloads int `json:"workloads"`
+	// Order is what the recovery does, in order; Restarts what it restarts.
+	Order    []string `json:"order"`
+	Restarts string   `json:"restarts"`
+	// RenewAnchor: recover renews the trust anchor first, as cmctl renew does.
+	RenewAnchor bool `json:"renewAnchor,omitempty"`
+	// Sets says what recover sets in the spec; Restore how to put the values before back.
+	Sets    []string `json:"sets"`
+	Restore string   `json:"restore,omitempty"`
+
+	patch map[string]any
+}
+
+// podDeadline is a pod and when its certificate expires (or expired).
+type podDeadline struct {
+	Pod     string `json:"pod"`
+	Expires string `json:"expires"`
+	at      time.Time
+}
+
+// recoveryFacts reads, from the probes, which pods have no valid certificate now and when each
+// of the others loses its own, and says what the recovery does and sets.
+func recoveryFacts(rc recoveryCase, s *steps.State, spec v1alpha1.TrustAnchorRotationSpec, pods []*podindex.Pod, results map[string]probe.ProbeResult, opts recoverOptions) *recoveryView {
+	v := &recoveryView{Case: rc.name, Summary: rc.what, RenewAnchor: rc.renewAnchor}
+	workloads := map[string]bool{}
+	for _, p := range pods {
+		if !p.Meshed || !p.Alive {
+			continue
+		}
+		if p.Workload != "" && !isControlPlane(s, p) {
+			workloads[p.Workload] = true
+		}
+		r, ok := results[p.Key()]
+		if !ok || r.Err != nil || r.LeafNotAfter.IsZero() {
+			v.UnprobedPods++
+			continue
+		}
+		v.ProbedPods++
+		at := r.LeafNotAfter
+		for _, c := range r.Chain {
+			if c.NotAfter.Before(at) {
+				at = c.NotAfter
+			}
+		}
+		d := podDeadline{Pod: p.Key(), Expires: at.UTC().Format(time.RFC3339), at: at}
+		if s.Now.After(at) {
+			v.WithoutCertificate = append(v.WithoutCertificate, d)
+		} else {
+			v.Expiring = append(v.Expiring, d)
+		}
+	}
+	bySoonest := func(a, b podDeadline) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Pod, b.Pod)
+	}
+	slices.SortFunc(v.WithoutCertificate, bySoonest)
+	slices.SortFunc(v.Expiring, bySoonest)
+	v.Workloads = len(workloads)
+
+	cfg := s.Config
+	issuerRef := cfg.LinkerdNamespace + "/" + cfg.IssuerCertificate
+	v.patch = map[string]any{}
+	if spec.IdentityIssuerRenewal != v1alpha1.Automatic {
+		v.patch["identityIssuerRenewal"] = v1alpha1.Automatic
+		v.Sets = append(v.Sets, "identityIssuerRenewal: Automatic")
+	}
+	switch rc.name {
+	case steps.RecoveryIdentityIssuerExpired:
+		v.Order = []string{
+			fmt.Sprintf("the operator triggers the renewal of Certificate %s, as cmctl renew does (detect-anchor-rotation)", issuerRef),
+			"linkerd-identity reloads the renewed issuer by itself (its roots are valid); the operator reports it if it does not, and restarts it under spec.staleIssuerRestart: Automatic",
+			"each proxy without a valid certificate asks identity again every 10s (its minimum refresh) and gets one from the renewed issuer",
+		}
+		v.Restarts = "nothing: no pod restarts"
+	case steps.RecoveryTrustAnchorExpired:
+		budget := opts.maxConcurrent
+		if budget <= 0 {
+			budget = int32(min(max(v.Workloads, 1), 10000))
+		}
+		r := spec.DataPlaneRestart
+		if r.Policy != v1alpha1.Automatic || r.MaxConcurrent != budget || r.MaxConcurrentPerNamespace != budget {
+			v.patch["dataPlaneRestart"] = map[string]any{"policy": v1alpha1.Automatic, "maxConcurrent": budget, "maxConcurrentPerNamespace": budget}
+			v.Sets = append(v.Sets, fmt.Sprintf("dataPlaneRestart: policy Automatic, maxConcurrent %d, maxConcurrentPerNamespace %d", budget, budget))
+			v.Restore = fmt.Sprintf(`kubectl patch trustanchorrotation %%s --type=merge -p '{"spec":{"dataPlaneRestart":{"policy":%q,"maxConcurrent":%s,"maxConcurrentPerNamespace":%s}}}'`,
+				orDefault(string(r.Policy), string(v1alpha1.Manual)), orNull(r.MaxConcurrent), orNull(r.MaxConcurrentPerNamespace))
+		}
+		if len(r.MaintenanceWindows) > 0 {
+			v.Sets = append(v.Sets, fmt.Sprintf("(spec.dataPlaneRestart.maintenanceWindows, %d, are kept: restarts wait for them; remove them to restart now)", len(r.MaintenanceWindows)))
+		}
+		if rc.renewAnchor {
+			v.Order = append(v.Order, fmt.Sprintf("%s recover renews the trust anchor, Certificate %s/%s, as cmctl renew does", binary, cfg.CertManagerNamespace, cfg.AnchorCertificate))
+		}
+		v.Order = append(v.Order,
+			fmt.Sprintf("the operator renews the identity issuer, Certificate %s, from the new anchor (%s)", issuerRef, steps.StepRenewIssuerFirst),
+			fmt.Sprintf("it writes the trust bundle [new anchor, expired anchor] (%s)", steps.StepExpandTrustBundle),
+			fmt.Sprintf("it restarts linkerd-identity onto both, before any other pod: identity signs again (%s)", steps.StepRestartIdentityFirst),
+			fmt.Sprintf("it restarts linkerd-destination and linkerd-proxy-injector, then every meshed workload, %d at a time (%s, %s): each restarted pod gets a certificate of the new issuer at once, and until a pod restarts it refuses the certificates of the pods restarted before it",
+				budget, steps.StepRefreshControlPlane, steps.StepPropagateTrustRoots),
+			"it ends as a rotation does: identity and the control plane restarted onto the new issuer, the expired anchor retired, the bundle reduced to the new anchor, the control plane and every workload restarted once more")
+		v.Restarts = fmt.Sprintf("linkerd-identity 3 times, linkerd-destination and linkerd-proxy-injector 3 times each, every meshed workload (%d) twice", v.Workloads)
+	}
+	return v
+}
+
+// isControlPlane reports whether the pod is one of Linkerd's control plane's.
+func isControlPlane(s *steps.State, p *podindex.Pod) bool {
+	if p.Namespace != s.Config.LinkerdNamespace {
+		return false
+	}
+	for _, name := range s.Config.ControlPlane() {
+		if strings.HasSuffix(p.Workload, "/"+name) {
+			return true
+		}
+	}
+	return false
+}
+
+func orNull(n int32) string {
+	if n == 0 {
+		return "null"
+	}
+	return fmt.Sprint(n)
+}
+
+// applyTo returns spec with what recover sets.
+func (v *recoveryView) applyTo(spec v1alpha1.TrustAnchorRotationSpec) v1alpha1.TrustAnchorRotationSpec {
+	if _, ok := v.patch["identityIssuerRenewal"]; ok {
+		spec.IdentityIssuerRenewal = v1alpha1.Automatic
+	}
+	if r, ok := v.patch["dataPlaneRestart"].(map[string]any); ok {
+		spec.DataPlaneRestart.Policy = v1alpha1.Automatic
+		spec.DataPlaneRestart.MaxConcurrent = r["maxConcurrent"].(int32)
+		spec.DataPlaneRestart.MaxConcurrentPerNamespace = r["maxConcurrentPerNamespace"].(int32)
+	}
+	return spec
+}
+
+// maxListed is how many pods a recovery's facts name per list; the JSON output has them all.
+const maxListed = 10
+
+// renderRecovery prints the recovery's facts, in plain numbers, before the steps.
+func renderRecovery(w io.Writer, rotation string, v *recoveryView) {
+	fmt.Fprintf(w, "\nRecovery (%s): %s\n", v.Case, v.Summary)
+	fmt.Fprintf(w, "  meshed pods read: %d", v.ProbedPods)
+	if v.UnprobedPods > 0 {
+		fmt.Fprintf(w, " (%d more not read: not running, or their proxy did not answer)", v.UnprobedPods)
+	}
+	fmt.Fprintln(w)
+	list := func(title string, pods []podDeadline) {
+		fmt.Fprintf(w, "  %s: %d pod(s)\n", title, len(pods))
+		for i, p := range pods {
+			if i == maxListed {
+				fmt.Fprintf(w, "    … and %d more, the last at %s\n", len(pods)-maxListed, pods[len(pods)-1].Expires)
+				break
+			}
+			fmt.Fprintf(w, "    %s  %s\n", p.Expires, p.Pod)
+		}
+	}
+	list("without a valid certificate now (expired at)", v.WithoutCertificate)
+	list("with one until (soonest first)", v.Expiring)
+	fmt.Fprintln(w, "  The recovery, in order:")
+	for i, o := range v.Order {
+		fmt.Fprintf(w, "    %d. %s\n", i+1, o)
+	}
+	fmt.Fprintf(w, "  It restarts: %s\n", v.Restarts)
+	if len(v.Sets) > 0 {
+		fmt.Fprintf(w, "  It sets on TrustAnchorRotation %s: %s\n", rotation, strings.Join(v.Sets, "; "))
+	}
+}
+
+func recoverCommand(env *Env) *command {
+	fs := newFlagSet("recover")
+	kf := addKubeFlags(fs)
+	pf := addProbeFlags(fs)
+	var yes, dryRun bool
+	var opts recoverOptions
+	fs.BoolVarP(&yes, "yes", "y", false, "recover without asking, even on a terminal (the plan is not printed)")
+	fs.BoolVar(&dryRun, "dry-run", false, "print what was found and the recovery's plan, then stop: nothing is changed")
+	fs.Int32Var(&opts.maxConcurrent, "max-concurrent", 0, "workloads the operator may restart at once during the recovery, cluster-wide and per namespace (default: every meshed workload at once, the shortest outage)")
+	c := &command{
+		name:  "recover",
+		short: "Bring mTLS back after the trust anchor or the identity issuer expired",
+		long: `Recover after the identity issuer or the trust anchor expired: prints which pods have no
+valid certificate now, when the others lose theirs, and the recovery's order (--dry-run: then
+stops); renews an expired anchor cert-manager has not, and sets the spec the recovery runs under.`,
+		example: `  # What is down and what the recovery would do, changing nothing
+  linkerd trust recover --dry-run
+
+  # Recover, then follow it
+  linkerd trust recover
+  linkerd trust inspect --watch`,
+		flags: fs,
+	}
+	c.run = func(ctx context.Context, args []string) error {
+		if len(args) > 0 {
+			return usagef("recover takes no arguments, got %q", args)
+		}
+		if err := kf.validate(); err != nil {
+			return err
+		}
+		if err := pf.validate(); err != nil {
+			return err
+		}
+		if yes && dryRun {
+			return usagef("--yes and --dry-run are exclusive")
+		}
+		if opts.maxConcurrent < 0 || opts.maxConcurrent > 10000 {
+			return usagef("--max-concurrent %d: want 1 to 10000, or 0 for every meshed workload at once", opts.maxConcurrent)
+		}
+		cl, err := env.clients(kf)
+		if err != nil {
+			return err
+		}
+		return recoverPKI(ctx, env, cl, kf, pf, opts, dryRun || !yes && env.inIsTerminal(), !dryRun)
+	}
+	return c
+}
+
+// recoverPKI prints the recovery's plan when preview, and when request renews the anchor if it
+// must and sets the spec (after asking, on a terminal).
+func recoverPKI(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, opts recoverOptions, preview, request bool) error {
+	if _, err := cl.Rotations.Get(ctx, kf.RotationName); apierrors.IsNotFound(err) {
+		return fmt.Errorf("TrustAnchorRotation %s not found: install the operator first (its chart creates it); nothing was changed", kf.RotationName)
+	}
+	p, err := buildPlan(ctx, env, cl, kf, pf, planOptions{recover: &opts})
+	if err != nil {
+		return err
+	}
+	if preview {
+		if err := renderPlan(env.Out, p, "table"); err != nil {
+			return err
+		}
+	} else {
+		renderRecovery(env.Out, kf.RotationName, p.Recovery)
+	}
+	if !request {
+		return nil
+	}
+	v := p.Recovery
+	if len(v.patch) == 0 && !v.RenewAnchor {
+		fmt.Fprintf(env.Out, "TrustAnchorRotation %s already has the spec the recovery runs under: the operator recovers.\n", kf.RotationName)
+		fmt.Fprintf(env.Out, "Follow it with: %s inspect --watch\n", binary)
+		return nil
+	}
+	if preview && !confirmed(env, fmt.Sprintf("Recover: %s? [y/N] ", recoverQuestion(kf, v))) {
+		fmt.Fprintln(env.Out, "Not recovering: not confirmed. Nothing was changed.")
+		return nil
+	}
+	if len(v.patch) > 0 {
+		patcher, ok := cl.Rotations.(RotationSpecPatcher)
+		if !ok {
+			return fmt.Errorf("cannot change TrustAnchorRotation %s: this client only reads", kf.RotationName)
+		}
+		body, err := json.Marshal(v.patch)
+		if err != nil {
+			return err
+		}
+		if _, err := patcher.PatchSpec(ctx, kf.RotationName, body, suspendFieldManager); err != nil {
+			return fmt.Errorf("setting %s on TrustAnchorRotation %s: %w; nothing was changed", strings.Join(v.Sets, "; "), kf.RotationName, err)
+		}
+		fmt.Fprintf(env.Out, "Set on TrustAnchorRotation %s: %s.\n", kf.RotationName, strings.Join(v.Sets, "; "))
+	}
+	if v.RenewAnchor {
+		cfg := kf.Config
+		if err := apply.RenewCertificate(ctx, clientset.CertManager(cl.CertManager), cfg.CertManagerNamespace, cfg.AnchorCertificate); err != nil {
+			return fmt.Errorf("%w (the spec is set: renew it yourself, cmctl renew -n %s %s)", err, cfg.CertManagerNamespace, cfg.AnchorCertificate)
+		}
+		fmt.Fprintf(env.Out, "Triggered the renewal of Certificate %s/%s, as cmctl renew does.\n", cfg.CertManagerNamespace, cfg.AnchorCertificate)
+	}
+	fmt.Fprintf(env.Out, "The operator recovers now. Follow it with: %s inspect --watch\n", binary)
+	if v.Restore != "" {
+		fmt.Fprintf(env.Out, "Once it is Synced, put the restart budget back: %s\n", fmt.Sprintf(v.Restore, kf.RotationName))
+	}
+	return nil
+}
+
+func recoverQuestion(kf *KubeFlags, v *recoveryView) string {
+	var what []string
+	if v.RenewAnchor {
+		what = append(what, fmt.Sprintf("renew Certificate %s/%s", kf.Config.CertManagerNamespace, kf.Config.AnchorCertificate))
+	}
+	if len(v.Sets) > 0 {
+		what = append(what, fmt.Sprintf("set %s on TrustAnchorRotation %s", strings.Join(v.Sets, "; "), kf.RotationName))
+	}
+	return strings.Join(what, " and ")
+}
+
+// nothingToRecover says why the mesh has nothing to recover from.
+func nothingToRecover(s *steps.State) string {
+	var parts []string
+	if s.Previous.Usable() {
+		parts = append(parts, fmt.Sprintf("the trust anchor the mesh trusts, %s, is valid until %s", steps.ShortFingerprint(s.Previous.Fingerprint()), s.Previous.Cert.NotAfter.UTC().Format(time.RFC3339)))
+	} else {
+		parts = append(parts, s.Previous.Problem("previous-anchor Secret"))
+	}
+	if s.Issuer.Usable() {
+		parts = append(parts, fmt.Sprintf("the identity issuer %s until %s", steps.ShortFingerprint(s.Issuer.Fingerprint()), s.Issuer.Cert.NotAfter.UTC().Format(time.RFC3339)))
+	} else {
+		parts = append(parts, s.Issuer.Problem("identity issuer Secret"))
+	}
+	return strings.Join(parts, ", ") + " (a rotation, not a recovery: " + binary + " rotate)"
+}

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/steps/probe"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// PatchSpec applies a merge patch of the spec as the apiserver does for the fields recover sets
+// (the JSON decoded over the spec: what it names changes, the rest stays).
+func (f fakeRotations) PatchSpec(_ context.Context, name string, spec []byte, _ string) (*v1alpha1.TrustAnchorRotation, error) {
+	tar, err := f.Get(context.Background(), name)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(spec, &f[name].Spec); err != nil {
+		return nil, err
+	}
+	return tar, nil
+}
+
+// testCA makes a CA certificate valid from notBefore to notAfter, signed by parent (self-signed
+// when nil): the fixture's PKI files cannot express an expiry relative to testNow.
+func testCA(t *testing.T, cn string, parent *x509.Certificate, parentKey crypto.Signer, notBefore, notAfter time.Time) (*x509.Certificate, crypto.Signer) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: notBefore, NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, key
+}
+
+func pemOf(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+}
+
+// onPKI moves the fixture onto anchor and issuer: the Secrets, the bundle, the status, and
+// every pod's probe, whose leaf expires at leaves[pod] (an hour after testNow when not there).
+func (f *fixture) onPKI(anchor, issuer *x509.Certificate, leaves map[string]time.Time) {
+	f.issue("cert-manager", "linkerd-trust-anchor", pemOf(anchor))
+	f.replace(secret("linkerd", "linkerd-previous-anchor", pemOf(anchor)))
+	f.issue("linkerd", "linkerd-identity-issuer", pemOf(issuer))
+	f.replace(bundleConfigMap(steps.RenderBundle(anchor)))
+	st := &f.rotations["cluster"].Status
+	st.PreviousAnchorFingerprint, st.ActiveIssuerFingerprint = steps.Fingerprint(anchor), steps.Fingerprint(issuer)
+	for key := range f.probes {
+		at, ok := leaves[key]
+		if !ok {
+			at = testNow.Add(time.Hour)
+		}
+		f.probes[key] = probe.ProbeResult{Issuer: steps.Fingerprint(issuer), Chain: []*x509.Certificate{issuer}, LeafNotAfter: at}
+	}
+}
+
+// recover refuses where nothing has expired, naming what is valid until when, and changes
+// nothing.
+func TestRecoverRefusesWithNothingExpired(t *testing.T) {
+	f := newFixture(t)
+	out, errOut, code := f.run("recover", "--yes")
+	for _, want := range []string{"nothing to recover from: the trust anchor the mesh trusts", "is valid until 2035-01-01T00:00:00Z", "the identity issuer", "nothing was changed"} {
+		if code == ExitOK || !strings.Contains(errOut, want) {
+			t.Errorf("recover with nothing expired: exit %d, want it to say %q\n%s%s", code, want, out, errOut)
+		}
+	}
+	if spec := f.rotations["cluster"].Spec; spec.IdentityIssuerRenewal != "" || spec.DataPlaneRestart.Policy != "" {
+		t.Errorf("the spec was changed: %+v", spec)
+	}
+}
+
+// An expired anchor, not renewed: recover prints which pods have no valid certificate and when
+// the others lose theirs, the recovery's order and the steps; with --yes it sets the spec the
+// recovery runs under (the whole data plane at once) and renews the anchor.
+func TestRecoverFromExpiredAnchor(t *testing.T) {
+	f := newFixture(t)
+	anchor, key := testCA(t, "root.linkerd.cluster.local", nil, nil, testNow.Add(-365*24*time.Hour), testNow.Add(-time.Hour))
+	// cert-manager's CA issuer does not cap what it signs at its CA's expiry: the issuer outlives
+	// the anchor, and so do the leaves.
+	issuer, _ := testCA(t, "identity.linkerd.cluster.local", anchor, key, testNow.Add(-24*time.Hour), testNow.Add(24*time.Hour))
+	f.onPKI(anchor, issuer, map[string]time.Time{
+		"emojivoto/web-7c9d8f6b5-qx2lp":    testNow.Add(-10 * time.Minute),
+		"emojivoto/voting-6b4d9f8c7-m2k9s": testNow.Add(3 * time.Hour),
+	})
+
+	out, errOut, code := f.run("recover", "--dry-run")
+	if code != ExitOK {
+		t.Fatalf("recover --dry-run: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"Recovery (TrustAnchorExpired): trust anchor " + steps.ShortFingerprint(steps.Fingerprint(anchor)) + " expired at 2026-06-01T11:00:00Z",
+		"meshed pods read: 4",
+		"without a valid certificate now (expired at): 1 pod(s)\n    2026-06-01T11:50:00Z  emojivoto/web-7c9d8f6b5-qx2lp",
+		"with one until (soonest first): 3 pod(s)\n    2026-06-01T13:00:00Z  emojivoto/web-7c9d8f6b5-zt7wn\n    2026-06-01T13:00:00Z  linkerd/linkerd-identity-5d8f9c7b6-aaaaa\n    2026-06-01T15:00:00Z  emojivoto/voting-6b4d9f8c7-m2k9s",
+		"1. linkerd-trust recover renews the trust anchor, Certificate cert-manager/linkerd-trust-anchor",
+		"restarts linkerd-identity onto both, before any other pod",
+		"every meshed workload, 2 at a time",
+		"It restarts: linkerd-identity 3 times, linkerd-destination and linkerd-proxy-injector 3 times each, every meshed workload (2) twice",
+		"It sets on TrustAnchorRotation cluster: identityIssuerRenewal: Automatic; dataPlaneRestart: policy Automatic, maxConcurrent 2, maxConcurrentPerNamespace 2",
+		"renew-issuer-first", "RenewingIssuerFirst",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --dry-run does not say %q\n%s", want, out)
+		}
+	}
+	if spec := f.rotations["cluster"].Spec; spec.IdentityIssuerRenewal != "" || spec.DataPlaneRestart.Policy != "" {
+		t.Errorf("--dry-run changed the spec: %+v", spec)
+	}
+
+	out, errOut, code = f.run("recover", "--yes")
+	if code != ExitOK {
+		t.Fatalf("recover --yes: exit %d\n%s%s", code, out, errOut)
+	}
+	spec := f.rotations["cluster"].Spec
+	if spec.IdentityIssuerRenewal != v1alpha1.Automatic || spec.DataPlaneRestart.Policy != v1alpha1.Automatic ||
+		spec.DataPlaneRestart.MaxConcurrent != 2 || spec.DataPlaneRestart.MaxConcurrentPerNamespace != 2 {
+		t.Errorf("spec after recover: %+v", spec)
+	}
+	if !issuing(t, f, "cert-manager", "linkerd-trust-anchor") {
+		t.Error("the trust anchor's renewal was not triggered")
+	}
+	for _, want := range []string{"Triggered the renewal of Certificate cert-manager/linkerd-trust-anchor",
+		`put the restart budget back: kubectl patch trustanchorrotation cluster --type=merge -p '{"spec":{"dataPlaneRestart":{"policy":"Manual","maxConcurrent":null,"maxConcurrentPerNamespace":null}}}'`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --yes does not say %q\n%s", want, out)
+		}
+	}
+}
+
+// An expired issuer under a valid anchor: nothing restarts; recover sets the issuer's renewal
+// alone.
+func TestRecoverFromExpiredIssuer(t *testing.T) {
+	f := newFixture(t)
+	anchor, key := testCA(t, "root.linkerd.cluster.local", nil, nil, testNow.Add(-24*time.Hour), testNow.Add(365*24*time.Hour))
+	issuer, _ := testCA(t, "identity.linkerd.cluster.local", anchor, key, testNow.Add(-48*time.Hour), testNow.Add(-time.Minute))
+	f.onPKI(anchor, issuer, map[string]time.Time{
+		"emojivoto/web-7c9d8f6b5-qx2lp": testNow.Add(-time.Minute), "emojivoto/web-7c9d8f6b5-zt7wn": testNow.Add(-time.Minute),
+		"emojivoto/voting-6b4d9f8c7-m2k9s": testNow.Add(-time.Minute), "linkerd/linkerd-identity-5d8f9c7b6-aaaaa": testNow.Add(-time.Minute),
+	})
+	out, errOut, code := f.run("recover", "--yes")
+	if code != ExitOK {
+		t.Fatalf("recover --yes: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"Recovery (IdentityIssuerExpired): the identity issuer in Secret linkerd/linkerd-identity-issuer expired at 2026-06-01T11:59:00Z",
+		"without a valid certificate now (expired at): 4 pod(s)", "It restarts: nothing: no pod restarts", "Set on TrustAnchorRotation cluster: identityIssuerRenewal: Automatic."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover does not say %q\n%s", want, out)
+		}
+	}
+	spec := f.rotations["cluster"].Spec
+	if spec.IdentityIssuerRenewal != v1alpha1.Automatic || spec.DataPlaneRestart.Policy != "" {
+		t.Errorf("spec after recover: %+v, want the issuer's renewal alone", spec)
+	}
+	if issuing(t, f, "cert-manager", "linkerd-trust-anchor") {
+		t.Error("the trust anchor was renewed: only the issuer expired")
+	}
+}
+
+// issuing reports whether the last run left the Certificate Issuing (a renewal triggered).
+func issuing(t *testing.T, f *fixture, ns, name string) bool {
+	t.Helper()
+	cm := f.cmClients[len(f.cmClients)-1]
+	crt, err := cm.CertmanagerV1().Certificates(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range crt.Status.Conditions {
+		if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
