@@ -24,11 +24,14 @@ import (
 
 // shortAnchorLifetime is the trust anchor's lifetime in TestRecoveryFromExpiredAnchor: long
 // enough for a rotation onto it to complete, short enough to expire within the test.
-const shortAnchorLifetime = 3 * time.Minute
+const shortAnchorLifetime = 2 * time.Minute
 
-// recoveryValues are the spec the recovery runs under: the operator restarts the whole data plane
-// at once (a budget above the pods there are) and renews the issuer itself.
+// recoveryValues are the spec the recovery runs under, as linkerd trust recover sets it: the
+// operator restarts the whole data plane at once (a budget above the workloads there are) and
+// renews the issuer itself; and proxies refresh their certificates within seconds, as in the
+// other hands-off tests, so that a rotation fits in the short anchor's lifetime.
 var recoveryValues = []string{
+	"rotation.spec.workloadCertificateRefreshInterval=10s",
 	"rotation.spec.dataPlaneRestart.policy=Automatic",
 	"rotation.spec.dataPlaneRestart.maxConcurrent=100",
 	"rotation.spec.dataPlaneRestart.maxConcurrentPerNamespace=100",
