@@ -30,13 +30,12 @@ func (c *Client) setSpecFlag(ctx context.Context, name, field string, value bool
 	return out, err
 }
 
-// PatchSpec merge-patches the named TrustAnchorRotation's spec with the given fields (a JSON
-// object, the spec's own keys): what it names changes, the rest stays.
-func (c *Client) PatchSpec(ctx context.Context, name string, spec []byte, fieldManager string) (*v1alpha1.TrustAnchorRotation, error) {
+// MergePatch applies a JSON merge patch to the named TrustAnchorRotation (its metadata and
+// spec; the status has its own subresource): what the patch names changes, the rest stays.
+func (c *Client) MergePatch(ctx context.Context, name string, patch []byte, fieldManager string) (*v1alpha1.TrustAnchorRotation, error) {
 	out := &v1alpha1.TrustAnchorRotation{}
-	body := append(append([]byte(`{"spec":`), spec...), '}')
 	err := c.rest.Patch(types.MergePatchType).Resource(v1alpha1.Resource).Name(name).
 		VersionedParams(&metav1.PatchOptions{FieldManager: fieldManager}, parameterCodec).
-		Body(body).Do(ctx).Into(out)
+		Body(patch).Do(ctx).Into(out)
 	return out, err
 }

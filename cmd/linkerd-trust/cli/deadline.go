@@ -111,6 +111,9 @@ type historyView struct {
 	Rotation     string                    `json:"rotation"`
 	NextRotation *v1alpha1.NextRotation    `json:"nextRotation,omitempty"`
 	History      []v1alpha1.RotationRecord `json:"history"`
+	// Emergency is the post-incident summary of the last emergency rotation (rotate
+	// --emergency), when the TrustAnchorRotation records one.
+	Emergency *emergencySummary `json:"emergency,omitempty"`
 }
 
 // showHistory prints status.history: a table, or JSON or YAML.
@@ -120,6 +123,9 @@ func showHistory(ctx context.Context, env *Env, cl *Clients, name, format string
 		return fmt.Errorf("reading TrustAnchorRotation %s: %w", name, err)
 	}
 	v := historyView{Rotation: name, NextRotation: tar.Status.NextRotation, History: tar.Status.History}
+	if v.Emergency, err = readEmergency(tar); err != nil {
+		return err
+	}
 	if v.History == nil {
 		v.History = []v1alpha1.RotationRecord{}
 	}
@@ -137,6 +143,9 @@ func renderHistory(w io.Writer, v historyView, now time.Time) error {
 	if len(v.History) == 0 {
 		_, err := fmt.Fprintf(w, "\nNo rotation recorded yet.\n")
 		return err
+	}
+	if v.Emergency != nil {
+		renderEmergencySummary(w, v.Emergency, now)
 	}
 	fmt.Fprintf(w, "\nRotations (latest first):\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	cmfake "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -152,6 +154,9 @@ type fixture struct {
 	kubeClients []*kubefake.Clientset
 	// cmClients are the cert-manager clients the commands were given.
 	cmClients []*cmfake.Clientset
+	// operatorDenied are the "verb resource" pairs the apiserver's authorization denies the
+	// operator's ServiceAccount, as SubjectAccessReviews answer them; everything else is allowed.
+	operatorDenied []string
 	// links are the Links of linkerd-multicluster; remotes the TrustAnchorRotations of each
 	// linked cluster, by its name: a cluster not there has no credentials Secret.
 	links   []runtime.Object
@@ -376,6 +381,12 @@ func (f *fixture) env(out, errOut *bytes.Buffer) *Env {
 						fmt.Errorf(`User "alice" cannot %s resource %q in API group "" in the namespace %q`, a.GetVerb(), res, a.GetNamespace()))
 				})
 			}
+			kube.PrependReactor("create", "subjectaccessreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				review := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+				attrs := review.Spec.ResourceAttributes
+				review.Status.Allowed = !slices.Contains(f.operatorDenied, attrs.Verb+" "+attrs.Resource)
+				return true, review, nil
+			})
 			f.kubeClients = append(f.kubeClients, kube)
 			cm := cmfake.NewClientset(f.cm...)
 			f.cmClients = append(f.cmClients, cm)

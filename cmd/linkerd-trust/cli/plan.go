@@ -89,6 +89,12 @@ type plan struct {
 
 	// Recovery is what recover found and will do, before the steps.
 	Recovery *recoveryView `json:"recovery,omitempty"`
+	// Emergency is what rotate --emergency costs and sets, before the steps.
+	Emergency *emergencyView `json:"emergency,omitempty"`
+	// automations are what the spec recover or rotate --emergency sets needs of the operator's
+	// RBAC; tar is the TrustAnchorRotation read (its Helm release).
+	automations []automationAccess
+	tar         *v1alpha1.TrustAnchorRotation
 
 	Steps []planStep `json:"steps"`
 	// ManualActions are the user's, in order.
@@ -163,6 +169,8 @@ type planOptions struct {
 	// recover: the plan of a recovery from an expired PKI (recover, before it sets the spec
 	// and renews the anchor): its facts first, then the steps under the spec it sets.
 	recover *recoverOptions
+	// emergency: the plan of rotate --emergency, under the spec it sets (assumeRenewed too).
+	emergency bool
 }
 
 // buildPlan reads the cluster once and walks the operator's steps over it with the engine's
@@ -274,6 +282,16 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		tar.Spec = p.Recovery.applyTo(tar.Spec)
 		s.Spec = tar.Spec
 		p.Notes = append(p.Notes, fmt.Sprintf("assuming the spec %s recover sets on TrustAnchorRotation %s: %s", binary, kf.RotationName, strings.Join(p.Recovery.Sets, "; ")))
+		p.automations, p.tar = specAutomations(p.Recovery.patch, cfg, reading.Pods), tar.DeepCopy()
+	}
+	if opts.emergency {
+		p.Emergency = emergencyFacts(s, tar.Spec, reading.Pods)
+		p.automations, p.tar = specAutomations(p.Emergency.patch, cfg, reading.Pods), tar.DeepCopy()
+		tar.Spec = p.Emergency.applyTo(tar.Spec)
+		s.Spec = tar.Spec
+		if len(p.Emergency.Sets) > 0 {
+			p.Notes = append(p.Notes, fmt.Sprintf("assuming the spec %s rotate --emergency sets on TrustAnchorRotation %s: %s", binary, kf.RotationName, strings.Join(p.Emergency.Sets, "; ")))
+		}
 	}
 	// The linked clusters, read as the operator reads them, with its credentials: the remote
 	// gates below wait on them.

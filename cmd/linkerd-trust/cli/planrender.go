@@ -81,6 +81,9 @@ func renderPlanText(w io.Writer, p *plan) error {
 	if p.Recovery != nil {
 		renderRecovery(w, p.Rotation, p.Recovery)
 	}
+	if p.Emergency != nil {
+		renderEmergency(w, p.Rotation, p.Emergency)
+	}
 	fmt.Fprintf(w, "\nSteps, in the operator's order (\"now\": observed on the cluster; \"then\": simulated, after the writes and the assumptions above):\n")
 	for _, st := range p.Steps {
 		mark := " "

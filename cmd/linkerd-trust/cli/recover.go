@@ -19,9 +19,31 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// RotationSpecPatcher merge-patches a TrustAnchorRotation's spec; *client.Client is one.
-type RotationSpecPatcher interface {
-	PatchSpec(ctx context.Context, name string, spec []byte, fieldManager string) (*v1alpha1.TrustAnchorRotation, error)
+// RotationPatcher merge-patches a TrustAnchorRotation; *client.Client is one.
+type RotationPatcher interface {
+	MergePatch(ctx context.Context, name string, patch []byte, fieldManager string) (*v1alpha1.TrustAnchorRotation, error)
+}
+
+// patchRotation merge-patches the TrustAnchorRotation with the given spec fields and
+// annotations, in one write.
+func patchRotation(ctx context.Context, cl *Clients, name string, spec map[string]any, annotations map[string]string) error {
+	patcher, ok := cl.Rotations.(RotationPatcher)
+	if !ok {
+		return fmt.Errorf("cannot change TrustAnchorRotation %s: this client only reads", name)
+	}
+	patch := map[string]any{}
+	if len(spec) > 0 {
+		patch["spec"] = spec
+	}
+	if len(annotations) > 0 {
+		patch["metadata"] = map[string]any{"annotations": annotations}
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	_, err = patcher.MergePatch(ctx, name, body, suspendFieldManager)
+	return err
 }
 
 // recoverOptions are recover's flags that shape the recovery.
@@ -288,8 +310,18 @@ func recoverPKI(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *p
 	} else {
 		renderRecovery(env.Out, kf.RotationName, p.Recovery)
 	}
+	note, refused := checkOperatorAccess(ctx, cl, p.tar, kf.Config, p.automations)
+	if note != "" {
+		fmt.Fprintf(env.Out, "Note: %s\n", note)
+	}
 	if !request {
+		if refused != nil {
+			fmt.Fprintf(env.Out, "This would be refused: %v\n", refused)
+		}
 		return nil
+	}
+	if refused != nil {
+		return refused
 	}
 	v := p.Recovery
 	if len(v.patch) == 0 && !v.RenewAnchor {
@@ -302,15 +334,7 @@ func recoverPKI(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *p
 		return nil
 	}
 	if len(v.patch) > 0 {
-		patcher, ok := cl.Rotations.(RotationSpecPatcher)
-		if !ok {
-			return fmt.Errorf("cannot change TrustAnchorRotation %s: this client only reads", kf.RotationName)
-		}
-		body, err := json.Marshal(v.patch)
-		if err != nil {
-			return err
-		}
-		if _, err := patcher.PatchSpec(ctx, kf.RotationName, body, suspendFieldManager); err != nil {
+		if err := patchRotation(ctx, cl, kf.RotationName, v.patch, nil); err != nil {
 			return fmt.Errorf("setting %s on TrustAnchorRotation %s: %w; nothing was changed", strings.Join(v.Sets, "; "), kf.RotationName, err)
 		}
 		fmt.Fprintf(env.Out, "Set on TrustAnchorRotation %s: %s.\n", kf.RotationName, strings.Join(v.Sets, "; "))

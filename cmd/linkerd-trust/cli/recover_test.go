@@ -17,6 +17,7 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -24,17 +25,26 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// PatchSpec applies a merge patch of the spec as the apiserver does for the fields recover sets
-// (the JSON decoded over the spec: what it names changes, the rest stays).
-func (f fakeRotations) PatchSpec(_ context.Context, name string, spec []byte, _ string) (*v1alpha1.TrustAnchorRotation, error) {
+// MergePatch applies a JSON merge patch as the apiserver does, over the object's JSON.
+func (f fakeRotations) MergePatch(_ context.Context, name string, patch []byte, _ string) (*v1alpha1.TrustAnchorRotation, error) {
 	tar, err := f.Get(context.Background(), name)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(spec, &f[name].Spec); err != nil {
+	orig, err := json.Marshal(tar)
+	if err != nil {
 		return nil, err
 	}
-	return tar, nil
+	merged, err := jsonpatch.MergePatch(orig, patch)
+	if err != nil {
+		return nil, err
+	}
+	out := &v1alpha1.TrustAnchorRotation{}
+	if err := json.Unmarshal(merged, out); err != nil {
+		return nil, err
+	}
+	f[name] = out
+	return out.DeepCopy(), nil
 }
 
 // testCA makes a CA certificate valid from notBefore to notAfter, signed by parent (self-signed
@@ -200,4 +210,33 @@ func issuing(t *testing.T, f *fixture, ns, name string) bool {
 		}
 	}
 	return false
+}
+
+// recover refuses, changing nothing, when the operator's RBAC does not let it act on the spec it
+// would set, naming what is denied and the helm upgrade that grants it; --dry-run says it would.
+func TestRecoverRefusesWhatTheOperatorMayNotDo(t *testing.T) {
+	f := newFixture(t)
+	anchor, key := testCA(t, "root.linkerd.cluster.local", nil, nil, testNow.Add(-365*24*time.Hour), testNow.Add(-time.Hour))
+	issuer, _ := testCA(t, "identity.linkerd.cluster.local", anchor, key, testNow.Add(-24*time.Hour), testNow.Add(24*time.Hour))
+	f.onPKI(anchor, issuer, nil)
+	f.rotations["cluster"].Annotations = map[string]string{steps.HelmReleaseNameAnnotation: "trust-rotation-operator", steps.HelmReleaseNamespaceAnnotation: "linkerd"}
+	f.operatorDenied = []string{"patch deployments"}
+
+	out, errOut, code := f.run("recover", "--dry-run")
+	if code != ExitOK || !strings.Contains(out, "This would be refused: the operator's ServiceAccount linkerd/default may not act on the spec this would set") {
+		t.Errorf("recover --dry-run: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = f.run("recover", "--yes")
+	for _, want := range []string{
+		"dataPlaneRestart.policy: Automatic needs it to patch deployments.apps in namespace emojivoto",
+		"helm upgrade -n linkerd trust-rotation-operator <chart> --reuse-values --set rotation.spec.dataPlaneRestart.policy=Automatic, then run this again",
+		"nothing was changed",
+	} {
+		if code == ExitOK || !strings.Contains(errOut, want) {
+			t.Errorf("recover --yes with the operator denied restarts: exit %d, want it to say %q\n%s%s", code, want, out, errOut)
+		}
+	}
+	if spec := f.rotations["cluster"].Spec; spec.IdentityIssuerRenewal != "" || spec.DataPlaneRestart.Policy != "" || issuing(t, f, "cert-manager", "linkerd-trust-anchor") {
+		t.Errorf("changed something: spec %+v", spec)
+	}
 }

@@ -3,9 +3,11 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -25,9 +27,10 @@ func rotateCommand(env *Env) *command {
 	fs.StringVar(&o.rootIssuer, "trust-root-issuer", "linkerd-trust-root-issuer", "cert-manager Issuer (in the cert-manager namespace) that signs the trust anchor")
 	fs.StringVar(&o.identityClusterIssuer, "identity-cluster-issuer", "linkerd-identity-issuer", "cert-manager ClusterIssuer that signs the identity issuer")
 	pf := addProbeFlags(fs)
-	var suspend, resume, yes, dryRun bool
+	var suspend, resume, yes, dryRun, emergency bool
 	fs.BoolVarP(&yes, "yes", "y", false, "renew without asking, even on a terminal (the plan is not printed)")
 	fs.BoolVar(&dryRun, "dry-run", false, "run the checks and print the plan of the rotation, then stop: nothing is renewed")
+	fs.BoolVar(&emergency, "emergency", false, "the trust anchor is compromised: lift every wait (restart budgets and windows, the proxies' refresh, the issuer's renewal) so that it leaves every pod's roots as fast as the restarts go; the plan says what that costs first")
 	fs.BoolVar(&suspend, "suspend", false, "set the TrustAnchorRotation's spec.suspend: the operator acts on nothing until resumed (no renewal, no check)")
 	fs.BoolVar(&resume, "resume", false, "clear the TrustAnchorRotation's spec.suspend: the operator acts again (no renewal, no check)")
 	c := &command{
@@ -62,8 +65,8 @@ plan and stops; without a terminal (a script, the chart's CronJob) it renews wit
 		if suspend && resume {
 			return usagef("--suspend and --resume are exclusive")
 		}
-		if (suspend || resume) && (yes || dryRun) || yes && dryRun {
-			return usagef("--yes and --dry-run go with a rotation alone, and not with each other")
+		if (suspend || resume) && (yes || dryRun || emergency) || yes && dryRun {
+			return usagef("--yes, --dry-run and --emergency go with a rotation alone, and --yes not with --dry-run")
 		}
 		if err := pf.validate(); err != nil {
 			return err
@@ -82,7 +85,7 @@ plan and stops; without a terminal (a script, the chart's CronJob) it renews wit
 			return err
 		}
 		preview := dryRun || !yes && env.inIsTerminal()
-		return rotate(ctx, env, o, cl, rotatePreview{plan: preview, probes: pf, confirm: preview && !dryRun})
+		return rotate(ctx, env, o, cl, rotatePreview{plan: preview, probes: pf, confirm: preview && !dryRun, emergency: emergency, dryRun: dryRun})
 	}
 	return c
 }
@@ -150,6 +153,9 @@ func (c *checks) rotationSynced(ctx context.Context) error {
 type rotatePreview struct {
 	plan, confirm bool
 	probes        *probeFlags
+	// emergency: rotate --emergency, which always plans (its costs are printed before
+	// anything is written) and sets the spec that lifts every wait before it renews.
+	emergency, dryRun bool
 }
 
 func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview rotatePreview) error {
@@ -161,20 +167,44 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview
 		fmt.Fprintln(env.Out, "Not rotating: a prerequisite check failed (above). Nothing was changed.")
 		return errReported
 	}
-	if preview.plan {
-		p, err := buildPlan(ctx, env, cl, o.kube, preview.probes, planOptions{assumeRenewed: true})
+	var p *plan
+	if preview.plan || preview.emergency {
+		var err error
+		p, err = buildPlan(ctx, env, cl, o.kube, preview.probes, planOptions{assumeRenewed: true, emergency: preview.emergency})
 		if err != nil {
 			return fmt.Errorf("planning the rotation: %w", err)
 		}
-		if err := renderPlan(env.Out, p, "table"); err != nil {
-			return err
+		if preview.plan {
+			if err := renderPlan(env.Out, p, "table"); err != nil {
+				return err
+			}
+		} else {
+			renderEmergency(env.Out, o.kube.RotationName, p.Emergency)
 		}
 		fmt.Fprintln(env.Out)
+		note, refused := checkOperatorAccess(ctx, cl, p.tar, o.kube.Config, p.automations)
+		if note != "" {
+			fmt.Fprintf(env.Out, "Note: %s\n", note)
+		}
+		if refused != nil {
+			if preview.dryRun {
+				fmt.Fprintf(env.Out, "This emergency rotation would be refused: %v\n", refused)
+				return nil
+			}
+			return refused
+		}
+	}
+	if preview.plan {
 		if !preview.confirm {
 			fmt.Fprintln(env.Out, "Dry run: the rotation above would start with the renewal of the trust anchor. Nothing was changed.")
 			return nil
 		}
-		if !confirmed(env, fmt.Sprintf("Renew Certificate %s/%s now and start this rotation? [y/N] ", o.kube.Config.CertManagerNamespace, o.anchorCertificate)) {
+		question := fmt.Sprintf("Renew Certificate %s/%s now and start this rotation? [y/N] ", o.kube.Config.CertManagerNamespace, o.anchorCertificate)
+		if preview.emergency {
+			question = fmt.Sprintf("Set %s on TrustAnchorRotation %s, renew Certificate %s/%s now and start this emergency rotation? [y/N] ",
+				orNone(strings.Join(p.Emergency.Sets, "; ")), o.kube.RotationName, o.kube.Config.CertManagerNamespace, o.anchorCertificate)
+		}
+		if !confirmed(env, question) {
 			fmt.Fprintln(env.Out, "Not rotating: not confirmed. Nothing was changed.")
 			return errReported
 		}
@@ -190,8 +220,27 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview
 			return errReported
 		}
 	}
+	if preview.emergency {
+		req, err := json.Marshal(emergencyRequest{Compromised: p.Emergency.Compromised, RequestedAt: env.now().UTC().Truncate(time.Second)})
+		if err != nil {
+			return err
+		}
+		if err := patchRotation(ctx, cl, o.kube.RotationName, p.Emergency.patch, map[string]string{EmergencyAnnotation: string(req)}); err != nil {
+			return fmt.Errorf("setting the emergency rotation's spec on TrustAnchorRotation %s: %w; nothing was renewed", o.kube.RotationName, err)
+		}
+		if len(p.Emergency.Sets) > 0 {
+			fmt.Fprintf(env.Out, "Set on TrustAnchorRotation %s: %s.\n", o.kube.RotationName, strings.Join(p.Emergency.Sets, "; "))
+		}
+	}
 	if err := apply.RenewCertificate(ctx, clientset.CertManager(cl.CertManager), ns, name); err != nil {
 		return err
+	}
+	if preview.emergency {
+		fmt.Fprintf(env.Out, "Once it is Synced: %s inspect --history prints the post-incident summary", binary)
+		if p.Emergency.Restore != "" {
+			fmt.Fprintf(env.Out, ", and this puts the spec back: %s", fmt.Sprintf(p.Emergency.Restore, o.kube.RotationName))
+		}
+		fmt.Fprintln(env.Out)
 	}
 	fmt.Fprintf(env.Out, "Triggered the renewal of Certificate %s/%s (as cmctl renew does): cert-manager issues a new trust anchor and the operator rotates onto it.\nFollow it with: %s inspect --watch\n", ns, name, binary)
 	return nil

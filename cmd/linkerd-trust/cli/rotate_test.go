@@ -5,8 +5,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	cmfake "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/fake"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
 // runRotate runs rotate over the fixture with stdin, a terminal or not, and reports whether it
@@ -79,5 +84,81 @@ func TestRotatePreviewsAndAsks(t *testing.T) {
 	f := newFixture(t)
 	if _, code, renewed := runRotate(f, "", false, "--yes", "--dry-run"); code != ExitUsage || renewed {
 		t.Errorf("--yes --dry-run: exit %d, renewed %t; want a usage error", code, renewed)
+	}
+}
+
+// rotate --emergency prints what it costs before anything is written, even with --yes; sets the
+// spec that lifts every wait and records the request in one write, then renews the anchor; and
+// inspect --history reads the request back as a post-incident summary once the rotation is on
+// record.
+func TestEmergencyRotation(t *testing.T) {
+	f := newFixture(t)
+	f.rotations["cluster"].Spec.DataPlaneRestart.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Days: []v1alpha1.Weekday{"Sat"}, Start: "02:00", End: "04:00"}}
+	out, code, renewed := runRotate(f, "", true, "--emergency", "--dry-run")
+	for _, want := range []string{
+		"Emergency rotation away from the trust anchor " + steps.ShortFingerprint(steps.Fingerprint(cert(t, "anchor-old"))) + " (compromised), every wait lifted",
+		"pods that lose mTLS: none: the standard order keeps every pair of pods verifying each other",
+		"the compromised anchor stays trusted by the control plane until refresh-control-plane-reduced, every meshed pod until its restart at remove-old-trust-roots",
+		"it restarts: linkerd-identity, linkerd-destination and linkerd-proxy-injector 3 times each; every meshed workload (2, 3 pods) twice",
+		"it sets on TrustAnchorRotation cluster: identityIssuerRenewal: Automatic; workloadCertificateRefreshInterval: 10s; dataPlaneRestart: policy Automatic, maxConcurrent 2, maxConcurrentPerNamespace 2, its 1 maintenance window(s) removed",
+		"step expand-trust-bundle", "Dry run",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rotate --emergency --dry-run does not say %q\n%s", want, out)
+		}
+	}
+	if code != ExitOK || renewed || f.rotations["cluster"].Annotations[EmergencyAnnotation] != "" {
+		t.Fatalf("--dry-run: exit %d, renewed %v, annotations %v", code, renewed, f.rotations["cluster"].Annotations)
+	}
+
+	out, code, renewed = runRotate(f, "", false, "--emergency", "--yes")
+	if code != ExitOK || !renewed {
+		t.Fatalf("rotate --emergency --yes: exit %d, renewed %v\n%s", code, renewed, out)
+	}
+	for _, want := range []string{"pods that lose mTLS: none", "Set on TrustAnchorRotation cluster: identityIssuerRenewal: Automatic;",
+		`this puts the spec back: kubectl patch trustanchorrotation cluster --type=merge -p '{"spec":{"identityIssuerRenewal":null,"workloadCertificateRefreshInterval":null,"dataPlaneRestart":{"maintenanceWindows":[{"days":["Sat"],"start":"02:00","end":"04:00"}],"maxConcurrent":null,"maxConcurrentPerNamespace":null,"policy":"Manual"}}}'`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rotate --emergency --yes does not say %q\n%s", want, out)
+		}
+	}
+	tar := f.rotations["cluster"]
+	spec := tar.Spec
+	if spec.IdentityIssuerRenewal != v1alpha1.Automatic || spec.DataPlaneRestart.Policy != v1alpha1.Automatic || spec.DataPlaneRestart.MaxConcurrent != 2 ||
+		len(spec.DataPlaneRestart.MaintenanceWindows) != 0 || spec.WorkloadCertificateRefreshInterval == nil || spec.WorkloadCertificateRefreshInterval.Duration != 10*time.Second {
+		t.Errorf("spec after rotate --emergency: %+v", spec)
+	}
+	old := steps.Fingerprint(cert(t, "anchor-old"))
+	if want := `{"compromised":"` + old + `","requestedAt":"2026-06-01T12:00:00Z"}`; tar.Annotations[EmergencyAnnotation] != want {
+		t.Errorf("annotation %s = %q, want %q", EmergencyAnnotation, tar.Annotations[EmergencyAnnotation], want)
+	}
+
+	// The operator's record of the rotation it ran.
+	start := metav1.NewTime(testNow.Add(5 * time.Second))
+	finish := metav1.NewTime(testNow.Add(5*time.Second + 90*time.Second))
+	tar.Status.History = []v1alpha1.RotationRecord{{Rotation: steps.Fingerprint(cert(t, "anchor-new")), From: old, StartTime: start, FinishTime: &finish, Outcome: v1alpha1.RotationCompleted,
+		Phases: []v1alpha1.PhaseDuration{
+			{Phase: v1alpha1.PhaseRefreshingControlPlane, Duration: metav1.Duration{Duration: 5 * time.Second}},
+			{Phase: v1alpha1.PhasePropagatingTrustRoots, Duration: metav1.Duration{Duration: 20 * time.Second}},
+			{Phase: v1alpha1.PhaseWaitingForIdentityRotation, Duration: metav1.Duration{Duration: 10 * time.Second}},
+			{Phase: v1alpha1.PhaseRenewingWorkloadCerts, Duration: metav1.Duration{Duration: 25 * time.Second}},
+			{Phase: v1alpha1.PhaseRefreshingControlPlane, Duration: metav1.Duration{Duration: 10 * time.Second}},
+			{Phase: v1alpha1.PhaseRemovingOldTrustRoots, Duration: metav1.Duration{Duration: 20 * time.Second}},
+		},
+		Restarts: []v1alpha1.RestartRecord{{Step: steps.StepPropagateTrustRoots, By: v1alpha1.RestartedByOperator, Acts: 2}}}}
+	hist, errOut, code := f.run("inspect", "--history")
+	if code != ExitOK {
+		t.Fatalf("inspect --history: exit %d\n%s%s", code, hist, errOut)
+	}
+	for _, want := range []string{
+		"Emergency rotation away from the compromised trust anchor " + steps.ShortFingerprint(old) + ", requested at 2026-06-01T12:00:00Z:",
+		"rotation started: 2026-06-01T12:00:05Z (5s after the request)",
+		"identity signs under the new anchor alone: 2026-06-01T12:00:40Z (40s after the request)",
+		"every pod presents a certificate of the new anchor: 2026-06-01T12:01:05Z (1m5s after the request)",
+		"no pod trusts the compromised anchor: 2026-06-01T12:01:35Z (1m35s after the request)",
+		"outcome: Completed; restarts: propagate-trust-roots by Operator (2); faults: none",
+	} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("inspect --history does not say %q\n%s", want, hist)
+		}
 	}
 }
