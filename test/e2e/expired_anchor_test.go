@@ -26,15 +26,13 @@ import (
 // enough for a rotation onto it to complete, short enough to expire within the test.
 const shortAnchorLifetime = 2 * time.Minute
 
-// recoveryValues are the spec the recovery runs under, as linkerd trust recover sets it: the
-// operator restarts the whole data plane at once (a budget above the workloads there are) and
-// renews the issuer itself; and proxies refresh their certificates within seconds, as in the
-// other hands-off tests, so that a rotation fits in the short anchor's lifetime.
+// recoveryValues are the chart's values of a mesh whose operator restarts workloads and renews
+// the issuer itself (the RBAC linkerd trust recover checks for), with proxies that refresh their
+// certificates within seconds, as in the other hands-off tests, so that a rotation fits in the
+// short anchor's lifetime. The restart budget is the chart's: recover raises it.
 var recoveryValues = []string{
 	"rotation.spec.workloadCertificateRefreshInterval=10s",
 	"rotation.spec.dataPlaneRestart.policy=Automatic",
-	"rotation.spec.dataPlaneRestart.maxConcurrent=100",
-	"rotation.spec.dataPlaneRestart.maxConcurrentPerNamespace=100",
 	"rotation.spec.identityIssuerRenewal=Automatic",
 }
 
@@ -122,6 +120,24 @@ func TestRecoveryFromExpiredAnchor(t *testing.T) {
 	}
 	if err := oracle.CheckNoViolationsSince(start); err != nil {
 		t.Errorf("a pair failed once the anchor expired, though no leaf did: %v", err)
+	}
+
+	// The user's recover: the facts, then the spec and the anchor's renewal (which cert-manager,
+	// stopped, does not perform yet).
+	meshed := len(e.Mesh.Pods())
+	out := e.cli("recover", "--dry-run")
+	for _, want := range []string{"Recovery (TrustAnchorExpired): trust anchor " + steps.ShortFingerprint(steps.Fingerprint(short)) + " expired at",
+		"without a valid certificate now (expired at): 0 pod(s)", fmt.Sprintf("with one until (soonest first): %d pod(s)", meshed),
+		"recover renews the trust anchor", "(restart-identity-first)", "step renew-issuer-first"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --dry-run does not say %q\n%s", want, out)
+		}
+	}
+	out = e.cli("recover", "--yes")
+	for _, want := range []string{"Set on TrustAnchorRotation cluster: dataPlaneRestart: policy Automatic, maxConcurrent", "Triggered the renewal of Certificate cert-manager/" + name} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --yes does not say %q\n%s", want, out)
+		}
 	}
 
 	// cert-manager back: the anchor renewed, and the recovery. Whether identity signs on the new
