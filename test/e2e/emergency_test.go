@@ -57,6 +57,12 @@ func TestEmergencyRotationOnTheBed(t *testing.T) {
 	if _, err := charts.Install(ctx, c, charts.InstallOptions{Set: []string{"rotation.spec.dataPlaneRestart.policy=Automatic", "rotation.spec.identityIssuerRenewal=Automatic"}}); err != nil {
 		t.Fatal(err)
 	}
+	// rotate starts nothing before the operator has acted on the spec the upgrade changed.
+	if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Minute, "the upgraded spec observed", func(tar *v1alpha1.TrustAnchorRotation) bool {
+		return tar.Status.ObservedGeneration == tar.Generation && tar.Spec.DataPlaneRestart.Policy == v1alpha1.Automatic
+	}); err != nil {
+		t.Fatal(err)
+	}
 	e.Mesh.ResetRolloutStats()
 	start := time.Now()
 	out = e.cli("rotate", "--emergency", "--yes")
