@@ -133,6 +133,18 @@ func TestRecoveryFromExpiredIssuer(t *testing.T) {
 	if out, code := e.cliExit("check"); code == 0 || !strings.Contains(out, "expired") {
 		t.Errorf("linkerd-trust check with an expired issuer: exit %d\n%s", code, out)
 	}
+	// linkerd trust recover says the same in plain numbers: web's pods without a valid
+	// certificate, nothing to restart, and the spec already what the recovery runs under.
+	out := e.cli("recover", "--dry-run")
+	for _, want := range []string{"Recovery (IdentityIssuerExpired): the identity issuer in Secret " + ns + "/" + name + " expired at",
+		fmt.Sprintf("without a valid certificate now (expired at): %d pod(s)", 2), "It restarts: nothing: no pod restarts"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --dry-run does not say %q\n%s", want, out)
+		}
+	}
+	if out := e.cli("recover", "--yes"); !strings.Contains(out, "already has the spec the recovery runs under") {
+		t.Errorf("recover --yes with identityIssuerRenewal Automatic already set:\n%s", out)
+	}
 	acted := e.issuingSince(ns, name)
 	for _, s := range e.Mesh.Pods() {
 		if s.Component == "" && !onShort(s) && !s.LeafNotAfter.After(time.Now()) {
