@@ -110,6 +110,12 @@ type State struct {
 	// condition IdentityIssuerStale when the status holds it True (see StaleIssuerCarried).
 	StaleLeavesPartial bool
 	StaleReported      string
+	// ExpiringLeaves are the live pods whose last probe read a workload certificate their proxy
+	// did not renew (LeafExpiring), summarised; ExpiringLeavesPartial: the operator has not
+	// probed every pod yet since it started (condition WorkloadCertificatesExpiring then keeps
+	// what the previous leader left). Zero in the CLI, which reads the condition instead.
+	ExpiringLeaves        ExpiringLeaves
+	ExpiringLeavesPartial bool
 }
 
 // LiveChain is an issuer chain meshed pods present, as a probe of their admin port read it.

@@ -129,6 +129,7 @@ func Project(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha
 		})
 	}
 	projectStaleIssuer(&st, s, res.Checkpoint.Step, generation, now)
+	projectExpiringLeaves(&st, s, generation, now)
 	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
 	TrackHistory(rot, &st, prev.Checkpoint, spec, s, nil, res.Passed, now)
 	st.NextRotation = NextRotationDeadline(s, spec, st.History)

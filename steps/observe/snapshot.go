@@ -85,6 +85,7 @@ func (c *Snapshotter) Snapshot(now time.Time, step string, tar *v1alpha1.TrustAn
 	s.TrustBundle = c.Index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
 	c.Certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(c.Steps, s, step))
 	s.Certificates = c.Certs.Certificates()
+	s.ExpiringLeaves, s.ExpiringLeavesPartial = c.Certs.ExpiringLeaves(), s.Certificates.NotProbed > 0
 	s.LoadLiveChainsOnDemand(c.Certs.LiveChains)
 	FillDeadline(s, c.Index, c.Certs)
 	return s, nil

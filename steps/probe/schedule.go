@@ -89,7 +89,9 @@ func (t *CertTracker) probeNext(ctx context.Context, soonOnly bool) bool {
 	}
 	t.leafLifetime.observe(leaf)
 	changed := t.record(ctx, p, certs, predictRefresh(p, leaf), err)
-	t.recordIssued(p, leaf)
+	if t.leafTimes(p, leaf, time.Now()) {
+		changed = true
+	}
 	if changed && t.notify != nil {
 		t.notify(p)
 	}

@@ -111,21 +111,6 @@ func (t *CertTracker) StaleLeavesComplete() bool {
 	return t.baseline != nil && len(t.baseline) == 0
 }
 
-// recordIssued keeps when the leaf a probe of p read was issued (none when the probe failed),
-// and files the pod in the stale set or out of it.
-func (t *CertTracker) recordIssued(p *podindex.Pod, leaf *x509.Certificate) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.baseline, p.UID)
-	if tp := t.live[p.UID]; tp != nil {
-		tp.result.issued = 0
-		if tp.result.chain != nil {
-			tp.result.issued = leafIssued(leaf)
-		}
-		t.judgeLeafLocked(p.UID, p.Key(), tp)
-	}
-}
-
 // judgeLeafLocked files the pod's last probe in the stale set or out of it. Called with t.mu
 // held.
 func (t *CertTracker) judgeLeafLocked(uid, key string, tp *tracked) {

@@ -35,9 +35,9 @@ func TestStaleLeavesKeptPerProbe(t *testing.T) {
 			x.Upsert(p)
 		}
 		// identity backdates NotBefore by its clock skew allowance
-		leaf := &x509.Certificate{NotBefore: due.Add(issued - steps.DefaultClockSkew)}
+		leaf := &x509.Certificate{NotBefore: due.Add(issued - steps.DefaultClockSkew), NotAfter: due.Add(issued + 24*time.Hour)}
 		tr.record(t.Context(), p, []*x509.Certificate{signer, anchor}, time.Time{}, nil)
-		tr.recordIssued(p, leaf)
+		tr.leafTimes(p, leaf, time.Now())
 	}
 	want := func(what string, signer *x509.Certificate, n int, example string, latest time.Duration) {
 		t.Helper()
@@ -144,7 +144,7 @@ func TestStaleLeavesCompleteOnceTheFirstPodsAreProbed(t *testing.T) {
 	}
 	probe := func(p *podindex.Pod) {
 		tr.record(t.Context(), p, []*x509.Certificate{iss, anchor}, time.Time{}, nil)
-		tr.recordIssued(p, &x509.Certificate{NotBefore: time.Now()})
+		tr.leafTimes(p, &x509.Certificate{NotBefore: time.Now(), NotAfter: time.Now().Add(24 * time.Hour)}, time.Now())
 	}
 	a, _ := pod("a"), pod("b")
 	if tr.StaleLeavesComplete() {

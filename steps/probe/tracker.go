@@ -34,8 +34,9 @@ type probeResult struct {
 	// unknown): until then a probe reads the same chain again.
 	refresh int64
 	// issued is when identity issued the leaf the probe read (Unix nanoseconds; 0 when unknown),
-	// for the stale-issuer watch (stale.go).
-	issued int64
+	// for the stale-issuer watch (stale.go), and expires when it expires, for the expiry watch
+	// (expiry.go).
+	issued, expires int64
 }
 
 // issuerChain is an issuer chain pods present (IssuerChain), shared by every pod that presents
@@ -93,6 +94,9 @@ type CertTracker struct {
 	// baseline holds the pods, by UID, alive and not probed yet at the first WatchIssuer: nil
 	// before it, empty once each was probed or went (StaleLeavesComplete).
 	baseline map[string]struct{}
+	// expiring holds the live pods, by UID, whose last probe read a workload certificate their
+	// proxy did not renew (expiry.go).
+	expiring map[string]expiringLeaf
 	// probed, when set (tests), is called after each probe is accounted for.
 	probed func(key, uid string)
 	// OnProbe, when set before Run, is called after each probe with its error (nil: the pod
@@ -119,6 +123,7 @@ func NewCertTracker(index *podindex.Index, dial DialFunc, concurrency int, timeo
 		behind:   map[string]int{},
 		rejected: map[string]string{},
 		stale:    map[string]staleLeaf{},
+		expiring: map[string]expiringLeaf{},
 	}
 }
 
@@ -141,6 +146,7 @@ func (t *CertTracker) PodChanged(old, cur *podindex.Pod) {
 			delete(t.live, old.UID)
 			delete(t.rejected, old.UID)
 			delete(t.stale, old.UID)
+			delete(t.expiring, old.UID)
 			delete(t.baseline, old.UID)
 		}
 	}

@@ -7,9 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/cmd/trust-rotation-operator/app"
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -170,6 +175,90 @@ func TestCrossSignedRotation(t *testing.T) {
 			t.Fatalf("mTLS violations: %v", err)
 		}
 	})
+	if t.Failed() {
+		return
+	}
+
+	// Between rotations, one pod's proxy is cut off identity (as a NetworkPolicy denying its
+	// egress to identity would): it keeps its certificate and retries, as linkerd2-proxy does.
+	// The operator's probes read it again once its proxy should have renewed and after its retry,
+	// and report the pod before its certificate expires (identity's issuanceLifetime is a
+	// minute here); once the proxy reaches identity again, the report clears.
+	t.Run("ProxyCutOffFromIdentity", func(t *testing.T) {
+		e := *e
+		e.T = t
+		checkProxiesRenew(&e)
+	})
+}
+
+// checkProxiesRenew cuts one application pod's proxy off identity and checks that the operator
+// reports it (condition WorkloadCertificatesExpiring naming the pod, its Event, the metrics,
+// `linkerd trust check`) and clears the report once the proxy renews; the oracle's violations
+// meanwhile, if the certificate expired before the proxy reached identity again, are that pod's
+// alone.
+func checkProxiesRenew(e *Env) {
+	t := e.T
+	since := time.Now()
+	var cut meshsim.PodState
+	for _, p := range e.Mesh.Pods() {
+		if p.Component == "" && p.HasCertificate {
+			cut = p
+			break
+		}
+	}
+	if cut.UID == "" {
+		t.Fatal("no application pod with a certificate to cut off identity")
+	}
+	e.Mesh.CutIdentity(cut.UID, true)
+	cutOff := true
+	defer func() {
+		if cutOff {
+			e.Mesh.CutIdentity(cut.UID, false)
+		}
+	}()
+	tar, err := WaitRotation(e.Ctx, e.TARs, rotationName, 3*time.Minute, "WorkloadCertificatesExpiring=True naming "+cut.Name, func(tar *v1alpha1.TrustAnchorRotation) bool {
+		c := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionWorkloadCertificatesExpiring)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, cut.Namespace+"/"+cut.Name)
+	})
+	if err != nil {
+		t.Fatalf("%v; the pod: %+v", err, e.Mesh.PodState(cut.UID))
+	}
+	seen := time.Now()
+	c := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionWorkloadCertificatesExpiring)
+	st := e.Mesh.PodState(cut.UID)
+	if st.Refreshes == 0 || st.Failures == 0 || !strings.Contains(c.Message, st.LeafNotAfter.UTC().Format(time.RFC3339)) {
+		t.Errorf("condition %q: want the cut-off pod's certificate's expiry %s (its proxy: %d renewals, %d failures)", c.Message, st.LeafNotAfter.UTC().Format(time.RFC3339), st.Refreshes, st.Failures)
+	}
+	t.Logf("reported %s before the certificate expires (%s); the proxy failed %d renewal(s)", st.LeafNotAfter.Sub(seen).Round(100*time.Millisecond), st.LeafNotAfter.UTC().Format(time.RFC3339), st.Failures)
+	e.checkEvents(since, app.ReasonWorkloadCertificatesExpiring)
+	e.checkMetric("trust_rotation_workload_certificates_expiring_pods 1")
+	if v, ok := e.metricValue("trust_rotation_workload_certificate_expiration_timestamp_seconds"); !ok || int64(v) > st.LeafNotAfter.Unix() {
+		t.Errorf("trust_rotation_workload_certificate_expiration_timestamp_seconds = %v (%v), want at most the cut-off pod's %d", v, ok, st.LeafNotAfter.Unix())
+	}
+	if out, code := e.cliExit("check"); code == 0 || !strings.Contains(out, "× meshed pods' proxies renew their certificates") || !strings.Contains(out, cut.Name) {
+		t.Errorf("linkerd-trust check with a proxy cut off identity: exit %d\n%s", code, out)
+	}
+
+	e.Mesh.CutIdentity(cut.UID, false)
+	cutOff = false
+	if _, err := WaitRotation(e.Ctx, e.TARs, rotationName, 2*time.Minute, "WorkloadCertificatesExpiring=False", func(tar *v1alpha1.TrustAnchorRotation) bool {
+		return meta.IsStatusConditionFalse(tar.Status.Conditions, v1alpha1.ConditionWorkloadCertificatesExpiring)
+	}); err != nil {
+		t.Fatalf("%v; the pod: %+v", err, e.Mesh.PodState(cut.UID))
+	}
+	renewed := time.Now()
+	e.checkMetric("trust_rotation_workload_certificates_expiring_pods 0")
+	if out, code := e.cliExit("check"); code != 0 {
+		t.Errorf("linkerd-trust check once the proxy renewed: exit %d\n%s", code, out)
+	}
+	for _, v := range e.Mesh.Oracle().ViolationsSince(since) {
+		if v.Server.UID != cut.UID {
+			t.Errorf("a violation not of the cut-off pod's certificate: %s", v)
+		}
+	}
+	if err := e.Mesh.Oracle().CheckNoViolationsSince(renewed); err != nil {
+		t.Errorf("mTLS violations once the proxy renewed: %v", err)
+	}
 }
 
 // watchBridge samples the oracle until the test ends and reports whether it ever judged a mesh

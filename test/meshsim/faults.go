@@ -59,6 +59,8 @@ type faultSet struct {
 	mu         sync.Mutex
 	byUID      map[types.UID]ProxyFault
 	byWorkload map[string]ProxyFault // "<ns>/<deployment>"
+	// identityCut holds the pods whose proxies cannot reach identity (CutIdentity).
+	identityCut map[types.UID]bool
 	hung       map[types.UID]int     // connections held open by ProxyFaultHang, by pod
 	changed    chan struct{}         // closed and replaced at every change
 }
@@ -66,6 +68,7 @@ type faultSet struct {
 func (s *faultSet) initLocked() {
 	if s.byUID == nil {
 		s.byUID, s.byWorkload, s.hung = map[types.UID]ProxyFault{}, map[string]ProxyFault{}, map[types.UID]int{}
+		s.identityCut = map[types.UID]bool{}
 		s.changed = make(chan struct{})
 	}
 }
@@ -114,7 +117,32 @@ func (m *Mesh) ClearProxyFaults() {
 	s.initLocked()
 	clear(s.byUID)
 	clear(s.byWorkload)
+	clear(s.identityCut)
 	s.notifyLocked()
+}
+
+// CutIdentity makes the proxy of the pod with this UID unable to reach linkerd-identity, as a
+// NetworkPolicy denying its egress to identity does, until called again with cut false: each
+// certification it attempts meanwhile fails, and it keeps the certificate it holds, retrying as
+// linkerd2-proxy does (RefreshIn), until that expires. Its admin port and the oracle are
+// unaffected. For tests only.
+func (m *Mesh) CutIdentity(uid types.UID, cut bool) {
+	s := &m.faults
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	if cut {
+		s.identityCut[uid] = true
+	} else {
+		delete(s.identityCut, uid)
+	}
+}
+
+// identityCutOff reports whether CutIdentity cut the pod's proxy off identity.
+func (s *faultSet) identityCutOff(uid types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.identityCut[uid]
 }
 
 // HungConnections is the number of admin-port connections to the pod's proxy that

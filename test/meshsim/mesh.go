@@ -750,6 +750,9 @@ func (m *Mesh) identityServing(uid types.UID) {
 // over TLS that it verifies against its OWN roots for identity's name — so a proxy whose roots
 // do not trust identity's proxy certificate cannot refresh at all.
 func (m *Mesh) certify(p *proxy) ([]*x509.Certificate, error) {
+	if m.faults.identityCutOff(p.pod.UID) {
+		return nil, errors.New("connecting to linkerd-identity: connection refused (cut off by a test fault)")
+	}
 	m.mu.Lock()
 	var id identityController
 	var idProxy *proxy
@@ -820,6 +823,18 @@ type PodState struct {
 	Failures          int // failed refreshes (rejections included)
 	LastError         string
 	Started           time.Time
+}
+
+// PodState returns the ground truth of the proxy of the pod with this UID; the zero PodState when
+// it runs none.
+func (m *Mesh) PodState(uid types.UID) PodState {
+	m.mu.Lock()
+	p := m.proxies[uid]
+	m.mu.Unlock()
+	if p == nil {
+		return PodState{}
+	}
+	return p.state(m)
 }
 
 // Pods returns the ground truth of every running proxy, sorted by namespace and name.

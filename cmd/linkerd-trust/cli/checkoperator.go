@@ -158,6 +158,22 @@ func (c *checks) identityIssuerCurrent(ctx context.Context) error {
 	return fmt.Errorf("TrustAnchorRotation %s: %s", tar.Name, cond.Message)
 }
 
+// workloadCertificatesRenewed fails while condition WorkloadCertificatesExpiring is True: pods
+// present a certificate their proxies did not renew, read by the operator's probes, which re-read
+// each pod once its proxy should have renewed (a single run of the CLI reads each pod once, and
+// cannot tell a proxy that missed its renewal from one about to make it).
+func (c *checks) workloadCertificatesRenewed(ctx context.Context) error {
+	tar, err := c.rotation.get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+	}
+	cond := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionWorkloadCertificatesExpiring)
+	if cond == nil || cond.Status != metav1.ConditionTrue {
+		return nil
+	}
+	return fmt.Errorf("TrustAnchorRotation %s: %s", tar.Name, cond.Message)
+}
+
 // bundleOwnedByOperator warns when a field manager other than the operator owns the bundle's
 // ca-bundle.crt (managedFields): a Helm release, an Argo CD application or trust-manager that
 // writes it again — an upgrade, a self-heal — reverts the bundle under a rotation.

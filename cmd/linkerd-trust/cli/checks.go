@@ -259,6 +259,7 @@ func (c *checks) categories() []category {
 		{description: "trust-rotation operator renews its leader lease", hint: "l5d-trust-operator-lease", check: c.operatorLeaseFresh},
 		{description: "trust-anchor rotation is not blocked", hint: "l5d-trust-operator-blocked", warning: true, check: c.rotationNotBlocked},
 		{description: "linkerd-identity signs with the identity issuer in its Secret", hint: "l5d-trust-identity-issuer-stale", check: c.identityIssuerCurrent},
+		{description: "meshed pods' proxies renew their certificates", hint: "l5d-trust-workload-certificates-expiring", check: c.workloadCertificatesRenewed},
 		{description: "the next rotation can still start in time", hint: "l5d-trust-operator-deadline", check: c.rotationDeadline},
 		{description: "the trust anchor is issued as spec.strategy needs", hint: "l5d-trust-operator-strategy", check: c.strategyPrerequisites},
 		{description: fmt.Sprintf("ConfigMap %s is written by the operator alone", cfg.TrustRootsConfigMap), hint: "l5d-trust-bundle-owner", warning: true, check: c.bundleOwnedByOperator},

@@ -177,7 +177,9 @@ func breakInstall(f *fixture) {
 	tar.Status.LastPhaseTransitionTime = &since
 	tar.Status.BlockingMessage = "Waiting for the identity issuer to be renewed onto the new trust anchor: cmctl renew -n linkerd linkerd-identity-issuer"
 	tar.Status.Conditions = append(tar.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionIdentityIssuerStale, Status: metav1.ConditionTrue,
-		Reason: v1alpha1.ReasonIdentityIssuerStale, Message: "linkerd-identity still signs workload certificates with issuer 0a1b2c3d4e5f (expires 2026-06-02T12:00:00Z), not with issuer 5f4e3d2c1b0a ..."})
+		Reason: v1alpha1.ReasonIdentityIssuerStale, Message: "linkerd-identity still signs workload certificates with issuer 0a1b2c3d4e5f (expires 2026-06-02T12:00:00Z), not with issuer 5f4e3d2c1b0a ..."},
+		metav1.Condition{Type: v1alpha1.ConditionWorkloadCertificatesExpiring, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonWorkloadCertificatesNotRenewed, Message: "1 meshed pod(s) present a workload certificate with less than 9% of its lifetime left: ..."})
 	f.replace(ownedBundle(f, owner("helm", "Update", `{"f:data":{"f:ca-bundle.crt":{}}}`)))
 }
 

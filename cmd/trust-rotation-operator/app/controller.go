@@ -195,6 +195,7 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	c.pods = podindex.NewPodInformer(pods, cfg, c.index, func(error) { metrics.watchErrors.WithLabelValues(WatchMeshedPods).Inc() })
 	c.certs = probe.NewCertTracker(c.index, opts.Dial, opts.ProbeConcurrency, opts.ProbeTimeout, func(p *podindex.Pod) { c.churned(p.ControlPlane) })
 	c.certs.OnProbe = metrics.countProbe
+	metrics.soonestLeaf.setSource(c.certs.SoonestLeafExpiry)
 	c.snapshots = &observe.Snapshotter{Config: cfg, Steps: c.steps, Caches: caches{c}, Index: c.index, Certs: c.certs, IssuerReloadTolerance: opts.IssuerReloadTolerance}
 
 	for what, inf := range map[string]cache.SharedIndexInformer{WatchAnchorSecret: c.anchor, WatchPreviousAnchorSecret: c.previous,

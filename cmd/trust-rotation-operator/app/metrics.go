@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -34,6 +36,8 @@ type Metrics struct {
 	remoteLastObserved     *prometheus.GaugeVec
 	identityRestartedEarly prometheus.Gauge
 	identityIssuerStale    prometheus.Gauge
+	leavesExpiring         prometheus.Gauge
+	soonestLeaf            *soonestLeafCollector
 	specInvalid            *prometheus.GaugeVec
 	watchErrors            *prometheus.CounterVec
 	probes                 *prometheus.CounterVec
@@ -147,6 +151,12 @@ func NewMetrics() *Metrics {
 			Name: "trust_rotation_identity_issuer_stale_pods",
 			Help: "Meshed pods presenting a certificate linkerd-identity issued, between rotations, after it should have loaded the issuer in the issuer Secret, signed by another issuer (condition IdentityIssuerStale); 0 otherwise.",
 		}),
+		leavesExpiring: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trust_rotation_workload_certificates_expiring_pods",
+			Help: "Live meshed pods presenting a workload certificate with less than 9% of its lifetime left, which their proxies did not renew at 70% of its lifetime nor at the retry after (condition WorkloadCertificatesExpiring); 0 otherwise.",
+		}),
+		soonestLeaf: &soonestLeafCollector{desc: prometheus.NewDesc("trust_rotation_workload_certificate_expiration_timestamp_seconds",
+			"Soonest NotAfter (Unix seconds) of the workload certificates the live meshed pods presented when last probed; each pod is probed again once its proxy should have renewed. Absent before the first probe.", nil, nil)},
 		specInvalid: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "trust_rotation_spec_invalid",
 			Help: "1 while a TrustAnchorRotation's spec holds a value the operator cannot use (condition SpecInvalid: a field that does not decode, an unknown time zone), 0 otherwise; one series per TrustAnchorRotation.",
@@ -166,7 +176,7 @@ func NewMetrics() *Metrics {
 	}, func() float64 { return float64(podindex.SkippedPods()) }))
 	m.Registry.MustRegister(m.phase, m.bundleConverged, m.bundleTarget, m.certsConverged, m.certsTarget,
 		m.activeIssuer, m.previousAnchor, m.refreshIntervalSeconds, m.acts, m.certExpiry, m.reconciles,
-		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly, m.identityIssuerStale, m.specInvalid, m.probes,
+		m.remoteConverged, m.remoteLastObserved, m.identityRestartedEarly, m.identityIssuerStale, m.leavesExpiring, m.soonestLeaf, m.specInvalid, m.probes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.history = newHistoryMetrics(m.Registry)
 	for _, p := range v1alpha1.Phases {
@@ -189,6 +199,38 @@ const (
 	ProbeRejected  = "rejected"
 	ProbeFailed    = "failed"
 )
+
+// soonestLeafCollector exports trust_rotation_workload_certificate_expiration_timestamp_seconds
+// from the leader's probe tracker when scraped: the soonest expiry walks every pod, which a
+// scrape every half minute affords and a reconcile per change would not. It has no label: the
+// pod presenting the soonest changes with every renewal, and a label per pod would be a series
+// per pod over a day (condition WorkloadCertificatesExpiring names the pod that matters).
+type soonestLeafCollector struct {
+	desc   *prometheus.Desc
+	mu     sync.Mutex
+	source func() (time.Time, string, bool)
+}
+
+// setSource makes the collector read the tracker of the controller that leads now (nil: none).
+func (c *soonestLeafCollector) setSource(source func() (time.Time, string, bool)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.source = source
+}
+
+func (c *soonestLeafCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *soonestLeafCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	source := c.source
+	c.mu.Unlock()
+	if source == nil {
+		return
+	}
+	if at, _, ok := source(); ok {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(at.Unix()))
+	}
+}
 
 // countProbe counts a probe of a pod's live certificate that ended with err.
 func (m *Metrics) countProbe(err error) {

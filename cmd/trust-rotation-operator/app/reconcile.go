@@ -45,6 +45,10 @@ const (
 	// ReasonIdentityRestartedForStaleIssuer: the operator restarted identity off a stale issuer
 	// (spec.staleIssuerRestart Automatic).
 	ReasonIdentityRestartedForStaleIssuer = "IdentityRestartedForStaleIssuer"
+	// ReasonWorkloadCertificatesExpiring (Warning): meshed pods present a workload certificate
+	// their proxies did not renew (condition WorkloadCertificatesExpiring); one Event each time
+	// the condition turns True.
+	ReasonWorkloadCertificatesExpiring = v1alpha1.ConditionWorkloadCertificatesExpiring
 )
 
 // actReason is the Event reason of an act: the automations' own, StepActed for the others.
@@ -283,6 +287,11 @@ func (c *Controller) report(ctx context.Context, tar, base *v1alpha1.TrustAnchor
 		c.recorder.Event(tar, corev1.EventTypeWarning, ReasonIdentityIssuerStale, msg)
 		log.Info("Identity signs with a stale issuer", "message", msg)
 	}
+	c.metrics.leavesExpiring.Set(float64(s.ExpiringLeaves.Pods))
+	if msg := conditionTurnedTrue(base.Status.Conditions, status.Conditions, v1alpha1.ConditionWorkloadCertificatesExpiring); msg != "" {
+		c.recorder.Event(tar, corev1.EventTypeWarning, ReasonWorkloadCertificatesExpiring, msg)
+		log.Info("Proxies did not renew their certificates", "message", msg)
+	}
 	c.suspendEvents(tar, &base.Status, &status)
 	c.specInvalidEvent(tar, base.Status.Conditions, status.Conditions)
 	if status.Phase != base.Status.Phase {
@@ -315,6 +324,20 @@ func staleIssuerTurned(before, after []metav1.Condition) string {
 	}
 	prev := meta.FindStatusCondition(before, v1alpha1.ConditionIdentityIssuerStale)
 	if prev != nil && prev.Status == metav1.ConditionTrue && staleSigner(prev.Message) == staleSigner(cur.Message) {
+		return ""
+	}
+	return cur.Message
+}
+
+// conditionTurnedTrue is the message of condition typ when it turned True; "" otherwise. It
+// reads the conditions, not the controller's memory, so that a new leader does not repeat the
+// Event.
+func conditionTurnedTrue(before, after []metav1.Condition, typ string) string {
+	cur := meta.FindStatusCondition(after, typ)
+	if cur == nil || cur.Status != metav1.ConditionTrue {
+		return ""
+	}
+	if prev := meta.FindStatusCondition(before, typ); prev != nil && prev.Status == metav1.ConditionTrue {
 		return ""
 	}
 	return cur.Message

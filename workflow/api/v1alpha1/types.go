@@ -93,6 +93,19 @@ const (
 	ReasonIdentityIssuerRotating  = "RotationInProgress"
 	MessageIdentityIssuerCurrent  = "no workload certificate issued since the identity issuer was last renewed was signed by another issuer"
 	MessageIdentityIssuerRotating = "a rotation is in progress: its steps restart linkerd-identity onto the issuer"
+
+	// ConditionWorkloadCertificatesExpiring is True while live meshed pods present a workload
+	// certificate with less than 9 % of its lifetime left, read by the operator's probes:
+	// their proxies did not renew it at 70 % of its lifetime nor at the retry after (linkerd2-proxy
+	// retries at 70 % of what is left), so they cannot reach linkerd-identity, and every peer
+	// refuses them once it expires. The message says how many, the soonest expiry and the pod
+	// presenting it; the operator also emits a Warning Event with the condition's type as its
+	// reason. Whatever the phase: a proxy renews its certificate during a rotation too.
+	ConditionWorkloadCertificatesExpiring = "WorkloadCertificatesExpiring"
+
+	ReasonWorkloadCertificatesNotRenewed = "ProxiesDidNotRenew"
+	ReasonWorkloadCertificatesRenewed    = "WorkloadCertificatesRenewed"
+	MessageWorkloadCertificatesRenewed   = "no meshed pod presents a workload certificate its proxy should have renewed"
 )
 
 // The kstatus conditions (sigs.k8s.io/cli-utils/pkg/kstatus), which kubectl wait, Argo CD, Flux
