@@ -61,8 +61,8 @@ type faultSet struct {
 	byWorkload map[string]ProxyFault // "<ns>/<deployment>"
 	// identityCut holds the pods whose proxies cannot reach identity (CutIdentity).
 	identityCut map[types.UID]bool
-	hung       map[types.UID]int     // connections held open by ProxyFaultHang, by pod
-	changed    chan struct{}         // closed and replaced at every change
+	hung        map[types.UID]int // connections held open by ProxyFaultHang, by pod
+	changed     chan struct{}     // closed and replaced at every change
 }
 
 func (s *faultSet) initLocked() {
