@@ -240,13 +240,14 @@ func checkProxiesRenew(e *Env) {
 	}
 
 	e.Mesh.CutIdentity(cut.UID, false)
-	cutOff = false
+	cutOff, reconnected := false, time.Now()
 	if _, err := WaitRotation(e.Ctx, e.TARs, rotationName, 2*time.Minute, "WorkloadCertificatesExpiring=False", func(tar *v1alpha1.TrustAnchorRotation) bool {
 		return meta.IsStatusConditionFalse(tar.Status.Conditions, v1alpha1.ConditionWorkloadCertificatesExpiring)
 	}); err != nil {
 		t.Fatalf("%v; the pod: %+v", err, e.Mesh.PodState(cut.UID))
 	}
 	renewed := time.Now()
+	t.Logf("report cleared %s after the proxy reached identity again; meanwhile, the cut-off pod: %s", renewed.Sub(reconnected).Round(100*time.Millisecond), e.Mesh.Oracle().Outage(since, renewed))
 	e.checkMetric("trust_rotation_workload_certificates_expiring_pods 0")
 	if out, code := e.cliExit("check"); code != 0 {
 		t.Errorf("linkerd-trust check once the proxy renewed: exit %d\n%s", code, out)
