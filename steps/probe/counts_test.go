@@ -352,7 +352,7 @@ func pendingDelay(q *probeQueue, key string) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	return time.Until(w.at), true
+	return time.Until(time.Unix(0, w.at)), true
 }
 
 // TestOffPathPodIsNotReReadWhileItsDeploymentReplacesIt: while urgent, the capped re-read of a
@@ -460,7 +460,7 @@ func TestFailedProbeOfAStartingPodIsRetriedPromptly(t *testing.T) {
 		tr.mu.Unlock()
 		tr.queue.mu.Lock()
 		if w := tr.queue.waiting[p.Key()]; w != nil {
-			heap.Remove(&tr.queue.delays, w.index)
+			heap.Remove(&tr.queue.delays, int(w.index))
 			delete(tr.queue.waiting, p.Key())
 		}
 		tr.queue.mu.Unlock()

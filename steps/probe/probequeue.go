@@ -34,26 +34,27 @@ type probeQueue struct {
 	shutdown bool
 }
 
-// delayed is a pending AddAfter.
+// delayed is a pending AddAfter: one per pod while the expiry watch waits for its proxy's
+// renewal, so kept to 32 bytes (the time in Unix nanoseconds, the lane and heap index narrow).
 type delayed struct {
 	key   string
-	at    time.Time
+	at    int64 // Unix nanoseconds
 	lane  lane
-	index int // in delays
+	index int32 // in delays
 }
 
 // delayHeap orders delayed adds by time (container/heap).
 type delayHeap []*delayed
 
 func (h delayHeap) Len() int           { return len(h) }
-func (h delayHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h delayHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h delayHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
+	h[i].index, h[j].index = int32(i), int32(j)
 }
 func (h *delayHeap) Push(x any) {
 	d := x.(*delayed)
-	d.index = len(*h)
+	d.index = int32(len(*h))
 	*h = append(*h, d)
 }
 func (h *delayHeap) Pop() any {
@@ -64,7 +65,7 @@ func (h *delayHeap) Pop() any {
 	return d
 }
 
-type lane int
+type lane int8
 
 const (
 	laneSoon lane = iota + 1
@@ -134,13 +135,13 @@ func (q *probeQueue) AddAfter(key string, l lane, d time.Duration) {
 	if q.shutdown {
 		return
 	}
-	at := time.Now().Add(d)
+	at := time.Now().Add(d).UnixNano()
 	if w, ok := q.waiting[key]; ok {
-		if !w.at.After(at) {
+		if w.at <= at {
 			return
 		}
 		w.at, w.lane = at, l
-		heap.Fix(&q.delays, w.index)
+		heap.Fix(&q.delays, int(w.index))
 	} else {
 		w = &delayed{key: key, at: at, lane: l}
 		q.waiting[key] = w
@@ -169,15 +170,15 @@ func (q *probeQueue) runDelays() {
 			q.mu.Unlock()
 			return
 		}
-		now := time.Now()
-		for len(q.delays) > 0 && !q.delays[0].at.After(now) {
+		now := time.Now().UnixNano()
+		for len(q.delays) > 0 && q.delays[0].at <= now {
 			w := heap.Pop(&q.delays).(*delayed)
 			delete(q.waiting, w.key)
 			q.addLocked(w.key, w.lane)
 		}
 		var next <-chan time.Time
 		if len(q.delays) > 0 {
-			timer.Reset(q.delays[0].at.Sub(now))
+			timer.Reset(time.Duration(q.delays[0].at - now))
 			next = timer.C
 		}
 		q.mu.Unlock()
