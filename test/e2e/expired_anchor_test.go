@@ -133,6 +133,16 @@ func TestRecoveryFromExpiredAnchor(t *testing.T) {
 			t.Errorf("recover --dry-run does not say %q\n%s", want, out)
 		}
 	}
+	// How long, by the rotation onto the short-lived anchor above: its restart of the data plane.
+	howLong := ""
+	for _, l := range strings.Split(out, "\n") {
+		if h, ok := strings.CutPrefix(strings.TrimSpace(l), "How long: "); ok {
+			howLong = h
+		}
+	}
+	if !strings.Contains(howLong, "This cluster's last completed rotation (to anchor "+steps.ShortFingerprint(steps.Fingerprint(short))) {
+		t.Errorf("recover --dry-run does not measure how long by the rotation onto %s: %q", steps.ShortFingerprint(steps.Fingerprint(short)), howLong)
+	}
 	out = e.cli("recover", "--yes")
 	for _, want := range []string{"Set on TrustAnchorRotation cluster: dataPlaneRestart: policy Automatic, maxConcurrent", "Triggered the renewal of Certificate cert-manager/" + name} {
 		if !strings.Contains(out, want) {
@@ -193,6 +203,7 @@ func TestRecoveryFromExpiredAnchor(t *testing.T) {
 	if rest := oracle.Outage(restoredAt, time.Time{}); rest.Down != 0 {
 		t.Errorf("pairs failing after every pair verified again: %s", rest)
 	}
+	t.Logf("recover said beforehand: %s", howLong)
 	t.Logf("anchor expired at %s; until cert-manager came back %s later: %s", expired.Format(time.RFC3339), back.Sub(expired).Round(time.Second), down)
 	t.Logf("from cert-manager back to every pair verifying (%s): %s; the first pod on the renewed anchor %s after cert-manager came back, every pair verifying %s after that",
 		restoredAt.Sub(back).Round(time.Second), recovering, seen.at.Sub(back).Round(time.Second), restoredAt.Sub(seen.at).Round(time.Second))

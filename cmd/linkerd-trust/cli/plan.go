@@ -278,7 +278,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	s.Certificates = probe.NewCertificateCheck(s.CertificateRoot()).Convergence(reading.Pods, results)
 	s.LiveChains = probe.LiveChains(reading.Pods, results)
 	if opts.recover != nil {
-		p.Recovery = recoveryFacts(rc, s, tar.Spec, reading.Pods, results, *opts.recover)
+		p.Recovery = recoveryFacts(rc, s, tar, reading.Pods, results, *opts.recover)
 		tar.Spec = p.Recovery.applyTo(tar.Spec)
 		s.Spec = tar.Spec
 		p.Notes = append(p.Notes, fmt.Sprintf("assuming the spec %s recover sets on TrustAnchorRotation %s: %s", binary, kf.RotationName, strings.Join(p.Recovery.Sets, "; ")))

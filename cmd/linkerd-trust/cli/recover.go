@@ -77,6 +77,9 @@ type recoveryView struct {
 	// Order is what the recovery does, in order; Restarts what it restarts.
 	Order    []string `json:"order"`
 	Restarts string   `json:"restarts"`
+	// HowLong says how long the pods without a valid certificate, or refusing each other, stay
+	// so once the recovery runs, from what this cluster's own history measured.
+	HowLong string `json:"howLong"`
 	// RenewAnchor: recover renews the trust anchor first, as cmctl renew does.
 	RenewAnchor bool `json:"renewAnchor,omitempty"`
 	// Sets says what recover sets in the spec; Restore how to put the values before back.
@@ -95,7 +98,8 @@ type podDeadline struct {
 
 // recoveryFacts reads, from the probes, which pods have no valid certificate now and when each
 // of the others loses its own, and says what the recovery does and sets.
-func recoveryFacts(rc recoveryCase, s *steps.State, spec v1alpha1.TrustAnchorRotationSpec, pods []*podindex.Pod, results map[string]probe.ProbeResult, opts recoverOptions) *recoveryView {
+func recoveryFacts(rc recoveryCase, s *steps.State, tar *v1alpha1.TrustAnchorRotation, pods []*podindex.Pod, results map[string]probe.ProbeResult, opts recoverOptions) *recoveryView {
+	spec := tar.Spec
 	v := &recoveryView{Case: rc.name, Summary: rc.what, RenewAnchor: rc.renewAnchor}
 	workloads := map[string]bool{}
 	for _, p := range pods {
@@ -149,6 +153,7 @@ func recoveryFacts(rc recoveryCase, s *steps.State, spec v1alpha1.TrustAnchorRot
 			"each proxy without a valid certificate asks identity again every 10s (its minimum refresh) and gets one from the renewed issuer",
 		}
 		v.Restarts = "nothing: no pod restarts"
+		v.HowLong = "each proxy without a valid certificate gets one within its minimum refresh (10s) of identity loading the renewed issuer; cert-manager issues it in seconds, and identity loads it once the kubelet refreshes its volume (within about a minute)"
 	case steps.RecoveryTrustAnchorExpired:
 		budget := opts.maxConcurrent
 		if budget <= 0 {
@@ -175,8 +180,35 @@ func recoveryFacts(rc recoveryCase, s *steps.State, spec v1alpha1.TrustAnchorRot
 				budget, steps.StepRefreshControlPlane, steps.StepPropagateTrustRoots),
 			"it ends as a rotation does: identity and the control plane restarted onto the new issuer, the expired anchor retired, the bundle reduced to the new anchor, the control plane and every workload restarted once more")
 		v.Restarts = fmt.Sprintf("linkerd-identity 3 times, linkerd-destination and linkerd-proxy-injector 3 times each, every meshed workload (%d) twice", v.Workloads)
+		v.HowLong = "pods restarted and pods not restarted yet refuse each other until every meshed workload has restarted: one rollout of the mesh. " + meshRollout(tar.Status.History)
 	}
 	return v
+}
+
+// meshRollout says how long one restart of the whole data plane took in this cluster: the time
+// the last completed rotation in the history spent in PropagatingTrustRoots, waiting for every
+// meshed pod to restart onto the expanded bundle (under the restart budget of then, or the
+// user's restarts: with every workload at once it takes about as long as the slowest
+// workload's rollout, at most that).
+func meshRollout(history []v1alpha1.RotationRecord) string {
+	for i := len(history) - 1; i >= 0; i-- {
+		r := history[i]
+		if r.Outcome != v1alpha1.RotationCompleted || r.FinishTime == nil {
+			continue
+		}
+		var d time.Duration
+		for _, ph := range r.Phases {
+			if ph.Phase == v1alpha1.PhasePropagatingTrustRoots {
+				d += ph.Duration.Duration
+			}
+		}
+		if d == 0 {
+			continue
+		}
+		return fmt.Sprintf("This cluster's last completed rotation (to anchor %s, finished %s) spent %s in %s restarting the data plane; every workload at once takes about as long as the slowest workload's rollout, at most that",
+			steps.ShortFingerprint(r.Rotation), r.FinishTime.UTC().Format(time.RFC3339), steps.CompactDuration(d.Round(time.Second)), v1alpha1.PhasePropagatingTrustRoots)
+	}
+	return "No completed rotation in status.history measured this cluster's rollout of the mesh: it takes about as long as the slowest workload's rollout"
 }
 
 // isControlPlane reports whether the pod is one of Linkerd's control plane's.
@@ -240,6 +272,7 @@ func renderRecovery(w io.Writer, rotation string, v *recoveryView) {
 		fmt.Fprintf(w, "    %d. %s\n", i+1, o)
 	}
 	fmt.Fprintf(w, "  It restarts: %s\n", v.Restarts)
+	fmt.Fprintf(w, "  How long: %s\n", v.HowLong)
 	if len(v.Sets) > 0 {
 		fmt.Fprintf(w, "  It sets on TrustAnchorRotation %s: %s\n", rotation, strings.Join(v.Sets, "; "))
 	}

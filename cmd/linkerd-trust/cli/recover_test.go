@@ -138,10 +138,24 @@ func TestRecoverFromExpiredAnchor(t *testing.T) {
 		"It restarts: linkerd-identity 3 times, linkerd-destination and linkerd-proxy-injector 3 times each, every meshed workload (2) twice",
 		"It sets on TrustAnchorRotation cluster: identityIssuerRenewal: Automatic; dataPlaneRestart: policy Automatic, maxConcurrent 2, maxConcurrentPerNamespace 2",
 		"renew-issuer-first", "RenewingIssuerFirst",
+		"How long: pods restarted and pods not restarted yet refuse each other until every meshed workload has restarted: one rollout of the mesh. No completed rotation in status.history",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("recover --dry-run does not say %q\n%s", want, out)
 		}
+	}
+	// With a rotation in the history, how long one restart of the data plane took there.
+	finished := metav1.NewTime(testNow.Add(-30 * 24 * time.Hour))
+	f.rotations["cluster"].Status.History = []v1alpha1.RotationRecord{
+		{Rotation: strings.Repeat("ab", 32), Outcome: v1alpha1.RotationCompleted, FinishTime: &finished, Phases: []v1alpha1.PhaseDuration{
+			{Phase: v1alpha1.PhaseRefreshingControlPlane, Duration: metav1.Duration{Duration: time.Second}},
+			{Phase: v1alpha1.PhasePropagatingTrustRoots, Duration: metav1.Duration{Duration: 4*time.Minute + 30*time.Second}},
+		}},
+		{Rotation: strings.Repeat("cd", 32), Outcome: v1alpha1.RotationSuperseded},
+	}
+	out, _, _ = f.run("recover", "--dry-run")
+	if want := "This cluster's last completed rotation (to anchor abababababab, finished 2026-05-02T12:00:00Z) spent 4m30s in PropagatingTrustRoots restarting the data plane"; !strings.Contains(out, want) {
+		t.Errorf("recover --dry-run with a rotation in the history does not say %q\n%s", want, out)
 	}
 	if spec := f.rotations["cluster"].Spec; spec.IdentityIssuerRenewal != "" || spec.DataPlaneRestart.Policy != "" {
 		t.Errorf("--dry-run changed the spec: %+v", spec)
