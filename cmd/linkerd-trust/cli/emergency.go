@@ -43,6 +43,9 @@ const minRefreshInterval = "10s"
 // and what rotate sets.
 type emergencyView struct {
 	Compromised string `json:"compromised"`
+	// InProgress is "phase P, step S" when a rotation away from the compromised anchor is in
+	// progress: the emergency lifts its waits and renews nothing.
+	InProgress string `json:"inProgress,omitempty"`
 	// Workloads and Pods are the meshed workloads and pods the rotation restarts, outside the
 	// control plane.
 	Workloads int `json:"workloads"`
@@ -60,8 +63,8 @@ type emergencyView struct {
 
 // emergencyFacts says what an emergency rotation away from the anchor the mesh trusts costs,
 // and the spec that lifts every wait.
-func emergencyFacts(s *steps.State, spec v1alpha1.TrustAnchorRotationSpec, pods []*podindex.Pod) *emergencyView {
-	v := &emergencyView{Compromised: s.Previous.Fingerprint()}
+func emergencyFacts(s *steps.State, spec v1alpha1.TrustAnchorRotationSpec, pods []*podindex.Pod, inProgress string) *emergencyView {
+	v := &emergencyView{Compromised: s.Previous.Fingerprint(), InProgress: inProgress}
 	workloads := map[string]bool{}
 	for _, p := range pods {
 		if p.Meshed && p.Alive && !isControlPlane(s, p) {
@@ -78,6 +81,11 @@ func emergencyFacts(s *steps.State, spec v1alpha1.TrustAnchorRotationSpec, pods 
 		steps.StepRefreshControlPlaneReduced, steps.StepRemoveOldTrustRoots)
 	v.Restarts = fmt.Sprintf("linkerd-identity, linkerd-destination and linkerd-proxy-injector 3 times each; every meshed workload (%d, %d pods) twice, and a third time where its proxies have not moved onto the new issuer within twice %s",
 		v.Workloads, v.Pods, minRefreshInterval)
+	if inProgress != "" {
+		v.TrustedUntil = fmt.Sprintf("every meshed pod until its restart at %s: the rotation in progress (%s) goes on from where it is, each remaining round of restarts of every workload at once",
+			steps.StepRemoveOldTrustRoots, inProgress)
+		v.Restarts = "what remains of the rotation in progress, at most: " + v.Restarts
+	}
 
 	v.patch = map[string]any{}
 	var restore []string
@@ -90,7 +98,7 @@ func emergencyFacts(s *steps.State, spec v1alpha1.TrustAnchorRotationSpec, pods 
 	if spec.IdentityIssuerRenewal != v1alpha1.Automatic {
 		set("identityIssuerRenewal", v1alpha1.Automatic, "identityIssuerRenewal: Automatic", nilIfEmpty(string(spec.IdentityIssuerRenewal)))
 	}
-	if spec.Strategy == v1alpha1.StrategyCrossSigned {
+	if spec.Strategy == v1alpha1.StrategyCrossSigned && inProgress == "" { // a rotation in progress keeps its checkpoint's strategy
 		set("strategy", v1alpha1.StrategyStandard, "strategy: Standard (a cross-signed rotation would keep handing out a chain through the compromised anchor)", string(spec.Strategy))
 	}
 	if iv := spec.WorkloadCertificateRefreshInterval; iv == nil || iv.Duration > 10*time.Second {
@@ -148,7 +156,11 @@ func (v *emergencyView) applyTo(spec v1alpha1.TrustAnchorRotationSpec) v1alpha1.
 
 // renderEmergency prints the emergency rotation's costs before the steps.
 func renderEmergency(w io.Writer, rotation string, v *emergencyView) {
-	fmt.Fprintf(w, "\nEmergency rotation away from the trust anchor %s (compromised), every wait lifted:\n", steps.ShortFingerprint(v.Compromised))
+	if v.InProgress != "" {
+		fmt.Fprintf(w, "\nEmergency: the rotation in progress away from the trust anchor %s (compromised) goes on with every wait lifted; the anchor is not renewed again:\n", steps.ShortFingerprint(v.Compromised))
+	} else {
+		fmt.Fprintf(w, "\nEmergency rotation away from the trust anchor %s (compromised), every wait lifted:\n", steps.ShortFingerprint(v.Compromised))
+	}
 	fmt.Fprintf(w, "  pods that lose mTLS: %s\n", v.LostPairs)
 	fmt.Fprintf(w, "  the compromised anchor stays trusted by %s\n", v.TrustedUntil)
 	fmt.Fprintf(w, "  it restarts: %s\n", v.Restarts)
@@ -189,7 +201,9 @@ func readEmergency(tar *v1alpha1.TrustAnchorRotation) (*emergencySummary, error)
 	}
 	sum := &emergencySummary{Compromised: req.Compromised, RequestedAt: req.RequestedAt}
 	for _, r := range tar.Status.History {
-		if r.From != req.Compromised || r.StartTime.Time.Before(req.RequestedAt.Truncate(time.Second)) {
+		// The rotation away from the compromised anchor started at the request, or was in
+		// progress then (rotate --emergency during a rotation).
+		if r.From != req.Compromised || r.FinishTime != nil && r.FinishTime.Time.Before(req.RequestedAt.Truncate(time.Second)) {
 			continue
 		}
 		start := r.StartTime.Time
@@ -228,7 +242,11 @@ func renderEmergencySummary(w io.Writer, s *emergencySummary, now time.Time) {
 		fmt.Fprintf(w, "  not started yet (%s since the request)\n", steps.CompactDuration(now.Sub(s.RequestedAt).Round(time.Second)))
 		return
 	}
-	after(s.Started, "rotation started")
+	if s.Started.Before(s.RequestedAt.Truncate(time.Second)) {
+		fmt.Fprintf(w, "  rotation started: %s, in progress at the request (its waits lifted then)\n", s.Started.UTC().Format(time.RFC3339))
+	} else {
+		after(s.Started, "rotation started")
+	}
 	after(s.IssuerSwitched, "identity signs under the new anchor alone")
 	after(s.CertificatesMoved, "every pod presents a certificate of the new anchor")
 	after(s.Untrusted, "no pod trusts the compromised anchor")

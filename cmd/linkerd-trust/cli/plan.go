@@ -285,7 +285,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 		p.automations, p.tar = specAutomations(p.Recovery.patch, cfg, reading.Pods), tar.DeepCopy()
 	}
 	if opts.emergency {
-		p.Emergency = emergencyFacts(s, tar.Spec, reading.Pods)
+		p.Emergency = emergencyFacts(s, tar.Spec, reading.Pods, rotationInProgress(tar))
 		p.automations, p.tar = specAutomations(p.Emergency.patch, cfg, reading.Pods), tar.DeepCopy()
 		tar.Spec = p.Emergency.applyTo(tar.Spec)
 		s.Spec = tar.Spec

@@ -92,8 +92,14 @@ plan and stops; without a terminal (a script, the chart's CronJob) it renews wit
 
 // rotatePrerequisites are the checks rotate runs: cert-manager's API and the PKI's issuers and
 // Certificates, the operator's CRD. They read no Secret.
-func (c *checks) rotatePrerequisites() []category {
+func (c *checks) rotatePrerequisites(emergency bool) []category {
 	o := c.o
+	synced := checker{description: fmt.Sprintf("TrustAnchorRotation %s is Synced", o.kube.RotationName), hint: "l5d-trust-operator-blocked", fatal: true, check: c.rotationSynced}
+	if emergency {
+		// An emergency while a rotation is in progress speeds that rotation up: the anchor it
+		// moves away from is the one to retire (rotationInProgress).
+		synced = checker{description: fmt.Sprintf("TrustAnchorRotation %s is Synced or rotating", o.kube.RotationName), hint: "l5d-trust-operator-blocked", fatal: true, check: c.rotationSyncedOrRotating}
+	}
 	return []category{
 		{name: categoryCertManager, checkers: []checker{
 			{description: "cert-manager CRDs are installed", hint: "l5d-trust-cm-crds", fatal: true, check: c.certManagerCRDs},
@@ -107,9 +113,51 @@ func (c *checks) rotatePrerequisites() []category {
 		}},
 		{name: categoryOperator, checkers: []checker{
 			{description: "TrustAnchorRotation CRD is installed", hint: "l5d-trust-operator-crd", fatal: true, check: c.rotationCRD},
-			{description: fmt.Sprintf("TrustAnchorRotation %s is Synced", o.kube.RotationName), hint: "l5d-trust-operator-blocked", fatal: true, check: c.rotationSynced},
+			synced,
 		}},
 	}
+}
+
+// rotationSyncedOrRotating is rotationSynced for rotate --emergency, which also takes a rotation
+// in progress, whatever blocks it: it lifts that rotation's waits.
+func (c *checks) rotationSyncedOrRotating(ctx context.Context) error {
+	tar, err := c.rotation.get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
+	}
+	if rotationInProgress(tar) != "" {
+		return c.drivable(tar)
+	}
+	return c.rotationSynced(ctx)
+}
+
+// rotationInProgress is "phase P, step S" while a rotation is in progress, "" otherwise.
+func rotationInProgress(tar *v1alpha1.TrustAnchorRotation) string {
+	st := tar.Status
+	step := ""
+	if st.Checkpoint != nil {
+		step = st.Checkpoint.Step
+	}
+	phase := orDefault(string(st.Phase), string(v1alpha1.PhaseSynced))
+	if phase == string(v1alpha1.PhaseSynced) && step == steps.StepDetectAnchorRotation {
+		return ""
+	}
+	return fmt.Sprintf("phase %s, step %s", phase, orDefault(step, "none yet"))
+}
+
+// drivable fails when the operator would act on nothing: the object is not the one it drives,
+// it is suspended, or its spec cannot be used.
+func (c *checks) drivable(tar *v1alpha1.TrustAnchorRotation) error {
+	if cond := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionIgnored); cond != nil && cond.Status == metav1.ConditionTrue {
+		return fmt.Errorf("TrustAnchorRotation %s is not driven by the operator: %s", tar.Name, cond.Message)
+	}
+	if tar.Spec.Suspend {
+		return fmt.Errorf("TrustAnchorRotation %s is suspended (spec.suspend): resume it first with %s rotate --resume", tar.Name, binary)
+	}
+	if errs := steps.SpecErrors(tar); len(errs) > 0 {
+		return fmt.Errorf("TrustAnchorRotation %s: %s; the operator would act on nothing: fix it first (kubectl edit tar %s)", tar.Name, steps.SpecErrorsMessage(errs), tar.Name)
+	}
+	return nil
 }
 
 // rotationSynced passes when no rotation is in progress and nothing blocks the operator.
@@ -119,23 +167,12 @@ func (c *checks) rotationSynced(ctx context.Context) error {
 		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
 	}
 	st := tar.Status
-	if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionIgnored); cond != nil && cond.Status == metav1.ConditionTrue {
-		return fmt.Errorf("TrustAnchorRotation %s is not driven by the operator: %s", tar.Name, cond.Message)
+	if err := c.drivable(tar); err != nil {
+		return err
 	}
-	if tar.Spec.Suspend {
-		return fmt.Errorf("TrustAnchorRotation %s is suspended (spec.suspend): resume it first with %s rotate --resume", tar.Name, binary)
-	}
-	if errs := steps.SpecErrors(tar); len(errs) > 0 {
-		return fmt.Errorf("TrustAnchorRotation %s: %s; the operator would act on nothing: fix it first (kubectl edit tar %s)", tar.Name, steps.SpecErrorsMessage(errs), tar.Name)
-	}
-	step := ""
-	if st.Checkpoint != nil {
-		step = st.Checkpoint.Step
-	}
-	phase := orDefault(string(st.Phase), string(v1alpha1.PhaseSynced))
-	switch {
-	case phase != string(v1alpha1.PhaseSynced) || step != steps.StepDetectAnchorRotation:
-		msg := fmt.Sprintf("a rotation is in progress (phase %s, step %s); it is left alone", phase, orDefault(step, "none yet"))
+	switch progress := rotationInProgress(tar); {
+	case progress != "":
+		msg := fmt.Sprintf("a rotation is in progress (%s); it is left alone", progress)
 		if st.BlockingMessage != "" {
 			msg += ": " + st.BlockingMessage
 		}
@@ -161,16 +198,24 @@ type rotatePreview struct {
 func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview rotatePreview) error {
 	c := newChecks(o, cl, env)
 	r := &tableRenderer{w: env.Out}
-	ok := runChecks(ctx, c.rotatePrerequisites(), r.result)
+	ok := runChecks(ctx, c.rotatePrerequisites(preview.emergency), r.result)
 	fmt.Fprintln(env.Out)
 	if !ok {
 		fmt.Fprintln(env.Out, "Not rotating: a prerequisite check failed (above). Nothing was changed.")
 		return errReported
 	}
+	// An emergency during a rotation lifts that rotation's waits and renews nothing: the rotation
+	// already moves away from the anchor it retires.
+	inProgress := ""
+	if preview.emergency {
+		if tar, err := c.rotation.get(ctx); err == nil {
+			inProgress = rotationInProgress(tar)
+		}
+	}
 	var p *plan
 	if preview.plan || preview.emergency {
 		var err error
-		p, err = buildPlan(ctx, env, cl, o.kube, preview.probes, planOptions{assumeRenewed: true, emergency: preview.emergency})
+		p, err = buildPlan(ctx, env, cl, o.kube, preview.probes, planOptions{assumeRenewed: inProgress == "", emergency: preview.emergency})
 		if err != nil {
 			return fmt.Errorf("planning the rotation: %w", err)
 		}
@@ -196,6 +241,10 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview
 	}
 	if preview.plan {
 		if !preview.confirm {
+			if inProgress != "" {
+				fmt.Fprintln(env.Out, "Dry run: the rotation in progress would go on under the spec above. Nothing was changed.")
+				return nil
+			}
 			fmt.Fprintln(env.Out, "Dry run: the rotation above would start with the renewal of the trust anchor. Nothing was changed.")
 			return nil
 		}
@@ -203,11 +252,20 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview
 		if preview.emergency {
 			question = fmt.Sprintf("Set %s on TrustAnchorRotation %s, renew Certificate %s/%s now and start this emergency rotation? [y/N] ",
 				orNone(strings.Join(p.Emergency.Sets, "; ")), o.kube.RotationName, o.kube.Config.CertManagerNamespace, o.anchorCertificate)
+			if inProgress != "" {
+				question = fmt.Sprintf("Set %s on TrustAnchorRotation %s and speed up the rotation in progress? [y/N] ", orNone(strings.Join(p.Emergency.Sets, "; ")), o.kube.RotationName)
+			}
 		}
 		if !confirmed(env, question) {
 			fmt.Fprintln(env.Out, "Not rotating: not confirmed. Nothing was changed.")
 			return errReported
 		}
+	}
+	if inProgress != "" {
+		if p.Emergency.Compromised == "" {
+			return fmt.Errorf("a rotation is in progress (%s) but the previous-anchor Secret names no anchor it moves away from: nothing was changed; let it reach a phase past its expansion, or wait for Synced", inProgress)
+		}
+		return emergencyInProgress(ctx, env, o, cl, p.Emergency, inProgress)
 	}
 	ns, name := o.kube.Config.CertManagerNamespace, o.anchorCertificate
 	crt, err := cl.CertManager.CertmanagerV1().Certificates(ns).Get(ctx, name, metav1.GetOptions{})
@@ -243,6 +301,29 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview
 		fmt.Fprintln(env.Out)
 	}
 	fmt.Fprintf(env.Out, "Triggered the renewal of Certificate %s/%s (as cmctl renew does): cert-manager issues a new trust anchor and the operator rotates onto it.\nFollow it with: %s inspect --watch\n", ns, name, binary)
+	return nil
+}
+
+// emergencyInProgress is rotate --emergency during a rotation: it sets the spec that lifts every
+// wait and records the request, retiring the anchor the rotation moves away from; the anchor is
+// not renewed again (that would supersede the rotation and start over from its expansion).
+func emergencyInProgress(ctx context.Context, env *Env, o *checkOptions, cl *Clients, v *emergencyView, progress string) error {
+	req, err := json.Marshal(emergencyRequest{Compromised: v.Compromised, RequestedAt: env.now().UTC().Truncate(time.Second)})
+	if err != nil {
+		return err
+	}
+	if err := patchRotation(ctx, cl, o.kube.RotationName, v.patch, map[string]string{EmergencyAnnotation: string(req)}); err != nil {
+		return fmt.Errorf("setting the emergency rotation's spec on TrustAnchorRotation %s: %w; nothing was changed", o.kube.RotationName, err)
+	}
+	if len(v.Sets) > 0 {
+		fmt.Fprintf(env.Out, "Set on TrustAnchorRotation %s: %s.\n", o.kube.RotationName, strings.Join(v.Sets, "; "))
+	}
+	fmt.Fprintf(env.Out, "The rotation in progress (%s) goes on with every wait lifted; the trust anchor was not renewed again.\n", progress)
+	fmt.Fprintf(env.Out, "Once it is Synced: %s inspect --history prints the post-incident summary", binary)
+	if v.Restore != "" {
+		fmt.Fprintf(env.Out, ", and this puts the spec back: %s", fmt.Sprintf(v.Restore, o.kube.RotationName))
+	}
+	fmt.Fprintf(env.Out, "\nFollow it with: %s inspect --watch\n", binary)
 	return nil
 }
 

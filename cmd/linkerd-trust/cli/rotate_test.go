@@ -162,3 +162,54 @@ func TestEmergencyRotation(t *testing.T) {
 		}
 	}
 }
+
+// rotate --emergency during a rotation: the anchor the rotation moves away from is the one
+// retired; the waits are lifted in one write with the request recorded, the anchor is not renewed
+// again (that would supersede the rotation), and inspect --history reads the rotation that was in
+// progress at the request as the emergency's.
+func TestEmergencyDuringRotation(t *testing.T) {
+	f := newFixture(t)
+	f.midRotation()
+	f.rotations["cluster"].Spec.Strategy = v1alpha1.StrategyCrossSigned
+	old := steps.Fingerprint(cert(t, "anchor-old"))
+	out, code, renewed := runRotate(f, "", true, "--emergency", "--dry-run")
+	for _, want := range []string{
+		"TrustAnchorRotation cluster is Synced or rotating",
+		"Emergency: the rotation in progress away from the trust anchor " + steps.ShortFingerprint(old) + " (compromised) goes on with every wait lifted; the anchor is not renewed again",
+		"every meshed pod until its restart at remove-old-trust-roots: the rotation in progress (phase PropagatingTrustRoots, step propagate-trust-roots) goes on from where it is",
+		"Dry run: the rotation in progress would go on under the spec above",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rotate --emergency --dry-run during a rotation does not say %q\n%s", want, out)
+		}
+	}
+	if code != ExitOK || renewed || f.rotations["cluster"].Annotations[EmergencyAnnotation] != "" {
+		t.Fatalf("--dry-run: exit %d, renewed %v, annotations %v", code, renewed, f.rotations["cluster"].Annotations)
+	}
+
+	out, code, renewed = runRotate(f, "", false, "--emergency", "--yes")
+	if code != ExitOK || renewed {
+		t.Fatalf("rotate --emergency --yes during a rotation: exit %d, renewed %v (want no renewal)\n%s", code, renewed, out)
+	}
+	if !strings.Contains(out, "The rotation in progress (phase PropagatingTrustRoots, step propagate-trust-roots) goes on with every wait lifted; the trust anchor was not renewed again.") {
+		t.Errorf("rotate --emergency --yes during a rotation does not say it goes on\n%s", out)
+	}
+	tar := f.rotations["cluster"]
+	if spec := tar.Spec; spec.DataPlaneRestart.Policy != v1alpha1.Automatic || spec.IdentityIssuerRenewal != v1alpha1.Automatic || spec.Strategy != v1alpha1.StrategyCrossSigned {
+		t.Errorf("spec after rotate --emergency during a rotation: %+v (the strategy is the checkpoint's: kept)", spec)
+	}
+	if want := `{"compromised":"` + old + `","requestedAt":"2026-06-01T12:00:00Z"}`; tar.Annotations[EmergencyAnnotation] != want {
+		t.Errorf("annotation %s = %q, want %q", EmergencyAnnotation, tar.Annotations[EmergencyAnnotation], want)
+	}
+
+	start := metav1.NewTime(testNow.Add(-90 * time.Minute))
+	finish := metav1.NewTime(testNow.Add(2 * time.Minute))
+	tar.Status.History = []v1alpha1.RotationRecord{{Rotation: steps.Fingerprint(cert(t, "anchor-new")), From: old, StartTime: start, FinishTime: &finish, Outcome: v1alpha1.RotationCompleted}}
+	hist, _, _ := f.run("inspect", "--history")
+	for _, want := range []string{"rotation started: 2026-06-01T10:30:00Z, in progress at the request (its waits lifted then)",
+		"no pod trusts the compromised anchor: 2026-06-01T12:02:00Z (2m after the request)"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("inspect --history does not say %q\n%s", want, hist)
+		}
+	}
+}
