@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -101,4 +102,42 @@ func TestEmergencyRotationOnTheBed(t *testing.T) {
 		}
 	}
 	t.Logf("emergency rotation: %s from the request to Synced; %d workloads restarted at most %d at once", took.Round(time.Second), len(stats.Restarts), stats.MaxConcurrent)
+
+	// During a rotation held by a maintenance window that is closed: --emergency renews nothing,
+	// lifts the window, and the rotation in progress goes on to Synced.
+	closed := time.Now().UTC().Add(6 * time.Hour)
+	if err := e.patchSpec(ctx, fmt.Sprintf(`{"spec":{"dataPlaneRestart":{"maintenanceWindows":[{"start":%q,"end":%q}]}}}`,
+		closed.Format("15:04"), closed.Add(time.Hour).Format("15:04"))); err != nil {
+		t.Fatal(err)
+	}
+	next := e.Renew("cert-manager", "linkerd-trust-anchor")
+	if _, err := WaitRotation(ctx, e.TARs, rotationName, 2*time.Minute, "the rotation held by the closed window", func(tar *v1alpha1.TrustAnchorRotation) bool {
+		return tar.Status.Checkpoint != nil && tar.Status.Checkpoint.Rotation == steps.Fingerprint(next) &&
+			strings.Contains(tar.Status.BlockingMessage, "the next maintenance window opens at")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	out = e.cli("rotate", "--emergency", "--yes")
+	for _, want := range []string{"Emergency: the rotation in progress away from the trust anchor " + steps.ShortFingerprint(steps.Fingerprint(renewed)),
+		"its 1 maintenance window(s) removed", "goes on with every wait lifted; the trust anchor was not renewed again"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rotate --emergency during a rotation does not say %q\n%s", want, out)
+		}
+	}
+	e.waitSyncedOn(next, 5*time.Minute)
+	if now := e.SecretCert("cert-manager", "linkerd-trust-anchor"); !now.Equal(next) {
+		t.Errorf("rotate --emergency during a rotation renewed the anchor again")
+	}
+	if err := e.Mesh.Oracle().CheckNoViolationsSince(start); err != nil {
+		t.Errorf("mTLS violations during the rotation sped up: %v", err)
+	}
+	hist = e.cli("inspect", "--history")
+	for _, want := range []string{"Emergency rotation away from the compromised trust anchor " + steps.ShortFingerprint(steps.Fingerprint(renewed)),
+		"in progress at the request (its waits lifted then)", "no pod trusts the compromised anchor: ", "outcome: Completed"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("inspect --history after the emergency during a rotation does not say %q\n%s", want, hist)
+		}
+	}
+	t.Logf("emergency during a rotation: %s from the request to Synced", time.Since(start).Round(time.Second))
 }
