@@ -186,13 +186,12 @@ func recoveryFacts(rc recoveryCase, s *steps.State, tar *v1alpha1.TrustAnchorRot
 }
 
 // meshRollout says how long one restart of the whole data plane took in this cluster: the time
-// the last completed rotation in the history spent in PropagatingTrustRoots, waiting for every
+// the latest completed rotation in the history (status.history, the latest first) spent in PropagatingTrustRoots, waiting for every
 // meshed pod to restart onto the expanded bundle (under the restart budget of then, or the
 // user's restarts: with every workload at once it takes about as long as the slowest
 // workload's rollout, at most that).
 func meshRollout(history []v1alpha1.RotationRecord) string {
-	for i := len(history) - 1; i >= 0; i-- {
-		r := history[i]
+	for _, r := range history { // the latest first
 		if r.Outcome != v1alpha1.RotationCompleted || r.FinishTime == nil {
 			continue
 		}

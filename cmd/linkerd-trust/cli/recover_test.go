@@ -146,12 +146,16 @@ func TestRecoverFromExpiredAnchor(t *testing.T) {
 	}
 	// With a rotation in the history, how long one restart of the data plane took there.
 	finished := metav1.NewTime(testNow.Add(-30 * 24 * time.Hour))
-	f.rotations["cluster"].Status.History = []v1alpha1.RotationRecord{
+	older := metav1.NewTime(testNow.Add(-60 * 24 * time.Hour))
+	f.rotations["cluster"].Status.History = []v1alpha1.RotationRecord{ // the latest first
+		{Rotation: strings.Repeat("cd", 32), Outcome: v1alpha1.RotationSuperseded},
 		{Rotation: strings.Repeat("ab", 32), Outcome: v1alpha1.RotationCompleted, FinishTime: &finished, Phases: []v1alpha1.PhaseDuration{
 			{Phase: v1alpha1.PhaseRefreshingControlPlane, Duration: metav1.Duration{Duration: time.Second}},
 			{Phase: v1alpha1.PhasePropagatingTrustRoots, Duration: metav1.Duration{Duration: 4*time.Minute + 30*time.Second}},
 		}},
-		{Rotation: strings.Repeat("cd", 32), Outcome: v1alpha1.RotationSuperseded},
+		{Rotation: strings.Repeat("ef", 32), Outcome: v1alpha1.RotationCompleted, FinishTime: &older, Phases: []v1alpha1.PhaseDuration{
+			{Phase: v1alpha1.PhasePropagatingTrustRoots, Duration: metav1.Duration{Duration: time.Hour}},
+		}},
 	}
 	out, _, _ = f.run("recover", "--dry-run")
 	if want := "This cluster's last completed rotation (to anchor abababababab, finished 2026-05-02T12:00:00Z) spent 4m30s in PropagatingTrustRoots restarting the data plane"; !strings.Contains(out, want) {
