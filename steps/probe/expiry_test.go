@@ -15,11 +15,7 @@ import (
 func TestExpiringLeavesKeptPerProbe(t *testing.T) {
 	anchor, anchorKey := newCert(t, "root", true, nil, nil)
 	iss, _ := newCert(t, "issuer", true, anchor, anchorKey)
-	var tr *CertTracker
-	x := podindex.New(func(before, cur *podindex.Pod) { tr.PodChanged(before, cur) })
-	tr = NewCertTracker(x, nil, 1, 0, nil)
-	defer tr.queue.ShutDown()
-	tr.SetActive(anchor, false)
+	tr, x := trackerOn(t, anchor)
 
 	now := time.Now().Truncate(time.Second)
 	const life = 100 * time.Second
@@ -104,4 +100,15 @@ func TestNextLeafRead(t *testing.T) {
 			t.Errorf("%s: read again at %s, want %s (%s)", c.name, got, c.want, c.whatWant)
 		}
 	}
+}
+
+// trackerOn is a tracker over a new index, counting pods on anchor, not probing (no Run), shut
+// down with the test.
+func trackerOn(t *testing.T, anchor *x509.Certificate) (*CertTracker, *podindex.Index) {
+	var tr *CertTracker
+	x := podindex.New(func(before, cur *podindex.Pod) { tr.PodChanged(before, cur) })
+	tr = NewCertTracker(x, nil, 1, 0, nil)
+	t.Cleanup(tr.queue.ShutDown)
+	tr.SetActive(anchor, false)
+	return tr, x
 }

@@ -17,11 +17,7 @@ func TestStaleLeavesKeptPerProbe(t *testing.T) {
 	anchor, anchorKey := newCert(t, "root", true, nil, nil)
 	old, _ := newCert(t, "old-issuer", true, anchor, anchorKey)
 	renewed, _ := newCert(t, "renewed-issuer", true, anchor, anchorKey)
-	var tr *CertTracker
-	x := podindex.New(func(before, cur *podindex.Pod) { tr.PodChanged(before, cur) })
-	tr = NewCertTracker(x, nil, 1, 0, nil)
-	defer tr.queue.ShutDown()
-	tr.SetActive(anchor, false)
+	tr, x := trackerOn(t, anchor)
 
 	due := time.Now().Truncate(time.Second)
 	tr.WatchIssuer(steps.Fingerprint(renewed), due)
@@ -88,11 +84,7 @@ func describeStale(ls []steps.StaleLeaves) string {
 func TestWatchIssuerProbesASampleAfterTheirRefresh(t *testing.T) {
 	anchor, anchorKey := newCert(t, "root", true, nil, nil)
 	old, _ := newCert(t, "old-issuer", true, anchor, anchorKey)
-	var tr *CertTracker
-	x := podindex.New(func(before, cur *podindex.Pod) { tr.PodChanged(before, cur) })
-	tr = NewCertTracker(x, nil, 1, 0, nil)
-	defer tr.queue.ShutDown()
-	tr.SetActive(anchor, false)
+	tr, x := trackerOn(t, anchor)
 	now := time.Now()
 	due := now.Add(time.Hour)
 	// refresh in hours: pod-0 before the due time, the others after it, in no order.
@@ -132,11 +124,7 @@ func TestWatchIssuerProbesASampleAfterTheirRefresh(t *testing.T) {
 func TestStaleLeavesCompleteOnceTheFirstPodsAreProbed(t *testing.T) {
 	anchor, anchorKey := newCert(t, "root", true, nil, nil)
 	iss, _ := newCert(t, "issuer", true, anchor, anchorKey)
-	var tr *CertTracker
-	x := podindex.New(func(before, cur *podindex.Pod) { tr.PodChanged(before, cur) })
-	tr = NewCertTracker(x, nil, 1, 0, nil)
-	defer tr.queue.ShutDown()
-	tr.SetActive(anchor, false)
+	tr, x := trackerOn(t, anchor)
 	pod := func(name string) *podindex.Pod {
 		p := &podindex.Pod{Namespace: "app", Name: name, UID: "uid-" + name, Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true}
 		x.Upsert(p)

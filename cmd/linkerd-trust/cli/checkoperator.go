@@ -147,15 +147,7 @@ func (c *checks) rotationNotBlocked(ctx context.Context) error {
 // certificates it probes, which a single run of the CLI cannot tell apart from a reload still
 // due).
 func (c *checks) identityIssuerCurrent(ctx context.Context) error {
-	tar, err := c.rotation.get(ctx)
-	if err != nil {
-		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
-	}
-	cond := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionIdentityIssuerStale)
-	if cond == nil || cond.Status != metav1.ConditionTrue {
-		return nil
-	}
-	return fmt.Errorf("TrustAnchorRotation %s: %s", tar.Name, cond.Message)
+	return c.conditionFalse(ctx, v1alpha1.ConditionIdentityIssuerStale)
 }
 
 // workloadCertificatesRenewed fails while condition WorkloadCertificatesExpiring is True: pods
@@ -163,11 +155,16 @@ func (c *checks) identityIssuerCurrent(ctx context.Context) error {
 // each pod once its proxy should have renewed (a single run of the CLI reads each pod once, and
 // cannot tell a proxy that missed its renewal from one about to make it).
 func (c *checks) workloadCertificatesRenewed(ctx context.Context) error {
+	return c.conditionFalse(ctx, v1alpha1.ConditionWorkloadCertificatesExpiring)
+}
+
+// conditionFalse fails with the condition's message while the TrustAnchorRotation holds it True.
+func (c *checks) conditionFalse(ctx context.Context, typ string) error {
 	tar, err := c.rotation.get(ctx)
 	if err != nil {
 		return fmt.Errorf("reading TrustAnchorRotation %s: %w", c.o.kube.RotationName, err)
 	}
-	cond := meta.FindStatusCondition(tar.Status.Conditions, v1alpha1.ConditionWorkloadCertificatesExpiring)
+	cond := meta.FindStatusCondition(tar.Status.Conditions, typ)
 	if cond == nil || cond.Status != metav1.ConditionTrue {
 		return nil
 	}
