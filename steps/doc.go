@@ -48,7 +48,8 @@
 //   - the guards: drift.go, supersede.go, strategy.go, validate.go (what the operator cannot use
 //     in the spec: the fields that did not decode, time zones, selectors, the durations' bounds);
 //   - between rotations and before one: staleissuer.go (identity signing with an issuer the
-//     Secret no longer holds), expiredissuer.go (an expired identity issuer), expiredanchor.go
+//     Secret no longer holds), leafexpiry.go (workload certificates their proxies did not
+//     renew), expiredissuer.go (an expired identity issuer), expiredanchor.go
 //     (an expired trust anchor), recovery.go (the two steps by which a rotation away from an
 //     expired anchor starts with identity), takeover.go (a mesh on Linkerd's hand-made PKI
 //     handed over to cert-manager);
