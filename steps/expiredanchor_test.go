@@ -180,3 +180,35 @@ func TestRenewIssuerFirst(t *testing.T) {
 		t.Fatalf("issuer on the new anchor: %+v, want done", d)
 	}
 }
+
+// TestRecoveryUnderCrossSignedSpec: a rotation away from an expired anchor starts with the
+// standard order whatever spec.strategy says: the cross-signed order keeps identity on the
+// expired anchor, which it refuses. The checkpoint records Standard, and the issuer is renewed
+// first as in any recovery.
+func TestRecoveryUnderCrossSignedSpec(t *testing.T) {
+	p := newPKI(t)
+	expired := newCert(t, "expired-anchor", nil, true, time.Now().Add(-time.Minute))
+	underExpired := newCert(t, "issuer-under-expired", expired, true, time.Now().Add(-time.Minute))
+	s := rotatingState(p, anchor(p.newAnchor), previous(expired), issuer(underExpired), bundleOf(expired), identityPods(1, "linkerd-identity-a"))
+	s.Spec.Strategy = v1alpha1.StrategyCrossSigned
+	s.Spec.IdentityIssuerRenewal = v1alpha1.Automatic
+	s.Rotation, s.Strategy = "", ""
+	s.IssuerCertificate = IssuerCertificate{Namespace: "linkerd", Name: "linkerd-identity-issuer", Found: true, Revision: 3}
+	if got := s.StartStrategy(s.Spec); got != v1alpha1.StrategyStandard {
+		t.Fatalf("a rotation away from an expired anchor starts %s, want Standard", got)
+	}
+	w, _, advance := driveRotation(t, s)
+	var res workflow.Result
+	for range 20 {
+		if res = advance(); !res.Acted {
+			break
+		}
+	}
+	if res.Checkpoint.Step != StepRenewIssuerFirst || res.Decision.Reason != "IssuerRenewing" || len(w.renewed) != 1 {
+		t.Fatalf("stopped at %s (%s: %s), renewed %v: want the issuer renewed first", res.Checkpoint.Step, res.Decision.Reason, res.Decision.Message, w.renewed)
+	}
+	st := Project(NewOrdered(Rotation(w)), v1alpha1.TrustAnchorRotationStatus{}, s.Spec, 1, s, res, s.Now)
+	if st.Checkpoint == nil || st.Checkpoint.Strategy != v1alpha1.StrategyStandard {
+		t.Errorf("checkpoint %+v: want the strategy Standard recorded", st.Checkpoint)
+	}
+}

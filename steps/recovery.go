@@ -131,7 +131,10 @@ func observeRenewIssuerFirst(s *State, token string) workflow.Decision {
 	why := fmt.Sprintf("trust anchor %s expired at %s: linkerd-identity signs again only once it runs on an issuer of the new anchor %s, which must happen before any proxy restarts",
 		ShortFingerprint(Fingerprint(expired)), expired.NotAfter.UTC().Format(time.RFC3339), ShortFingerprint(s.Anchor.Fingerprint()))
 	if s.CrossSigned() {
-		return workflow.Waiting(ReasonIssuerFirstNeeded, why+"; a cross-signed rotation cannot get there (linkerd-identity, which trusts the expired anchor alone, refuses an issuer whose chain ends at it: Go checks the root's validity): set spec.strategy: Standard")
+		// Only a rotation that started cross-signed before the anchor expired gets here: one that
+		// starts after runs the standard order (State.StartStrategy).
+		return workflow.Waiting(ReasonIssuerFirstNeeded, why+fmt.Sprintf("; this rotation started cross-signed before the anchor expired and cannot get there (linkerd-identity, which trusts the expired anchor alone, refuses an issuer whose chain ends at it: Go checks the root's validity): renew the trust anchor again (cmctl renew -n %s %s), and the rotation onto it starts with the standard order",
+			s.Config.CertManagerNamespace, s.Config.AnchorCertificate))
 	}
 	d, renewable := issuerOnNewAnchor(s)
 	if d.Outcome == workflow.Done || !renewable {

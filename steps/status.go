@@ -79,7 +79,7 @@ func Project(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha
 			cp.Rotation, cp.StartTime, cp.Strategy = prev.Checkpoint.Rotation, prev.Checkpoint.StartTime, prev.Checkpoint.Strategy
 		} else {
 			t := metav1.NewTime(now)
-			cp.Rotation, cp.StartTime, cp.Strategy = s.Anchor.Fingerprint(), &t, StrategyOf(spec)
+			cp.Rotation, cp.StartTime, cp.Strategy = s.Anchor.Fingerprint(), &t, s.StartStrategy(spec)
 		}
 	}
 	st.Checkpoint = cp
@@ -207,7 +207,7 @@ func SavedCheckpoint(rot *Ordered, prev *v1alpha1.Checkpoint, next workflow.Chec
 		return cp
 	}
 	t := metav1.NewTime(now)
-	cp.Rotation, cp.StartTime, cp.Strategy = s.Anchor.Fingerprint(), &t, StrategyOf(s.Spec)
+	cp.Rotation, cp.StartTime, cp.Strategy = s.Anchor.Fingerprint(), &t, s.StartStrategy(s.Spec)
 	return cp
 }
 

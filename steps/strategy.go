@@ -41,7 +41,19 @@ func (s *State) CrossSigned() bool {
 	if s.Rotation != "" {
 		return s.Strategy == v1alpha1.StrategyCrossSigned
 	}
-	return StrategyOf(s.Spec) == v1alpha1.StrategyCrossSigned
+	return s.StartStrategy(s.Spec) == v1alpha1.StrategyCrossSigned
+}
+
+// StartStrategy is the strategy a rotation starting now records in its checkpoint: spec's, but
+// Standard for a rotation away from an anchor that has expired. The cross-signed order keeps
+// linkerd-identity on the previous anchor until its bridge is no longer needed, and identity
+// refuses an issuer whose chain ends at an expired root (Go's x509 checks the root's validity):
+// that rotation could not get past renew-issuer-first (docs/design/recovery.md, case 3).
+func (s *State) StartStrategy(spec v1alpha1.TrustAnchorRotationSpec) v1alpha1.RotationStrategy {
+	if s.Rotating() && s.Previous.Usable() && s.Now.After(s.Previous.Cert.NotAfter) {
+		return v1alpha1.StrategyStandard
+	}
+	return StrategyOf(spec)
 }
 
 // crossSignedProblem is detect-anchor-rotation's Wait when spec.strategy is CrossSigned and the
