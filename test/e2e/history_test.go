@@ -56,8 +56,10 @@ func TestRotationHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := tar.Status
-	if len(st.History) != recorded+1 {
-		t.Fatalf("history holds %d entries, want %d: %+v", len(st.History), recorded+1, st.History)
+	// The tests before it on the shared cluster may have filled the history to its limit: the
+	// oldest entry then makes room.
+	if want := min(recorded+1, steps.HistoryLimit(tar.Spec)); len(st.History) != want {
+		t.Fatalf("history holds %d entries, want %d (%d before, limit %d): %+v", len(st.History), want, recorded, steps.HistoryLimit(tar.Spec), st.History)
 	}
 	r := st.History[0]
 	if r.Outcome != v1alpha1.RotationCompleted || r.FinishTime == nil {
