@@ -33,6 +33,10 @@ type emergencyRequest struct {
 	// Compromised is the fingerprint of the anchor the emergency rotation retires.
 	Compromised string    `json:"compromised"`
 	RequestedAt time.Time `json:"requestedAt"`
+	// DuringRotation is set when the request met a rotation away from Compromised in progress:
+	// the emergency lifted its waits. Recorded rather than read from the times, which are
+	// seconds apart or not at all when the rotation started just before the request.
+	DuringRotation bool `json:"duringRotation,omitempty"`
 }
 
 // minRefreshInterval is the shortest workloadCertificateRefreshInterval the CRD accepts: the
@@ -174,6 +178,8 @@ func renderEmergency(w io.Writer, rotation string, v *emergencyView) {
 type emergencySummary struct {
 	Compromised string    `json:"compromised"`
 	RequestedAt time.Time `json:"requestedAt"`
+	// DuringRotation: the rotation was in progress at the request.
+	DuringRotation bool `json:"duringRotation,omitempty"`
 	// Record is the rotation's record, absent until the operator started it.
 	Started *time.Time `json:"started,omitempty"`
 	// IssuerSwitched is when identity signed under the new anchor alone (the end of
@@ -199,7 +205,7 @@ func readEmergency(tar *v1alpha1.TrustAnchorRotation) (*emergencySummary, error)
 	if err := json.Unmarshal([]byte(raw), &req); err != nil {
 		return nil, fmt.Errorf("TrustAnchorRotation %s: annotation %s does not parse: %v", tar.Name, EmergencyAnnotation, err)
 	}
-	sum := &emergencySummary{Compromised: req.Compromised, RequestedAt: req.RequestedAt}
+	sum := &emergencySummary{Compromised: req.Compromised, RequestedAt: req.RequestedAt, DuringRotation: req.DuringRotation}
 	for _, r := range tar.Status.History {
 		// The rotation away from the compromised anchor started at the request, or was in
 		// progress then (rotate --emergency during a rotation).
@@ -242,7 +248,7 @@ func renderEmergencySummary(w io.Writer, s *emergencySummary, now time.Time) {
 		fmt.Fprintf(w, "  not started yet (%s since the request)\n", steps.CompactDuration(now.Sub(s.RequestedAt).Round(time.Second)))
 		return
 	}
-	if s.Started.Before(s.RequestedAt.Truncate(time.Second)) {
+	if s.DuringRotation || s.Started.Before(s.RequestedAt.Truncate(time.Second)) {
 		fmt.Fprintf(w, "  rotation started: %s, in progress at the request (its waits lifted then)\n", s.Started.UTC().Format(time.RFC3339))
 	} else {
 		after(s.Started, "rotation started")

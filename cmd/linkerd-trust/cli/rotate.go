@@ -308,7 +308,7 @@ func rotate(ctx context.Context, env *Env, o *checkOptions, cl *Clients, preview
 // wait and records the request, retiring the anchor the rotation moves away from; the anchor is
 // not renewed again (that would supersede the rotation and start over from its expansion).
 func emergencyInProgress(ctx context.Context, env *Env, o *checkOptions, cl *Clients, v *emergencyView, progress string) error {
-	req, err := json.Marshal(emergencyRequest{Compromised: v.Compromised, RequestedAt: env.now().UTC().Truncate(time.Second)})
+	req, err := json.Marshal(emergencyRequest{Compromised: v.Compromised, RequestedAt: env.now().UTC().Truncate(time.Second), DuringRotation: true})
 	if err != nil {
 		return err
 	}

@@ -198,15 +198,17 @@ func TestEmergencyDuringRotation(t *testing.T) {
 	if spec := tar.Spec; spec.DataPlaneRestart.Policy != v1alpha1.Automatic || spec.IdentityIssuerRenewal != v1alpha1.Automatic || spec.Strategy != v1alpha1.StrategyCrossSigned {
 		t.Errorf("spec after rotate --emergency during a rotation: %+v (the strategy is the checkpoint's: kept)", spec)
 	}
-	if want := `{"compromised":"` + old + `","requestedAt":"2026-06-01T12:00:00Z"}`; tar.Annotations[EmergencyAnnotation] != want {
+	if want := `{"compromised":"` + old + `","requestedAt":"2026-06-01T12:00:00Z","duringRotation":true}`; tar.Annotations[EmergencyAnnotation] != want {
 		t.Errorf("annotation %s = %q, want %q", EmergencyAnnotation, tar.Annotations[EmergencyAnnotation], want)
 	}
 
-	start := metav1.NewTime(testNow.Add(-90 * time.Minute))
+	// The rotation started in the very second of the request (a window held it at once): the
+	// annotation, not the times, says it was in progress.
+	start := metav1.NewTime(testNow)
 	finish := metav1.NewTime(testNow.Add(2 * time.Minute))
 	tar.Status.History = []v1alpha1.RotationRecord{{Rotation: steps.Fingerprint(cert(t, "anchor-new")), From: old, StartTime: start, FinishTime: &finish, Outcome: v1alpha1.RotationCompleted}}
 	hist, _, _ := f.run("inspect", "--history")
-	for _, want := range []string{"rotation started: 2026-06-01T10:30:00Z, in progress at the request (its waits lifted then)",
+	for _, want := range []string{"rotation started: 2026-06-01T12:00:00Z, in progress at the request (its waits lifted then)",
 		"no pod trusts the compromised anchor: 2026-06-01T12:02:00Z (2m after the request)"} {
 		if !strings.Contains(hist, want) {
 			t.Errorf("inspect --history does not say %q\n%s", want, hist)
