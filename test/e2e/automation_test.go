@@ -21,6 +21,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps/apply"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -514,21 +515,33 @@ func (e *Env) checkNoOverrideLeft() {
 	}
 }
 
-// checkEvents fails unless the operator recorded an Event of each reason since the time.
+// checkEvents fails unless the operator recorded an Event of each reason since the time. It
+// waits for them a while: client-go's event recorder sends Events in the background, so one may
+// reach the apiserver after the status write that the test saw.
 func (e *Env) checkEvents(since time.Time, reasons ...string) {
 	e.T.Helper()
-	evs, err := e.Cluster.Kube().CoreV1().Events("default").List(e.Ctx, metav1.ListOptions{})
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	for _, r := range reasons {
-		found := false
-		for _, ev := range evs.Items {
-			if ev.Reason == r && ev.InvolvedObject.Kind == "TrustAnchorRotation" && !ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
-				found = true
+	missing := reasons
+	err := poll.Until(e.Ctx, 30*time.Second, "the operator's Events", func(ctx context.Context) (bool, error) {
+		evs, err := e.Cluster.Kube().CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, poll.Pending("listing Events: %v", err)
+		}
+		missing = nil
+		for _, r := range reasons {
+			found := false
+			for _, ev := range evs.Items {
+				if ev.Reason == r && ev.InvolvedObject.Kind == "TrustAnchorRotation" && !ev.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
+					found = true
+				}
+			}
+			if !found {
+				missing = append(missing, r)
 			}
 		}
-		if !found {
+		return len(missing) == 0, nil
+	})
+	if err != nil {
+		for _, r := range missing {
 			e.T.Errorf("no %s Event since %s", r, since.Format(time.RFC3339))
 		}
 	}

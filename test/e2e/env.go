@@ -101,6 +101,10 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 		t.Fatal(err)
 	}
 	e.Operator = startOperator(e.Release)
+	// Until it leads, the status read below may be the one a previous test's operator left.
+	if err := e.Operator.WaitLeading(ctx, kube, e.Release.Namespace); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := WaitRotation(ctx, e.TARs, steps.DefaultRotationName, 2*time.Minute, "bootstrap",
 		func(tar *v1alpha1.TrustAnchorRotation) bool {
 			return tar.Status.Checkpoint != nil && tar.Status.Checkpoint.Step == steps.StepDetectAnchorRotation

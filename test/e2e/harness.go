@@ -9,9 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
@@ -73,7 +78,9 @@ type Operator struct {
 
 // StartOperatorWithEnv runs the operator binary with kubeconfig, args and extra environment
 // variables ("POD_NAMESPACE=linkerd", as a Deployment's pod has them), logging to a file in the
-// test's temp dir. It is killed at the end of the test if still running.
+// test's temp dir. At the end of the test it is stopped as Kubernetes stops a pod (SIGTERM, then
+// SIGKILL after a grace period): it gives its leader Lease up, so the next test's operator leads
+// at once instead of reading a status the killed one left while the Lease runs out.
 func StartOperatorWithEnv(t testing.TB, env []string, kubeconfig string, args ...string) *Operator {
 	t.Helper()
 	addr, err := proc.FreeAddr()
@@ -88,7 +95,9 @@ func StartOperatorWithEnv(t testing.TB, env []string, kubeconfig string, args ..
 	}
 	o := &Operator{Process: p, t: t, AdminAddr: addr}
 	t.Cleanup(func() {
-		o.Kill()
+		if o.Process.Stop(operatorGrace) {
+			t.Logf("the operator ignored SIGTERM for %s: killed it", operatorGrace)
+		}
 		if t.Failed() {
 			o.DumpLog(80)
 		}
@@ -96,10 +105,33 @@ func StartOperatorWithEnv(t testing.TB, env []string, kubeconfig string, args ..
 	return o
 }
 
+// WaitLeading waits until the operator holds its leader Lease (the chart's name, in namespace):
+// its identity, hostname_pid by default, ends in its PID.
+func (o *Operator) WaitLeading(ctx context.Context, kube kubernetes.Interface, namespace string) error {
+	suffix := "_" + strconv.Itoa(o.PID())
+	return poll.Until(ctx, time.Minute, "the operator leading", func(ctx context.Context) (bool, error) {
+		if o.Exited() {
+			return false, fmt.Errorf("the operator exited (code %d) before it led:\n%s", o.ExitCode(), o.LogTail(20))
+		}
+		l, err := kube.CoordinationV1().Leases(namespace).Get(ctx, "trust-rotation-operator", metav1.GetOptions{})
+		if err != nil {
+			return false, poll.Pending("reading Lease %s/trust-rotation-operator: %v", namespace, err)
+		}
+		if h := l.Spec.HolderIdentity; h == nil || !strings.HasSuffix(*h, suffix) {
+			return false, poll.Pending("Lease %s/trust-rotation-operator held by %v", namespace, l.Spec.HolderIdentity)
+		}
+		return true, nil
+	})
+}
+
+// operatorGrace is how long a stopped operator may take to exit: the chart's pod's
+// terminationGracePeriodSeconds, Kubernetes' default.
+const operatorGrace = 30 * time.Second
+
 // Stop asks the operator to stop (SIGTERM) and waits for it to exit.
 func (o *Operator) Stop() {
-	if o.Process.Stop(time.Minute) {
-		o.t.Log("the operator ignored SIGTERM for a minute: killed it")
+	if o.Process.Stop(operatorGrace) {
+		o.t.Logf("the operator ignored SIGTERM for %s: killed it", operatorGrace)
 	}
 }
 

@@ -98,7 +98,8 @@ func TestCLIOutsideThePodNetwork(t *testing.T) {
 				t.Fatalf("inspect %q: %v\n%s", args, err, out)
 			}
 			if w := in.Live.WorkloadCertificates; w.Target < meshed || w.Converged != w.Target {
-				t.Errorf("inspect %q: workload certificates %+v, want all %d+ converged", args, w, meshed)
+				t.Errorf("inspect %q: workload certificates %+v, want all %d+ converged; problems %q, pods behind %+v",
+					args, w, meshed, in.Live.Problems, in.Pods)
 			}
 		}
 	})
@@ -114,6 +115,11 @@ type inspected struct {
 		} `json:"workloadCertificates"`
 		Problems []string `json:"problems"`
 	} `json:"live"`
+	Pods []struct {
+		Namespace string   `json:"namespace"`
+		Name      string   `json:"name"`
+		Problems  []string `json:"problems"`
+	} `json:"pods"`
 }
 
 func wantTrouble(t *testing.T, in inspected, parts ...string) {
