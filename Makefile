@@ -52,6 +52,12 @@ bench: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 bench: ## Measure the operator and the CLI at 1,000/5,000/10,000 meshed pods (BENCH_FLAGS="--sizes 1000"); see docs/performance.md.
 	scripts/bench.sh $(BENCH_FLAGS)
 
+SCALE_PODS ?= 10000,50000,150000
+
+.PHONY: bench-scale
+bench-scale: ## Measure the operator's pod path in process at 10,000/50,000/150,000 pods (SCALE_PODS=...); see docs/performance.md.
+	scripts/bench-scale.sh $(SCALE_PODS)
+
 CONTROLLER_GEN = $(eval CONTROLLER_GEN := $(or $(TOOLS_BIN_FROM_ENV),$(shell scripts/tools.sh path codegen))/controller-gen)$(CONTROLLER_GEN)
 
 # The charts, and the files generated for them: the CRD chart's copy of the CRD, each chart's
