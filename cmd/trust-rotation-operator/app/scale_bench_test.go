@@ -31,6 +31,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -38,6 +39,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/steps/probe"
+	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
@@ -60,14 +62,15 @@ type scaleFigures struct {
 	events, probes, reconciles, firstProbes int64
 	rotationWall                            time.Duration
 	snapshotCPU                             time.Duration
-	peakHeap                                uint64
+	peakRSS                                 uint64
 	workloads                               int
 }
 
 // BenchmarkOperatorScale runs the operator's pod path — the meshed pods' informer (watch-list
 // decoded off the wire as WirePods), the pod index, the live-certificate tracker and its probes
 // (crypto/tls handshakes against every pod's own leaf), and the State read of every reconcile
-// (observe.Snapshotter) with the operator's pacing of them (churn) — against a synthetic cluster
+// (observe.Snapshotter) and the status projection (steps.Project), with the operator's pacing of
+// them (churn), — against a synthetic cluster
 // in another process (scale_cluster_test.go), and prints, per size:
 //
 //   - the heap retained per meshed pod once every pod is counted, beyond the idle process;
@@ -78,9 +81,10 @@ type scaleFigures struct {
 //     every replacement pod probed; CPU in all and per watch event and per pod, and the
 //     reconciles (State reads) it caused.
 //
-// What it leaves out, said in docs/performance.md: the engine's decisions and acts after the
-// State read, and the status writes (the bed's bench counts those), and the informers of the
-// Secrets, the bundle and the control plane (a few objects each).
+// What it leaves out, said in docs/performance.md: the engine's walk between the State read and
+// the projection (each reconcile here waits at its step), its acts and the status writes (the
+// bed's bench counts those), and the informers of the Secrets, the bundle and the control plane
+// (a few objects each).
 //
 // Run it with `make bench-scale` (scripts/bench-scale.sh), or
 // `go test -run '^$' -bench OperatorScale -benchtime 1x ./cmd/trust-rotation-operator/app/ -scale.pods 10000`.
@@ -117,12 +121,12 @@ func printScaleGrowth(w io.Writer, all []scaleFigures) {
 	}
 	base := all[0]
 	fmt.Fprintf(w, "\n%-8s %-10s %-14s %-16s %-16s %-12s %-12s %-10s %-10s %-12s %-12s %s\n", "pods", "workloads", "retained B/pod", "first count (s)", "its CPU (s)",
-		"rotation CPU", "µs/pod", "µs/event", "probes", "reconciles", "State reads", "peak heap")
+		"rotation CPU", "µs/pod", "µs/event", "probes", "reconciles", "their CPU", "peak RSS")
 	for _, f := range all {
 		fmt.Fprintf(w, "%-8d %-10d %-14.0f %-16.1f %-16.1f %-12s %-12.0f %-10.1f %-10d %-12d %-12s %d MiB\n", f.pods, f.workloads, f.retainedPerPod,
 			f.firstCount.Seconds(), f.firstCountCPU.Seconds(), f.rotationCPU.Round(10*time.Millisecond),
 			float64(f.rotationCPU.Microseconds())/float64(f.pods), float64(f.rotationCPU.Microseconds())/float64(f.events),
-			f.probes, f.reconciles, f.snapshotCPU.Round(time.Millisecond), f.peakHeap>>20)
+			f.probes, f.reconciles, f.snapshotCPU.Round(time.Millisecond), f.peakRSS>>20)
 	}
 	fmt.Fprintf(w, "\ngrowth against %d pods, per pod (1.00: linear)\n", base.pods)
 	fmt.Fprintf(w, "%-8s %-14s %-16s %-14s %s\n", "pods", "retained/pod", "first-count CPU", "rotation CPU", "reconciles")
@@ -164,24 +168,10 @@ func runScale(b testing.TB, pods int) scaleFigures {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
 	pki := newScalePKI(b)
-	cl := startScaleCluster(b, pods, pki)
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
-
-	runtime.GC()
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
-	cpu0, t0 := scaleProcessCPU(b), time.Now()
-
 	cfg := steps.DefaultConfig()
-	clients, err := kube.NewForConfig(&rest.Config{Host: "http://" + cl.api, QPS: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lw, err := podindex.MeshedPodsListWatch(clients)
-	if err != nil {
-		b.Fatal(err)
-	}
+
 	// The operator's wiring (New, podChanged, churned): the index's hook tells the tracker, and
 	// both ask for a reconcile, paced as the operator paces them (churn).
 	trigger := make(chan struct{}, 1)
@@ -199,20 +189,35 @@ func runScale(b testing.TB, pods int) scaleFigures {
 		certs.PodChanged(old, cur)
 		churned(old != nil && old.ControlPlane || cur != nil && cur.ControlPlane)
 	})
-	certs = probe.NewCertTracker(index, cl.dial, 50, 5*time.Second, func(p *podindex.Pod) { churned(p.ControlPlane) })
+	var cl *scaleClusterProc
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) { return cl.dial(ctx, network, addr) }
+	certs = probe.NewCertTracker(index, dial, 50, 5*time.Second, func(p *podindex.Pod) { churned(p.ControlPlane) })
 	var probes atomic.Int64
 	certs.OnProbe = func(error) { probes.Add(1) }
-	informer := podindex.NewPodInformer(lw, cfg, index, func(err error) { b.Logf("pod watch: %v", err) })
 	caches := &scaleCaches{}
-	caches.set(cfg, pki.anchors[0], pki.issuers[0])
+	caches.set(cfg, pki.anchors[0], nil, pki.issuers[0], pki.anchors[0])
 	rot := steps.NewOrdered(steps.Rotation(nil))
 	snap := &observe.Snapshotter{Config: cfg, Steps: rot, Caches: caches, Index: index, Certs: certs}
-	tar := &v1alpha1.TrustAnchorRotation{}
-	tar.Name = steps.DefaultRotationName
+	var tar atomic.Pointer[v1alpha1.TrustAnchorRotation]
+	tar.Store(&v1alpha1.TrustAnchorRotation{})
+	tar.Load().Name = steps.DefaultRotationName
+	// at moves the rotation to a step: its checkpoint, the status kept.
+	at := func(step string) {
+		for {
+			t := tar.Load()
+			next := t.DeepCopy()
+			start := metav1.Now()
+			next.Status.Checkpoint = &v1alpha1.Checkpoint{Step: step, Rotation: steps.Fingerprint(pki.anchors[1]), StartTime: &start}
+			if tar.CompareAndSwap(t, next) {
+				return
+			}
+		}
+	}
 
-	// The reconcile loop, reduced to its State read.
-	var reconciles atomic.Int64
-	var snapshotNanos atomic.Int64
+	// The reconcile loop, reduced to its State read; after each it records the trust bundle's
+	// hash the State wants, for the pods the next wave starts (the proxy injector's stamp).
+	var reconciles, snapshotNanos atomic.Int64
+	requests := make(chan chan string, 1)
 	reconciled := make(chan struct{})
 	go func() {
 		defer close(reconciled)
@@ -225,39 +230,68 @@ func runScale(b testing.TB, pods int) scaleFigures {
 			case <-trigger:
 			}
 			pace.began(time.Now())
+			var waiting []chan string
+			for len(requests) > 0 {
+				waiting = append(waiting, <-requests)
+			}
+			t := tar.Load()
+			step := steps.StepDetectAnchorRotation
+			if t.Status.Checkpoint != nil {
+				step = t.Status.Checkpoint.Step
+			}
 			c0 := scaleThreadCPU()
-			if _, err := snap.Snapshot(time.Now(), steps.StepDetectAnchorRotation, tar); err != nil {
+			now := time.Now()
+			s, err := snap.Snapshot(now, step, t)
+			hash := ""
+			if err != nil {
 				b.Errorf("State read: %v", err)
+			} else {
+				// The status projection, its result kept as the status write would keep it.
+				st, _ := rot.Named(step)
+				res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: step}, Phase: st.Phase,
+					Decision: workflow.Decision{Outcome: workflow.Wait, Message: "waiting"}}
+				next := t.DeepCopy()
+				next.Status = steps.Project(rot, t.Status, t.Spec, t.Generation, s, res, now)
+				tar.CompareAndSwap(t, next)
+				hash = steps.BundleHash(s.DesiredBundle())
 			}
 			snapshotNanos.Add(int64(scaleThreadCPU() - c0))
 			reconciles.Add(1)
-		}
-	}()
-	go informer.RunWithContext(ctx)
-	go certs.Run(ctx)
-	poke() // the first reconcile sets the tracker's root
-
-	var peak atomic.Uint64
-	watchHeap := func(until <-chan struct{}) {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-until:
-				return
-			case <-t.C:
-				var m runtime.MemStats
-				runtime.ReadMemStats(&m)
-				if h := m.HeapAlloc - before.HeapAlloc; h > peak.Load() {
-					peak.Store(h)
-				}
+			for _, w := range waiting {
+				w <- hash
 			}
 		}
+	}()
+	// read has the loop read the State once more, after the caller's changes, and returns the
+	// trust bundle's hash it wants.
+	read := func() string {
+		w := make(chan string, 1)
+		requests <- w
+		poke()
+		return <-w
 	}
-	stopHeap := make(chan struct{})
-	go watchHeap(stopHeap)
+	initial := read()
+	cl = startScaleCluster(b, pods, pki, initial)
 
-	waitScaleConverged(b, certs, pods, 10*time.Minute, "the first full count")
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	resetPeakRSS()
+	cpu0, t0 := scaleProcessCPU(b), time.Now()
+	clients, err := kube.NewForConfig(&rest.Config{Host: "http://" + cl.api, QPS: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lw, err := podindex.MeshedPodsListWatch(clients)
+	if err != nil {
+		b.Fatal(err)
+	}
+	informer := podindex.NewPodInformer(lw, cfg, index, func(err error) { b.Logf("pod watch: %v", err) })
+	go informer.RunWithContext(ctx)
+	go certs.Run(ctx)
+	poke()
+
+	waitScaleConverged(b, certs, index, initial, pods, 10*time.Minute, "the first full count")
 	f.firstCount, f.firstCountCPU = time.Since(t0), scaleProcessCPU(b)-cpu0
 	f.firstProbes = probes.Load()
 	runtime.GC()
@@ -265,69 +299,106 @@ func runScale(b testing.TB, pods int) scaleFigures {
 	runtime.ReadMemStats(&after)
 	f.retainedPerPod = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(pods)
 
-	// The rotation: the data plane restarted onto the expanded bundle, the root switched to the
-	// new anchor (identity on the new issuer), the data plane restarted onto the reduced bundle
-	// with certificates of the new issuer.
+	// The rotation, in the states the standard order passes through: the data plane restarted
+	// onto the expanded bundle while identity still signs under the old anchor
+	// (propagate-trust-roots), the issuer switched to the new anchor's (the certificates' root
+	// moves: every pod is behind until restarted), then the data plane restarted onto the
+	// reduced bundle with certificates of the new issuer (remove-old-trust-roots).
 	probes.Store(0)
 	reconciles.Store(0)
 	snapshotNanos.Store(0)
 	cpu1, t1 := scaleProcessCPU(b), time.Now()
-	f.events += cl.wave(b, "expanded", 0)
-	waitScaleConverged(b, certs, pods, 10*time.Minute, "the first restart")
-	caches.set(cfg, pki.anchors[1], pki.issuers[1])
-	poke()
-	f.events += cl.wave(b, "reduced", 1)
-	waitScaleConverged(b, certs, pods, 10*time.Minute, "the second restart")
+	caches.set(cfg, pki.anchors[1], pki.anchors[0], pki.issuers[0], pki.anchors[1], pki.anchors[0])
+	at(steps.StepPropagateTrustRoots)
+	expanded := read()
+	f.events += cl.wave(b, expanded, 0)
+	waitScaleConverged(b, certs, index, expanded, pods, 10*time.Minute, "the restart onto the expanded bundle")
+	caches.set(cfg, pki.anchors[1], pki.anchors[0], pki.issuers[1], pki.anchors[1])
+	at(steps.StepRemoveOldTrustRoots)
+	reduced := read()
+	f.events += cl.wave(b, reduced, 1)
+	waitScaleConverged(b, certs, index, reduced, pods, 10*time.Minute, "the restart onto the reduced bundle")
 	f.rotationCPU, f.rotationWall = scaleProcessCPU(b)-cpu1, time.Since(t1)
 	f.probes, f.reconciles, f.snapshotCPU = probes.Load(), reconciles.Load(), time.Duration(snapshotNanos.Load())
-	close(stopHeap)
-	f.peakHeap = peak.Load()
-	b.Logf("%d pods in %d Deployments: first count %s (CPU %s, %d probes), retained %.0f B/pod; rotation %s wall, CPU %s over %d events, %d probes, %d State reads (CPU %s); peak heap %d MiB",
+	f.peakRSS = peakRSS()
+	b.Logf("%d pods in %d Deployments: first count %s (CPU %s, %d probes), retained %.0f B/pod; rotation %s wall, CPU %s over %d events, %d probes, %d reconciles (State read and status projection, CPU %s); peak RSS %d MiB",
 		pods, f.workloads, f.firstCount.Round(time.Millisecond), f.firstCountCPU.Round(time.Millisecond), f.firstProbes, f.retainedPerPod,
 		f.rotationWall.Round(time.Millisecond), f.rotationCPU.Round(time.Millisecond), f.events, f.probes, f.reconciles,
-		f.snapshotCPU.Round(time.Millisecond), f.peakHeap>>20)
+		f.snapshotCPU.Round(time.Millisecond), f.peakRSS>>20)
 	cancel()
 	<-reconciled
 	return f
 }
 
-// waitScaleConverged waits until the tracker counts every pod converged on its root.
-func waitScaleConverged(b testing.TB, certs *probe.CertTracker, pods int, timeout time.Duration, what string) {
+// resetPeakRSS resets the process's peak resident set (VmHWM), as /proc/PID/clear_refs allows.
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSS is the process's peak resident set since resetPeakRSS (VmHWM), in bytes.
+func peakRSS() uint64 {
+	data, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// waitScaleConverged waits until the tracker counts every pod converged on its root, and the
+// index every pod on the trust bundle of the hash given.
+func waitScaleConverged(b testing.TB, certs *probe.CertTracker, index *podindex.Index, bundle string, pods int, timeout time.Duration, what string) {
 	b.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for range tick.C {
 		c := certs.Certificates()
-		if c.Target == pods && c.Converged == pods {
+		if c.Target == pods && c.Converged == pods && index.Behind() == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("%s: %d of %d pods converged (%d not probed) after %s", what, c.Converged, c.Target, c.NotProbed, timeout)
+			tb := index.TrustBundle(bundle)
+			b.Fatalf("%s: %d of %d pods converged (%d not probed), %d of %d on the trust bundle, after %s", what, c.Converged, c.Target, c.NotProbed,
+				tb.Converged, tb.Target, timeout)
 		}
 	}
 }
 
-// scaleCaches are the informer caches of the few objects besides the pods: the anchor and
-// issuer Secrets (certificates only, as the operator keeps them) and the trust bundle.
+// scaleCaches are the informer caches of the few objects besides the pods: the anchor, previous
+// anchor and issuer Secrets (certificates only, as the operator keeps them) and the trust bundle.
 type scaleCaches struct {
-	mu             sync.Mutex
-	anchor, issuer *corev1.Secret
-	bundle         *corev1.ConfigMap
+	mu                       sync.Mutex
+	anchor, previous, issuer *corev1.Secret
+	bundle                   *corev1.ConfigMap
 }
 
-func (s *scaleCaches) set(cfg steps.Config, anchor, issuer *x509.Certificate) {
+// set fills the caches: previous may be nil, the bundle holds the anchors given.
+func (s *scaleCaches) set(cfg steps.Config, anchor, previous, issuer *x509.Certificate, bundle ...*x509.Certificate) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pemOf := func(c *x509.Certificate) []byte {
 		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 	}
-	s.anchor = &corev1.Secret{Data: map[string][]byte{"tls.crt": pemOf(anchor), "ca.crt": pemOf(anchor)}}
-	s.anchor.Namespace, s.anchor.Name, s.anchor.ResourceVersion = cfg.CertManagerNamespace, cfg.AnchorSecret, steps.Fingerprint(anchor)
-	s.issuer = &corev1.Secret{Data: map[string][]byte{"tls.crt": pemOf(issuer), "ca.crt": pemOf(anchor)}}
-	s.issuer.Namespace, s.issuer.Name, s.issuer.ResourceVersion = cfg.LinkerdNamespace, cfg.IssuerSecret, steps.Fingerprint(issuer)
-	s.bundle = &corev1.ConfigMap{Data: map[string]string{steps.TrustRootsKey: steps.RenderBundle(anchor)}}
-	s.bundle.Namespace, s.bundle.Name, s.bundle.ResourceVersion = cfg.LinkerdNamespace, cfg.TrustRootsConfigMap, steps.Fingerprint(anchor)
+	secret := func(ns, name string, cert, ca *x509.Certificate) *corev1.Secret {
+		sec := &corev1.Secret{Data: map[string][]byte{"tls.crt": pemOf(cert), "ca.crt": pemOf(ca)}}
+		sec.Namespace, sec.Name, sec.ResourceVersion = ns, name, steps.Fingerprint(cert)
+		return sec
+	}
+	s.anchor = secret(cfg.CertManagerNamespace, cfg.AnchorSecret, anchor, anchor)
+	s.previous = nil
+	if previous != nil {
+		s.previous = secret(cfg.LinkerdNamespace, cfg.PreviousAnchorSecret, previous, previous)
+	}
+	// The issuer's ca.crt is its own anchor, as cert-manager's CA issuer writes it.
+	ca := anchor
+	if previous != nil && issuer.CheckSignatureFrom(previous) == nil {
+		ca = previous
+	}
+	s.issuer = secret(cfg.LinkerdNamespace, cfg.IssuerSecret, issuer, ca)
+	rendered := steps.RenderBundle(bundle...)
+	s.bundle = &corev1.ConfigMap{Data: map[string]string{steps.TrustRootsKey: rendered}}
+	s.bundle.Namespace, s.bundle.Name, s.bundle.ResourceVersion = cfg.LinkerdNamespace, cfg.TrustRootsConfigMap, steps.BundleHash(rendered)
 }
 
 func (s *scaleCaches) AnchorSecret() *corev1.Secret {
@@ -335,17 +406,25 @@ func (s *scaleCaches) AnchorSecret() *corev1.Secret {
 	defer s.mu.Unlock()
 	return s.anchor
 }
-func (s *scaleCaches) PreviousAnchorSecret() *corev1.Secret { return nil }
+
+func (s *scaleCaches) PreviousAnchorSecret() *corev1.Secret {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.previous
+}
+
 func (s *scaleCaches) IssuerSecret() *corev1.Secret {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.issuer
 }
+
 func (s *scaleCaches) TrustRoots() *corev1.ConfigMap {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.bundle
 }
+
 func (s *scaleCaches) ControlPlaneDeployment(string) *appsv1.Deployment { return nil }
 
 // scalePKI is two anchors, each with its identity issuer.
@@ -394,7 +473,7 @@ type scaleClusterProc struct {
 	out          *bufio.Reader
 }
 
-func startScaleCluster(b testing.TB, pods int, p *scalePKI) *scaleClusterProc {
+func startScaleCluster(b testing.TB, pods int, p *scalePKI, rootHash string) *scaleClusterProc {
 	dir := b.TempDir()
 	for i := range p.issuers {
 		key, err := x509.MarshalPKCS8PrivateKey(p.issuerKeys[i])
@@ -409,7 +488,7 @@ func startScaleCluster(b testing.TB, pods int, p *scalePKI) *scaleClusterProc {
 		}
 	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), scaleClusterEnv+"="+dir, "SCALE_BENCH_PODS="+strconv.Itoa(pods))
+	cmd.Env = append(os.Environ(), scaleClusterEnv+"="+dir, "SCALE_BENCH_PODS="+strconv.Itoa(pods), "SCALE_BENCH_ROOT_HASH="+rootHash)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -149,7 +149,7 @@ func runScaleCluster(dir string) {
 	for w := range c.shape {
 		c.pods = append(c.pods, make([]*corev1.Pod, c.shape[w].replicas))
 		for r := range c.pods[w] {
-			c.pods[w][r] = c.newPod(w, "initial", 0, corev1.PodRunning)
+			c.pods[w][r] = c.newPod(w, os.Getenv("SCALE_BENCH_ROOT_HASH"), 0, corev1.PodRunning)
 		}
 	}
 
