@@ -32,6 +32,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -43,7 +44,10 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-var scaleSizes = flag.String("scale.pods", "10000,50000,150000", "meshed pods of each run of BenchmarkOperatorScale, comma-separated")
+var (
+	scaleSizes = flag.String("scale.pods", "10000,50000,150000", "meshed pods of each run of BenchmarkOperatorScale, comma-separated")
+	scaleRate  = flag.Int("scale.rate", 1000, "pods the synthetic cluster replaces a second while it restarts the Deployments")
+)
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(scaleClusterEnv); dir != "" {
@@ -62,7 +66,7 @@ type scaleFigures struct {
 	events, probes, reconciles, firstProbes int64
 	rotationWall                            time.Duration
 	snapshotCPU                             time.Duration
-	peakRSS                                 uint64
+	firstCountRSS, peakRSS                  uint64
 	workloads                               int
 }
 
@@ -121,12 +125,12 @@ func printScaleGrowth(w io.Writer, all []scaleFigures) {
 	}
 	base := all[0]
 	fmt.Fprintf(w, "\n%-8s %-10s %-14s %-16s %-16s %-12s %-12s %-10s %-10s %-12s %-12s %s\n", "pods", "workloads", "retained B/pod", "first count (s)", "its CPU (s)",
-		"rotation CPU", "µs/pod", "µs/event", "probes", "reconciles", "their CPU", "peak RSS")
+		"rotation CPU", "µs/pod", "µs/event", "probes", "reconciles", "their CPU", "peak RSS (count / rotation)")
 	for _, f := range all {
-		fmt.Fprintf(w, "%-8d %-10d %-14.0f %-16.1f %-16.1f %-12s %-12.0f %-10.1f %-10d %-12d %-12s %d MiB\n", f.pods, f.workloads, f.retainedPerPod,
+		fmt.Fprintf(w, "%-8d %-10d %-14.0f %-16.1f %-16.1f %-12s %-12.0f %-10.1f %-10d %-12d %-12s %d / %d MiB\n", f.pods, f.workloads, f.retainedPerPod,
 			f.firstCount.Seconds(), f.firstCountCPU.Seconds(), f.rotationCPU.Round(10*time.Millisecond),
 			float64(f.rotationCPU.Microseconds())/float64(f.pods), float64(f.rotationCPU.Microseconds())/float64(f.events),
-			f.probes, f.reconciles, f.snapshotCPU.Round(time.Millisecond), f.peakRSS>>20)
+			f.probes, f.reconciles, f.snapshotCPU.Round(time.Millisecond), f.firstCountRSS>>20, f.peakRSS>>20)
 	}
 	fmt.Fprintf(w, "\ngrowth against %d pods, per pod (1.00: linear)\n", base.pods)
 	fmt.Fprintf(w, "%-8s %-14s %-16s %-14s %s\n", "pods", "retained/pod", "first-count CPU", "rotation CPU", "reconciles")
@@ -167,6 +171,11 @@ func runScale(b testing.TB, pods int) scaleFigures {
 	if os.Getenv("GOMAXPROCS") == "" {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
+	// The operator reads its pods with a watch-list, client-go's default, which this package's
+	// other tests turn off for the fake clientset (automation_test.go).
+	gates := clientfeatures.FeatureGates()
+	clientfeatures.ReplaceFeatureGates(watchListOn{gates})
+	defer clientfeatures.ReplaceFeatureGates(gates)
 	pki := newScalePKI(b)
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
@@ -294,10 +303,12 @@ func runScale(b testing.TB, pods int) scaleFigures {
 	waitScaleConverged(b, certs, index, initial, pods, 10*time.Minute, "the first full count")
 	f.firstCount, f.firstCountCPU = time.Since(t0), scaleProcessCPU(b)-cpu0
 	f.firstProbes = probes.Load()
+	f.firstCountRSS = peakRSS()
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	f.retainedPerPod = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(pods)
+	resetPeakRSS()
 
 	// The rotation, in the states the standard order passes through: the data plane restarted
 	// onto the expanded bundle while identity still signs under the old anchor
@@ -321,13 +332,20 @@ func runScale(b testing.TB, pods int) scaleFigures {
 	f.rotationCPU, f.rotationWall = scaleProcessCPU(b)-cpu1, time.Since(t1)
 	f.probes, f.reconciles, f.snapshotCPU = probes.Load(), reconciles.Load(), time.Duration(snapshotNanos.Load())
 	f.peakRSS = peakRSS()
-	b.Logf("%d pods in %d Deployments: first count %s (CPU %s, %d probes), retained %.0f B/pod; rotation %s wall, CPU %s over %d events, %d probes, %d reconciles (State read and status projection, CPU %s); peak RSS %d MiB",
+	b.Logf("%d pods in %d Deployments: first count %s (CPU %s, %d probes), retained %.0f B/pod; rotation %s wall, CPU %s over %d events, %d probes, %d reconciles (State read and status projection, CPU %s); peak RSS %d MiB over the first count, %d MiB over the rotation",
 		pods, f.workloads, f.firstCount.Round(time.Millisecond), f.firstCountCPU.Round(time.Millisecond), f.firstProbes, f.retainedPerPod,
 		f.rotationWall.Round(time.Millisecond), f.rotationCPU.Round(time.Millisecond), f.events, f.probes, f.reconciles,
-		f.snapshotCPU.Round(time.Millisecond), f.peakRSS>>20)
+		f.snapshotCPU.Round(time.Millisecond), f.firstCountRSS>>20, f.peakRSS>>20)
 	cancel()
 	<-reconciled
 	return f
+}
+
+// watchListOn is client-go's feature gates with WatchListClient on.
+type watchListOn struct{ clientfeatures.Gates }
+
+func (g watchListOn) Enabled(f clientfeatures.Feature) bool {
+	return f == clientfeatures.WatchListClient || g.Gates.Enabled(f)
 }
 
 // resetPeakRSS resets the process's peak resident set (VmHWM), as /proc/PID/clear_refs allows.
@@ -529,7 +547,7 @@ func (c *scaleClusterProc) dial(ctx context.Context, network, addr string) (net.
 
 // wave has the cluster restart every Deployment and returns the events it sent.
 func (c *scaleClusterProc) wave(b testing.TB, rootHash string, issuer int) int64 {
-	if _, err := fmt.Fprintf(c.in, "wave %s %d\n", rootHash, issuer); err != nil {
+	if _, err := fmt.Fprintf(c.in, "wave %s %d %d\n", rootHash, issuer, *scaleRate); err != nil {
 		b.Fatal(err)
 	}
 	line, err := c.out.ReadString('\n')

@@ -45,10 +45,11 @@ import (
 //     then the handshake presents that pod's own leaf (one per pod incarnation, signed by the
 //     issuer it started under, naming its identity), as a proxy does with crypto/tls.
 //
-// On its standard input it takes "wave <trust-root hash> <issuer>" lines: a rolling restart of
-// every Deployment, each pod replaced by a new one as a ReplicaSet rollout does (the new pod
-// added Pending, then Running with its IP; the old one marked terminating, then deleted), and
-// answers "done <events>" once every event was handed to the watch.
+// On its standard input it takes "wave <trust-root hash> <issuer> <pods a second>" lines: a
+// rolling restart of every Deployment at that pace, each pod replaced by a new one as a
+// ReplicaSet rollout does (the new pod added Pending, then Running with its IP; the old one
+// marked terminating, then deleted), and answers "done <events>" once every event was handed to
+// the watch.
 const scaleClusterEnv = "SCALE_BENCH_CLUSTER"
 
 // clusterShape is the mesh: Deployments of scaleReplicaCycle[d%len] replicas, one namespace each;
@@ -168,14 +169,18 @@ func runScaleCluster(dir string) {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		f := strings.Fields(in.Text())
-		if len(f) != 3 || f[0] != "wave" {
+		if len(f) != 4 || f[0] != "wave" {
 			scaleFail(fmt.Errorf("unknown command %q", in.Text()))
 		}
 		issuer, err := strconv.Atoi(f[2])
 		if err != nil || issuer >= len(c.issuers) {
 			scaleFail(fmt.Errorf("wave: issuer %q", f[2]))
 		}
-		fmt.Printf("done %d\n", c.wave(f[1], issuer))
+		rate, err := strconv.Atoi(f[3])
+		if err != nil || rate <= 0 {
+			scaleFail(fmt.Errorf("wave: rate %q", f[3]))
+		}
+		fmt.Printf("done %d\n", c.wave(f[1], issuer, rate))
 	}
 }
 
@@ -273,13 +278,21 @@ func (c *scaleCluster) run(p *corev1.Pod) {
 }
 
 // wave restarts every Deployment, one pod after another, and returns the events it sent.
-func (c *scaleCluster) wave(rootHash string, issuer int) int {
+func (c *scaleCluster) wave(rootHash string, issuer, rate int) int {
 	c.mu.Lock()
 	c.template++
 	c.mu.Unlock()
+	// rate replacements a second, a hundredth of them every 10 ms: the pace of a cluster's
+	// scheduler and kubelets, where the apiserver sends each event as it happens.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	batch := max(rate/100, 1)
 	events := 0
 	for w := range c.shape {
 		for r := range c.pods[w] {
+			if events/4%batch == 0 {
+				<-tick.C
+			}
 			c.mu.Lock()
 			old := c.pods[w][r]
 			p := c.newPod(w, rootHash, issuer, corev1.PodPending)
