@@ -32,7 +32,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -53,6 +52,14 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(scaleClusterEnv); dir != "" {
 		runScaleCluster(dir)
 		os.Exit(0)
+	}
+	flag.Parse()
+	if flag.Lookup("test.bench").Value.String() != "" {
+		// The operator reads its pods with a watch-list, client-go's default, which this
+		// package's tests turn off for their fake clientsets (automation_test.go): a benchmark
+		// run measures the operator as it runs. client-go reads its feature gates from the
+		// environment on their first use, after this.
+		_ = os.Unsetenv("KUBE_FEATURE_WatchListClient")
 	}
 	os.Exit(m.Run())
 }
@@ -171,11 +178,6 @@ func runScale(b testing.TB, pods int) scaleFigures {
 	if os.Getenv("GOMAXPROCS") == "" {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
-	// The operator reads its pods with a watch-list, client-go's default, which this package's
-	// other tests turn off for the fake clientset (automation_test.go).
-	gates := clientfeatures.FeatureGates()
-	clientfeatures.ReplaceFeatureGates(watchListOn{gates})
-	defer clientfeatures.ReplaceFeatureGates(gates)
 	pki := newScalePKI(b)
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
@@ -339,13 +341,6 @@ func runScale(b testing.TB, pods int) scaleFigures {
 	cancel()
 	<-reconciled
 	return f
-}
-
-// watchListOn is client-go's feature gates with WatchListClient on.
-type watchListOn struct{ clientfeatures.Gates }
-
-func (g watchListOn) Enabled(f clientfeatures.Feature) bool {
-	return f == clientfeatures.WatchListClient || g.Gates.Enabled(f)
 }
 
 // resetPeakRSS resets the process's peak resident set (VmHWM), as /proc/PID/clear_refs allows.

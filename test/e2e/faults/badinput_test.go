@@ -31,19 +31,19 @@ import (
 // third and the first) and restarts the rotation towards the third; it completes on the third
 // anchor alone with 0 violations.
 func TestThirdAnchorMidRotation(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	start := time.Now()
-	sup := newSupervisor(t, e)
-	sup.start("")
-	defer sup.stop()
+	sup := NewSupervisor(t, e)
+	sup.Start("")
+	defer sup.Stop()
 	first := e.SecretCert("cert-manager", "linkerd-trust-anchor")
 	// The watches see every bundle written and every in-flight list, however briefly the
 	// restarted rotation shows them: with the data plane already restarting for the second
 	// anchor, propagate-trust-roots may pass between two polls.
-	l := newLedger(t, e)
-	defer l.stop()
+	l := NewLedger(t, e)
+	defer l.Close()
 	var second, third *x509.Certificate
-	drive(t, e, sup, driveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
+	Drive(t, e, sup, DriveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
 		if second == nil && stepOf(tar) == steps.StepRenewWorkloadCertificates {
 			second = e.SecretCert("cert-manager", "linkerd-trust-anchor")
 			third = e.Renew("cert-manager", "linkerd-trust-anchor")
@@ -71,7 +71,7 @@ func TestThirdAnchorMidRotation(t *testing.T) {
 		t.Errorf("status.inFlightAnchors still has %d entries once Synced", len(tar.Status.InFlightAnchors))
 	}
 	checkEvent(t, e, "RotationSuperseded", "renewed again")
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // TestPreviousAnchorDeletedMidRotation deletes linkerd-previous-anchor while the rotation waits
@@ -79,14 +79,14 @@ func TestThirdAnchorMidRotation(t *testing.T) {
 // old anchor (certificate only), the bundle never loses the old anchor, and the rotation
 // completes with 0 violations.
 func TestPreviousAnchorDeletedMidRotation(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	start := time.Now()
-	sup := newSupervisor(t, e)
-	sup.start("")
-	defer sup.stop()
+	sup := NewSupervisor(t, e)
+	sup.Start("")
+	defer sup.Stop()
 	old := e.SecretCert("cert-manager", "linkerd-trust-anchor")
 	deleted := false
-	drive(t, e, sup, driveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
+	Drive(t, e, sup, DriveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
 		if deleted || stepOf(tar) != steps.StepPropagateTrustRoots {
 			return
 		}
@@ -114,10 +114,10 @@ func TestPreviousAnchorDeletedMidRotation(t *testing.T) {
 		if !strings.Contains(bundleOf(t, e), string(steps.EncodePEM(old))) {
 			t.Fatal("the bundle lost the old anchor")
 		}
-		checkPreviousAnchorHasNoKey(t, e)
+		CheckPreviousAnchorHasNoKey(t, e)
 	}})
 	checkEvent(t, e, "PreviousAnchorRecreated", "recreated")
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // TestIssuerFromUnrelatedCA points the identity issuer at a CA that chains to neither anchor
@@ -125,7 +125,7 @@ func TestPreviousAnchorDeletedMidRotation(t *testing.T) {
 // saying the issuer is signed by neither anchor; once the issuer is renewed from the right
 // ClusterIssuer it completes with 0 violations (identity never accepts the stranger issuer).
 func TestIssuerFromUnrelatedCA(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	start := time.Now()
 	cm := e.Cluster.CertManager().CertmanagerV1()
 	ctx := e.Ctx
@@ -151,11 +151,11 @@ func TestIssuerFromUnrelatedCA(t *testing.T) {
 	}
 	defer setIssuerRef("linkerd-identity-issuer")
 
-	sup := newSupervisor(t, e)
-	sup.start("")
-	defer sup.stop()
+	sup := NewSupervisor(t, e)
+	sup.Start("")
+	defer sup.Stop()
 	parked := false
-	drive(t, e, sup, driveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
+	Drive(t, e, sup, DriveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
 		if parked || stepOf(tar) != steps.StepWaitForIdentityIssuer {
 			return
 		}
@@ -175,18 +175,18 @@ func TestIssuerFromUnrelatedCA(t *testing.T) {
 	if !parked {
 		t.Fatal("never reached wait-for-identity-issuer")
 	}
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // TestTrustRootsEditedByHand edits linkerd-identity-trust-roots while Synced: once adding an
 // anchor nothing chains to, once dropping the anchor. Expected: the operator restores the
 // rendered bundle each time; 0 violations.
 func TestTrustRootsEditedByHand(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	start := time.Now()
-	sup := newSupervisor(t, e)
-	sup.start("")
-	defer sup.stop()
+	sup := NewSupervisor(t, e)
+	sup.Start("")
+	defer sup.Stop()
 	want := bundleOf(t, e)
 	stranger := selfSigned(t, "stranger", true, time.Now().Add(time.Hour))
 	for name, edit := range map[string]string{
@@ -205,7 +205,7 @@ func TestTrustRootsEditedByHand(t *testing.T) {
 		}
 		t.Logf("restored the trust bundle after a hand edit with %s", name)
 	}
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // TestAnchorRenewedWithSameKey sets rotationPolicy Never on the anchor Certificate and renews
@@ -213,7 +213,7 @@ func TestTrustRootsEditedByHand(t *testing.T) {
 // is needed (an event), updates linkerd-previous-anchor and the bundle in place, and never
 // leaves Synced; 0 violations.
 func TestAnchorRenewedWithSameKey(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	start := time.Now()
 	cm := e.Cluster.CertManager().CertmanagerV1().Certificates("cert-manager")
 	setPolicy := func(p string) {
@@ -224,9 +224,9 @@ func TestAnchorRenewedWithSameKey(t *testing.T) {
 	}
 	setPolicy("Never")
 	defer setPolicy("Always")
-	sup := newSupervisor(t, e)
-	sup.start("")
-	defer sup.stop()
+	sup := NewSupervisor(t, e)
+	sup.Start("")
+	defer sup.Stop()
 	old := e.SecretCert("cert-manager", "linkerd-trust-anchor")
 	renewed := e.Renew("cert-manager", "linkerd-trust-anchor")
 	if !steps.SameKey(old, renewed) {
@@ -248,13 +248,13 @@ func TestAnchorRenewedWithSameKey(t *testing.T) {
 		t.Errorf("checkpoint %+v: no rotation expected", cp)
 	}
 	checkEvent(t, e, "StepActed", "no rotation needed")
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // TestInvalidSpec creates TrustAnchorRotations with invalid specs against the real apiserver.
 // Expected: the CRD schema rejects each with a message that says what is wrong.
 func TestInvalidSpec(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	dyn, err := dynamic.NewForConfig(e.Cluster.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -292,14 +292,14 @@ func TestInvalidSpec(t *testing.T) {
 // rotation waits with a blocking message that names the Secret and the problem, and the trust
 // bundle is left exactly as it was; a good anchor again lets it go back to Synced.
 func TestUnusableAnchor(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	start := time.Now()
 	secrets := e.Cluster.Kube().CoreV1().Secrets("cert-manager")
 	_ = secrets.Delete(e.Ctx, "test-anchor", metav1.DeleteOptions{})
 	before := bundleOf(t, e)
 	op := e2e.StartOperatorWithEnv(t, []string{"POD_NAMESPACE=linkerd"}, e.Cluster.Kubeconfig(),
 		"--leader-elect=false", "--trust-anchor-secret", "test-anchor")
-	defer func() { op.Kill(); scanLogs(t, e, []*e2e.Operator{op}) }()
+	defer func() { op.Kill(); ScanLogs(t, e, []*e2e.Operator{op}) }()
 	set := func(data []byte) {
 		_ = secrets.Delete(e.Ctx, "test-anchor", metav1.DeleteOptions{})
 		if data == nil {
@@ -348,7 +348,7 @@ func TestUnusableAnchor(t *testing.T) {
 	if got := bundleOf(t, e); got != before {
 		t.Fatal("the trust bundle changed")
 	}
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // checkEvent fails unless an event with reason and a message containing text was recorded on

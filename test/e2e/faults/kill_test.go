@@ -74,7 +74,7 @@ func pointStrategy(point string) (v1alpha1.RotationStrategy, string) {
 // last: the first of them re-issues the anchor from linkerd-pki-cross-signed.yaml, and the test
 // ends with a standard rotation back onto the self-signed anchor the other tests expect.
 func TestKillAtEveryStep(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	points := killPoints()
 	if only := os.Getenv("TRUST_ROTATION_KILL_POINTS"); only != "" {
 		points = strings.Split(only, ",")
@@ -85,42 +85,42 @@ func TestKillAtEveryStep(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			e := *e
 			e.T = t
-			repeatOnReissue(t, func() string {
+			RepeatOnReissue(t, func() string {
 				runStart := time.Now()
-				sup := newSupervisor(t, &e)
-				defer sup.stop()
-				l := newLedger(t, &e)
-				defer l.stop()
-				var o driveOpts
+				sup := NewSupervisor(t, &e)
+				defer sup.Stop()
+				l := NewLedger(t, &e)
+				defer l.Close()
+				var o DriveOpts
 				strategy, at := pointStrategy(point)
 				hook, early := strings.CutPrefix(at, earlyIssuer)
 				o.earlyIssuer, o.strategy = early, strategy
 				kind, step, _ := strings.Cut(hook, ":")
 				killed := false
 				if kind == "enter" {
-					sup.start("")
+					sup.Start("")
 					o.onPoll = func(tar *v1alpha1.TrustAnchorRotation) {
 						if !killed && stepOf(tar) == step {
 							killed = true
-							sup.kill()
+							sup.Kill()
 						}
 					}
 				} else {
-					first := sup.start(hook)
+					first := sup.Start(hook)
 					o.onPoll = func(*v1alpha1.TrustAnchorRotation) { killed = killed || first.Exited() }
 				}
-				drive(t, &e, sup, o)
+				Drive(t, &e, sup, o)
 				if !killed {
 					t.Fatalf("the operator was never killed at %s", point)
 				}
-				checkOracle(t, &e, runStart)
-				if why := l.reissued(t, &e, 1); why != "" {
+				CheckOracle(t, &e, runStart)
+				if why := l.Reissued(t, &e, 1); why != "" {
 					return why
 				}
-				l.checkNoRepeats(t, early)
-				l.checkStrategy(t, strategy)
-				checkPreviousAnchorHasNoKey(t, &e)
-				t.Logf("%s: rotation complete in %s; %s", point, time.Since(runStart).Round(time.Second), l.summary())
+				l.CheckNoRepeats(t, early)
+				l.CheckStrategy(t, strategy)
+				CheckPreviousAnchorHasNoKey(t, &e)
+				t.Logf("%s: rotation complete in %s; %s", point, time.Since(runStart).Round(time.Second), l.Summary())
 				return ""
 			})
 		})
@@ -128,7 +128,7 @@ func TestKillAtEveryStep(t *testing.T) {
 			break
 		}
 	}
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // restoreStandard drives a standard rotation back onto the self-signed anchor of
@@ -140,9 +140,9 @@ func restoreStandard(t *testing.T, e *e2e.Env) {
 		return
 	}
 	start := time.Now()
-	sup := newSupervisor(t, e)
-	defer sup.stop()
-	drive(t, e, sup, driveOpts{strategy: v1alpha1.StrategyStandard})
-	checkOracle(t, e, start)
+	sup := NewSupervisor(t, e)
+	defer sup.Stop()
+	Drive(t, e, sup, DriveOpts{strategy: v1alpha1.StrategyStandard})
+	CheckOracle(t, e, start)
 	t.Logf("back on a self-signed anchor with spec.strategy Standard in %s", time.Since(start).Round(time.Second))
 }

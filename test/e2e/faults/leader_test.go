@@ -38,34 +38,34 @@ const (
 // replicas is two leader-elected operators, op-a and op-b, as a 2-replica Deployment: a killed
 // replica is started again (as the Deployment would) once its successor took over.
 type replicas struct {
-	sups map[string]*supervisor
+	sups map[string]*Supervisor
 	mu   sync.Mutex
 }
 
 func newReplicas(t *testing.T, e *e2e.Env) *replicas {
-	r := &replicas{sups: map[string]*supervisor{}}
+	r := &replicas{sups: map[string]*Supervisor{}}
 	for _, id := range []string{"op-a", "op-b"} {
-		s := newSupervisor(t, e, "--leader-elect=true", "--leader-election-identity="+id,
+		s := NewSupervisor(t, e, "--leader-elect=true", "--leader-election-identity="+id,
 			"--leader-election-name="+leaseName,
 			"--leader-election-lease-duration="+leaseDuration.String(), "--leader-election-renew-deadline=3s",
 			"--leader-election-retry-period=500ms")
-		s.start("")
+		s.Start("")
 		r.sups[id] = s
 	}
 	return r
 }
 
-func (r *replicas) ensure() bool {
+func (r *replicas) Ensure() bool {
 	restarted := false
 	for _, s := range r.sups {
-		restarted = s.ensure() || restarted
+		restarted = s.Ensure() || restarted
 	}
 	return restarted
 }
 
-func (r *replicas) stop() {
+func (r *replicas) Stop() {
 	for _, s := range r.sups {
-		s.stop()
+		s.Stop()
 	}
 }
 
@@ -86,7 +86,7 @@ func leader(ctx context.Context, e *e2e.Env) (string, error) {
 // the checkpoint — the step never goes back, and no act repeats; the rotation completes with 0
 // violations.
 func TestLeaderFailover(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	sd := seed(t)
 	t.Logf("seed %d (TRUST_ROTATION_SEED=%d reproduces this run)", sd, sd)
 	rng := rand.New(rand.NewPCG(sd, 0))
@@ -97,7 +97,7 @@ func TestLeaderFailover(t *testing.T) {
 		}
 	}
 	rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
-	repeatOnReissue(t, func() string {
+	RepeatOnReissue(t, func() string {
 		at := map[string]bool{}
 		for _, n := range names[:3] {
 			at[n] = true
@@ -105,15 +105,15 @@ func TestLeaderFailover(t *testing.T) {
 		t.Logf("killing the leader at steps %v", keys(at))
 		start := time.Now()
 		r := newReplicas(t, e)
-		defer r.stop()
-		l := newLedger(t, e)
-		defer l.stop()
+		defer r.Stop()
+		l := NewLedger(t, e)
+		defer l.Close()
 		order, idle := map[string]int{}, map[string]bool{}
 		for i, st := range steps.Rotation(nil) {
 			order[st.Name], idle[st.Name] = i, st.Idle()
 		}
 		kills, wentBack := 0, []string(nil)
-		drive(t, e, r, driveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
+		Drive(t, e, r, DriveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
 			// A step the status shows only briefly may be missed between two polls: kill at the
 			// first observation at or after the chosen step.
 			step, due := stepOf(tar), ""
@@ -130,7 +130,7 @@ func TestLeaderFailover(t *testing.T) {
 			if err != nil || r.sups[old] == nil {
 				t.Fatalf("no leader to kill at %s: %q %v", step, old, err)
 			}
-			r.sups[old].kill()
+			r.sups[old].Kill()
 			killedAt := time.Now()
 			kills++
 			// The other replica must take over; how fast is logged, not asserted: it sees the old
@@ -163,15 +163,15 @@ func TestLeaderFailover(t *testing.T) {
 		if kills == 0 {
 			t.Fatal("no leader was killed")
 		}
-		checkOracle(t, e, start)
-		if why := l.reissued(t, e, 1); why != "" {
+		CheckOracle(t, e, start)
+		if why := l.Reissued(t, e, 1); why != "" {
 			return why
 		}
 		for _, w := range wentBack {
 			t.Error(w)
 		}
-		l.checkNoRepeats(t, false)
-		fmt.Fprintf(os.Stderr, "leader failover: %d kills, %s\n", kills, l.summary())
+		l.CheckNoRepeats(t, false)
+		fmt.Fprintf(os.Stderr, "leader failover: %d kills, %s\n", kills, l.Summary())
 		return ""
 	})
 }

@@ -45,18 +45,18 @@ func setPrevious(t *testing.T, e *e2e.Env, data map[string][]byte) {
 // operator is found dead (killed by its crash hook) it runs fn before starting the next one: the
 // restarted operator finds what fn did at exactly the checkpoint the crash hook stopped at.
 type runWhileDown struct {
-	sup   *supervisor
+	sup   *Supervisor
 	first *e2e.Operator
 	fn    func()
 	ran   bool
 }
 
-func (r *runWhileDown) ensure() bool {
+func (r *runWhileDown) Ensure() bool {
 	if !r.ran && r.first.Exited() {
 		r.ran = true
 		r.fn()
 	}
-	return r.sup.ensure()
+	return r.sup.Ensure()
 }
 
 // TestPreviousAnchorOverwrittenMidRotation overwrites linkerd-previous-anchor with a copy of the
@@ -72,7 +72,7 @@ func (r *runWhileDown) ensure() bool {
 //     workloads still present old-issuer certificates; the ConfigMap then looks drifted from the
 //     rendered bundle, and "repairing" it would drop the anchor those certificates chain to.
 func TestPreviousAnchorOverwrittenMidRotation(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	start := time.Now()
 	for _, step := range []string{steps.StepExpandTrustBundle, steps.StepRenewWorkloadCertificates} {
 		t.Run(step, func(t *testing.T) {
@@ -80,16 +80,16 @@ func TestPreviousAnchorOverwrittenMidRotation(t *testing.T) {
 			e.T = t
 			runStart := time.Now()
 			old := e.SecretCert("cert-manager", "linkerd-trust-anchor")
-			sup := newSupervisor(t, &e)
-			defer sup.stop()
-			var r restarter = sup
+			sup := NewSupervisor(t, &e)
+			defer sup.Stop()
+			var r Restarter = sup
 			overwritten, parked := false, false
-			var o driveOpts
+			var o DriveOpts
 			if step == steps.StepExpandTrustBundle {
-				first := sup.start("save:" + step)
+				first := sup.Start("save:" + step)
 				r = &runWhileDown{sup: sup, first: first, fn: func() { copyAnchorIntoPrevious(t, &e); overwritten = true }}
 			} else {
-				sup.start("")
+				sup.Start("")
 			}
 			o.onPoll = func(tar *v1alpha1.TrustAnchorRotation) {
 				if parked || stepOf(tar) != step {
@@ -106,9 +106,9 @@ func TestPreviousAnchorOverwrittenMidRotation(t *testing.T) {
 				parked = true
 				setPrevious(t, &e, map[string][]byte{steps.CertificateKey: steps.EncodePEM(old)})
 			}
-			l := newLedger(t, &e)
-			defer l.stop()
-			drive(t, &e, r, o)
+			l := NewLedger(t, &e)
+			defer l.Close()
+			Drive(t, &e, r, o)
 			if !parked {
 				t.Fatalf("the rotation never parked at %s", step)
 			}
@@ -121,23 +121,23 @@ func TestPreviousAnchorOverwrittenMidRotation(t *testing.T) {
 			if want := []string{steps.RenderBundle(cur, old), steps.RenderBundle(cur)}; strings.Join(bundles, "|") != strings.Join(want, "|") {
 				t.Errorf("trust bundles written %s, want [new old] [new] (old %.12s, new %.12s)", describeBundles(bundles), steps.Fingerprint(old), steps.Fingerprint(cur))
 			}
-			checkOracle(t, &e, runStart)
-			checkPreviousAnchorHasNoKey(t, &e)
+			CheckOracle(t, &e, runStart)
+			CheckPreviousAnchorHasNoKey(t, &e)
 		})
 		if t.Failed() {
 			break
 		}
 	}
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // waitParked waits until the rotation, at step, refuses to write a bundle that drops an anchor,
 // restarting dead operators through r meanwhile.
-func waitParked(t *testing.T, e *e2e.Env, r restarter, step string) *v1alpha1.TrustAnchorRotation {
+func waitParked(t *testing.T, e *e2e.Env, r Restarter, step string) *v1alpha1.TrustAnchorRotation {
 	t.Helper()
 	tar, err := e2e.WaitRotation(e.Ctx, e.TARs, rotationName, time.Minute, "the rotation to park at "+step,
 		func(tar *v1alpha1.TrustAnchorRotation) bool {
-			r.ensure()
+			r.Ensure()
 			return stepOf(tar) == step && strings.Contains(tar.Status.BlockingMessage, "refusing to write")
 		})
 	if err != nil {

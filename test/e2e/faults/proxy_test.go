@@ -122,23 +122,23 @@ func (p *faultProxy) decide(r *http.Request) (int, metav1.StatusReason) {
 // and restarts the kube-apiserver in the middle of it. Expected: the operator retries, the
 // rotation completes with no repeated act and 0 violations.
 func TestAPIFaults(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	sd := seed(t)
 	t.Logf("seed %d (TRUST_ROTATION_SEED=%d reproduces the proxy's choices)", sd, sd)
 	proxy := startFaultProxy(t, e.Release.Kubeconfig, rand.New(rand.NewPCG(sd, 1)))
 	proxy.set(0.2, 0.1)
 
-	var l *ledger
-	repeatOnReissue(t, func() string {
+	var l *Ledger
+	RepeatOnReissue(t, func() string {
 		start := time.Now()
-		sup := newSupervisor(t, e)
-		sup.start("", "--kubeconfig", proxy.Kubeconfig)
+		sup := NewSupervisor(t, e)
+		sup.Start("", "--kubeconfig", proxy.Kubeconfig)
 		sup.args = append(sup.args, "--kubeconfig", proxy.Kubeconfig)
-		defer sup.stop()
-		l = newLedger(t, e)
-		defer l.stop()
+		defer sup.Stop()
+		l = NewLedger(t, e)
+		defer l.Close()
 		restarted := false
-		drive(t, e, sup, driveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
+		Drive(t, e, sup, DriveOpts{onPoll: func(tar *v1alpha1.TrustAnchorRotation) {
 			if restarted || stepOf(tar) != "refresh-control-plane-certificates" && stepOf(tar) != "renew-workload-certificates" {
 				return
 			}
@@ -154,14 +154,14 @@ func TestAPIFaults(t *testing.T) {
 		if !restarted {
 			t.Error("the apiserver was never restarted")
 		}
-		checkOracle(t, e, start)
-		if why := l.reissued(t, e, 1); why != "" {
+		CheckOracle(t, e, start)
+		if why := l.Reissued(t, e, 1); why != "" {
 			return why
 		}
-		l.checkNoRepeats(t, false)
+		l.CheckNoRepeats(t, false)
 		return ""
 	})
-	msg := fmt.Sprintf("api faults: %d of %d proxied requests failed on purpose; %s", proxy.Injected.Load(), proxy.Requests.Load(), l.summary())
+	msg := fmt.Sprintf("api faults: %d of %d proxied requests failed on purpose; %s", proxy.Injected.Load(), proxy.Requests.Load(), l.Summary())
 	t.Log(msg)
 	fmt.Fprintln(os.Stderr, msg)
 	if proxy.Injected.Load() == 0 {

@@ -24,19 +24,19 @@ var reductionPoints = []string{"acted:" + steps.StepRetirePreviousAnchor, "save:
 // crash hook stopped the previous one at.
 type renewWhileDown struct {
 	e     *e2e.Env
-	sup   *supervisor
+	sup   *Supervisor
 	first *e2e.Operator
 	// before and renewed are the anchor when the operator died, and the one it was renewed to.
 	before, renewed *x509.Certificate
 }
 
-func (r *renewWhileDown) ensure() bool {
+func (r *renewWhileDown) Ensure() bool {
 	if r.renewed == nil && r.first.Exited() {
 		r.before = r.e.SecretCert("cert-manager", "linkerd-trust-anchor")
 		r.renewed = r.e.Renew("cert-manager", "linkerd-trust-anchor")
 		r.e.T.Logf("operator down: renewed the anchor %.12s -> %.12s", steps.Fingerprint(r.before), steps.Fingerprint(r.renewed))
 	}
-	return r.sup.ensure()
+	return r.sup.Ensure()
 }
 
 // TestAnchorRenewedAtReduction renews the trust anchor (A2 -> A3) while the operator is down
@@ -47,28 +47,28 @@ func (r *renewWhileDown) ensure() bool {
 // A3 (never straight to A3), each control-plane Deployment is restarted three times per round,
 // and the oracle sees 0 mTLS violations.
 func TestAnchorRenewedAtReduction(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	start := time.Now()
 	for _, point := range reductionPoints {
 		t.Run(point, func(t *testing.T) {
 			e := *e
 			e.T = t
-			repeatOnReissue(t, func() string {
+			RepeatOnReissue(t, func() string {
 				runStart := time.Now()
 				a1 := e.SecretCert("cert-manager", "linkerd-trust-anchor")
-				sup := newSupervisor(t, &e)
-				defer sup.stop()
-				l := newLedger(t, &e)
-				defer l.stop()
-				r := &renewWhileDown{e: &e, sup: sup, first: sup.start(point)}
+				sup := NewSupervisor(t, &e)
+				defer sup.Stop()
+				l := NewLedger(t, &e)
+				defer l.Close()
+				r := &renewWhileDown{e: &e, sup: sup, first: sup.Start(point)}
 				// drive renews A1 -> A2, and plays the user through both rounds.
-				drive(t, &e, r, driveOpts{timeout: 8 * time.Minute})
+				Drive(t, &e, r, DriveOpts{timeout: 8 * time.Minute})
 				if r.renewed == nil {
 					t.Fatalf("the operator never crashed at %s", point)
 				}
 				a2, a3 := r.before, r.renewed
-				checkOracle(t, &e, runStart)
-				if why := l.reissued(t, &e, 2); why != "" {
+				CheckOracle(t, &e, runStart)
+				if why := l.Reissued(t, &e, 2); why != "" {
 					return why
 				}
 				l.mu.Lock()
@@ -91,7 +91,7 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 				}
 				l.mu.Unlock()
 				checkEvent(t, &e, "RotationSuperseded", "renewed again ("+steps.Fingerprint(a3)[:12])
-				t.Logf("%s: both rounds complete in %s; %s", point, time.Since(runStart).Round(time.Second), l.summary())
+				t.Logf("%s: both rounds complete in %s; %s", point, time.Since(runStart).Round(time.Second), l.Summary())
 				return ""
 			})
 		})
@@ -99,7 +99,7 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 			break
 		}
 	}
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // describeBundles names the anchors of each PEM text, by short fingerprint.

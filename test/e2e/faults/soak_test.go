@@ -60,10 +60,10 @@ type soakRun struct {
 	// seed and index make per-rotation random sources (the API fault proxy's).
 	seed  uint64
 	index int
-	o     driveOpts
+	o     DriveOpts
 	// r restarts the operators it runs, stop ends them; a plain supervised operator when the
 	// fault starts none.
-	r    restarter
+	r    Restarter
 	stop func()
 	// where says where the fault was put, for the log ("at <step>").
 	where string
@@ -75,10 +75,10 @@ type soakRun struct {
 
 // supervise runs the rotation's operator under a supervisor, with the crash hook set to crash
 // (app.CrashEnv; "" for none), and returns the first process.
-func (run *soakRun) supervise(crash string, args ...string) (*supervisor, *e2e.Operator) {
-	sup := newSupervisor(run.t, run.e, args...)
-	first := sup.start(crash)
-	run.r, run.stop = sup, sup.stop
+func (run *soakRun) supervise(crash string, args ...string) (*Supervisor, *e2e.Operator) {
+	sup := NewSupervisor(run.t, run.e, args...)
+	first := sup.Start(crash)
+	run.r, run.stop = sup, sup.Stop
 	return sup, first
 }
 
@@ -137,7 +137,7 @@ func armCrash(run *soakRun) {
 	point := points[run.rng.IntN(len(points))]
 	if step, ok := strings.CutPrefix(point, "enter:"); ok {
 		sup, _ := run.supervise("")
-		run.at(step, func() bool { sup.kill(); return true })
+		run.at(step, func() bool { sup.Kill(); return true })
 	} else {
 		_, first := run.supervise(point)
 		run.fired = func() bool { return crashed(first) }
@@ -148,19 +148,19 @@ func armCrash(run *soakRun) {
 // armKill: the test SIGKILLs the operator when the status shows a step drawn at random.
 func armKill(run *soakRun) {
 	sup, _ := run.supervise("")
-	run.at(drawStep(run.rng, rotationSteps()), func() bool { sup.kill(); return true })
+	run.at(drawStep(run.rng, rotationSteps()), func() bool { sup.Kill(); return true })
 }
 
 // armLeader: two leader-elected replicas; the leader is killed at a step drawn at random.
 func armLeader(run *soakRun) {
 	reps := newReplicas(run.t, run.e)
-	run.r, run.stop = reps, reps.stop
+	run.r, run.stop = reps, reps.Stop
 	run.at(drawStep(run.rng, rotationSteps()), func() bool {
 		id, err := leader(run.e.Ctx, run.e)
 		if err != nil || reps.sups[id] == nil {
 			return false
 		}
-		reps.sups[id].kill()
+		reps.sups[id].Kill()
 		return true
 	})
 }
@@ -292,7 +292,7 @@ func (k soakTally) lines() []string {
 // where M counts the faults that fired, and V the oracle's mTLS violations plus the pods it saw
 // run without a certificate for longer than e2e.CertificateBound; it fails when V or S is not 0.
 func TestSoak(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	n := 3
 	if v := os.Getenv("TRUST_ROTATION_SOAK_ROTATIONS"); v != "" {
 		var err error
@@ -318,7 +318,7 @@ func TestSoak(t *testing.T) {
 		}
 		switched := e.AnchorIssuedFor() != strategy
 		start := time.Now()
-		run := &soakRun{t: t, e: e, rng: rng, seed: sd, index: i, strategy: strategy, o: driveOpts{timeout: 5 * time.Minute, strategy: strategy}}
+		run := &soakRun{t: t, e: e, rng: rng, seed: sd, index: i, strategy: strategy, o: DriveOpts{timeout: 5 * time.Minute, strategy: strategy}}
 		fault.arm(run)
 		if run.r == nil {
 			run.supervise("")
@@ -335,7 +335,7 @@ func TestSoak(t *testing.T) {
 				onPoll(tar)
 			}
 		}
-		err := driveErr(t, e, run.r, run.o)
+		err := DriveErr(t, e, run.r, run.o)
 		run.stop()
 		rotations++
 		fired := fault.name != "none" && (run.fired == nil || run.fired())
@@ -396,5 +396,5 @@ func armIdentityRestartedEarly(run *soakRun) {
 func armThreeReplicas(run *soakRun) {
 	sup, _ := run.supervise("")
 	run.e.ScaleControlPlane(3)
-	run.stop = func() { sup.stop(); run.e.ScaleControlPlane(1) }
+	run.stop = func() { sup.Stop(); run.e.ScaleControlPlane(1) }
 }

@@ -47,7 +47,7 @@ const stuckName = "stuck"
 // blockingMessage naming the first stuck pod and the reason (and the stuck workloads); after the
 // last fix it resumes on its own and reaches Synced; 0 mTLS violations throughout.
 func TestStuckPods(t *testing.T) {
-	e := sharedEnv(t)
+	e := SharedEnv(t)
 	kube := e.Cluster.Kube()
 	refuse, hang := e.Apps[0], e.Apps[2] // app-0/svc-0, app-0/svc-2
 	if refuse.Namespace != hang.Namespace {
@@ -61,9 +61,9 @@ func TestStuckPods(t *testing.T) {
 	})
 
 	start := time.Now()
-	sup := newSupervisor(t, e)
-	op := sup.start("")
-	defer sup.stop()
+	sup := NewSupervisor(t, e)
+	op := sup.Start("")
+	defer sup.Stop()
 
 	const (
 		before = iota
@@ -182,7 +182,7 @@ func TestStuckPods(t *testing.T) {
 			e.Mesh.SetProxyFault(first.UID, meshsim.ProxyFaultNone)
 		}
 	}
-	drive(t, e, sup, driveOpts{onPoll: onPoll, timeout: 8 * time.Minute})
+	Drive(t, e, sup, DriveOpts{onPoll: onPoll, timeout: 8 * time.Minute})
 	if stage != fixed {
 		t.Fatalf("the rotation finished at stage %d: a stuck pod did not park it", stage)
 	}
@@ -190,7 +190,7 @@ func TestStuckPods(t *testing.T) {
 		t.Error("the trust-bundle step never named the formerly stuck Deployment")
 	}
 	t.Logf("resumed on its own: Synced %s after the last fix; rotation took %s", time.Since(stageStart).Round(time.Millisecond), time.Since(start).Round(time.Second))
-	checkOracle(t, e, start)
+	CheckOracle(t, e, start)
 }
 
 // createStuck creates the meshed Deployment stuck in the namespace of the sample workloads,

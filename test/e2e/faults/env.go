@@ -46,10 +46,10 @@ var (
 	envErr  string
 )
 
-// sharedEnv returns the package's environment, creating it on first use: PKI, both charts, the
+// SharedEnv returns the package's environment, creating it on first use: PKI, both charts, the
 // mesh simulator with its control plane and 2×3 meshed Deployments of 2 replicas. The operator
 // that bootstrapped it is stopped: each test runs operators of its own (see supervisor).
-func sharedEnv(t *testing.T) *e2e.Env {
+func SharedEnv(t *testing.T) *e2e.Env {
 	t.Helper()
 	c := cluster.Shared(t)
 	cluster.DumpLogsOnFailure(t, c)
@@ -71,9 +71,9 @@ func sharedEnv(t *testing.T) *e2e.Env {
 	return &e
 }
 
-// supervisor runs operator processes for one test, as a Deployment would: it restarts the
+// Supervisor runs operator processes for one test, as a Deployment would: it restarts the
 // operator when it died (a crash hook, or a kill from the test).
-type supervisor struct {
+type Supervisor struct {
 	t     *testing.T
 	e     *e2e.Env
 	args  []string
@@ -84,14 +84,14 @@ type supervisor struct {
 	kills int
 }
 
-// newSupervisor starts nothing yet; args are added to the chart's arguments.
-func newSupervisor(t *testing.T, e *e2e.Env, args ...string) *supervisor {
+// NewSupervisor starts nothing yet; args are added to the chart's arguments.
+func NewSupervisor(t *testing.T, e *e2e.Env, args ...string) *Supervisor {
 	base := []string{"--leader-elect=false"}
-	return &supervisor{t: t, e: e, args: append(base, args...)}
+	return &Supervisor{t: t, e: e, args: append(base, args...)}
 }
 
-// start starts an operator; crashAt sets the crash hook (app.CrashEnv) for this process only.
-func (s *supervisor) start(crashAt string, extra ...string) *e2e.Operator {
+// Start starts an operator; crashAt sets the crash hook (app.CrashEnv) for this process only.
+func (s *Supervisor) Start(crashAt string, extra ...string) *e2e.Operator {
 	s.t.Helper()
 	env := append([]string{"POD_NAMESPACE=" + s.e.Release.Namespace}, s.env...)
 	if crashAt != "" {
@@ -106,20 +106,20 @@ func (s *supervisor) start(crashAt string, extra ...string) *e2e.Operator {
 	return op
 }
 
-// ensure restarts the operator when it exited, and reports whether it did.
-func (s *supervisor) ensure() bool {
+// Ensure restarts the operator when it exited, and reports whether it did.
+func (s *Supervisor) Ensure() bool {
 	s.mu.Lock()
 	cur := s.cur
 	s.mu.Unlock()
 	if cur != nil && !cur.Exited() {
 		return false
 	}
-	s.start("")
+	s.Start("")
 	return true
 }
 
-// kill SIGKILLs the current operator.
-func (s *supervisor) kill() {
+// Kill SIGKILLs the current operator.
+func (s *Supervisor) Kill() {
 	s.mu.Lock()
 	cur := s.cur
 	s.kills++
@@ -127,20 +127,20 @@ func (s *supervisor) kill() {
 	cur.Kill()
 }
 
-// stop ends every operator it started and scans their logs for key material.
-func (s *supervisor) stop() {
+// Stop ends every operator it started and scans their logs for key material.
+func (s *Supervisor) Stop() {
 	s.mu.Lock()
 	ops := s.all
 	s.mu.Unlock()
 	for _, op := range ops {
 		op.Kill()
 	}
-	scanLogs(s.t, s.e, ops)
+	ScanLogs(s.t, s.e, ops)
 }
 
-// scanLogs fails the test when an operator log holds key material of the cluster's Secrets
+// ScanLogs fails the test when an operator log holds key material of the cluster's Secrets
 // (e2e.KeyMaterial).
-func scanLogs(t *testing.T, e *e2e.Env, ops []*e2e.Operator) {
+func ScanLogs(t *testing.T, e *e2e.Env, ops []*e2e.Operator) {
 	t.Helper()
 	var keys e2e.KeyMaterial
 	if err := keys.Collect(e.Ctx, e.Cluster.Kube()); err != nil {
@@ -157,8 +157,8 @@ func scanLogs(t *testing.T, e *e2e.Env, ops []*e2e.Operator) {
 	}
 }
 
-// checkPreviousAnchorHasNoKey fails unless linkerd-previous-anchor holds tls.crt only.
-func checkPreviousAnchorHasNoKey(t *testing.T, e *e2e.Env) {
+// CheckPreviousAnchorHasNoKey fails unless linkerd-previous-anchor holds tls.crt only.
+func CheckPreviousAnchorHasNoKey(t *testing.T, e *e2e.Env) {
 	t.Helper()
 	sec, err := e.Cluster.Kube().CoreV1().Secrets("linkerd").Get(e.Ctx, "linkerd-previous-anchor", metav1.GetOptions{})
 	if err != nil {
@@ -171,10 +171,10 @@ func checkPreviousAnchorHasNoKey(t *testing.T, e *e2e.Env) {
 	}
 }
 
-// ledger counts, from watches, every write a rotation makes: the distinct restartedAt values
+// Ledger counts, from watches, every write a rotation makes: the distinct restartedAt values
 // each control-plane Deployment's pod template carried, the distinct trust bundles and
 // previous anchors written, and the distinct act tokens (with their act counts) each step used.
-type ledger struct {
+type Ledger struct {
 	mu         sync.Mutex
 	started    time.Time
 	restarts   map[string]map[string]bool // deployment -> restartedAt values seen (initial excluded)
@@ -203,10 +203,11 @@ type ledger struct {
 	stop       context.CancelFunc
 }
 
-func newLedger(t *testing.T, e *e2e.Env) *ledger {
+// NewLedger starts counting the writes from now, until the test ends.
+func NewLedger(t *testing.T, e *e2e.Env) *Ledger {
 	t.Helper()
 	kube := e.Cluster.Kube()
-	l := &ledger{started: time.Now(), restarts: map[string]map[string]bool{}, initial: map[string]string{}, bundles: map[string]bool{},
+	l := &Ledger{started: time.Now(), restarts: map[string]map[string]bool{}, initial: map[string]string{}, bundles: map[string]bool{},
 		previous: map[string]bool{}, tokens: map[string]map[string]int32{}, inFlight: map[string]int{},
 		strategies: map[string]v1alpha1.RotationStrategy{}}
 	for _, d := range controlPlane {
@@ -315,8 +316,11 @@ func newLedger(t *testing.T, e *e2e.Env) *ledger {
 	return l
 }
 
-// summary is the ledger in one line, for logs.
-func (l *ledger) summary() string {
+// Close stops the ledger's watches.
+func (l *Ledger) Close() { l.stop() }
+
+// Summary is the ledger in one line, for logs.
+func (l *Ledger) Summary() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var parts []string
@@ -333,14 +337,14 @@ func (l *ledger) summary() string {
 	return strings.Join(parts, ", ") + "; acts " + strings.Join(acts, " ")
 }
 
-// reissued says how cert-manager issued the trust anchor more often than the scenario renewed
+// Reissued says how cert-manager issued the trust anchor more often than the scenario renewed
 // it (renewals times), or "" when it did not. cert-manager may issue a Certificate twice for
 // one request: its trigger controller compares the Secret and the CertificateRequest from two
 // informers, and a Secret seen late looks like a key that does not match (SecretMismatch). The
 // operator handles that as any renewal mid-rotation (it supersedes the rotation, with 0
 // violations), but then the rotation legitimately writes more than one rotation's worth, so the
 // exact counts of checkNoRepeats do not apply to that run.
-func (l *ledger) reissued(t *testing.T, e *e2e.Env, renewals int) string {
+func (l *Ledger) Reissued(t *testing.T, e *e2e.Env, renewals int) string {
 	t.Helper()
 	l.mu.Lock()
 	anchors := append([]string(nil), l.anchors...)
@@ -363,11 +367,11 @@ func (l *ledger) reissued(t *testing.T, e *e2e.Env, renewals int) string {
 		anchorNamespace, anchorName, len(anchors), fps, renewals, strings.Join(why, ", "))
 }
 
-// repeatOnReissue runs a scenario, and runs it again (three runs at most) when it reports that
+// RepeatOnReissue runs a scenario, and runs it again (three runs at most) when it reports that
 // cert-manager issued the anchor more often than it renewed it (see reissued): each run checks
 // the oracle before it reports, so safety is judged in every run; the exact write counts are
 // judged in the run that had one issuance per renewal.
-func repeatOnReissue(t *testing.T, scenario func() (reissued string)) {
+func RepeatOnReissue(t *testing.T, scenario func() (reissued string)) {
 	t.Helper()
 	for run := 1; ; run++ {
 		why := scenario()
@@ -381,7 +385,7 @@ func repeatOnReissue(t *testing.T, scenario func() (reissued string)) {
 	}
 }
 
-// checkNoRepeats fails unless the rotation made each destructive write exactly as often as a
+// CheckNoRepeats fails unless the rotation made each destructive write exactly as often as a
 // rotation without faults: three restarts of each control-plane Deployment, two bundles, one
 // previous anchor, and one token per acting step (an act repeated after a crash reuses it).
 // With the issuer renewed early (earlyIssuer), restart-identity scales identity to 0 and back
@@ -389,7 +393,7 @@ func repeatOnReissue(t *testing.T, scenario func() (reissued string)) {
 // replicas never change. A cross-signed rotation (its checkpoint's strategy, which must not
 // change while it runs) passes over expand-trust-bundle, refresh-control-plane and
 // restart-identity: two restarts of each Deployment and one bundle, the reduced one.
-func (l *ledger) checkNoRepeats(t *testing.T, earlyIssuer bool) {
+func (l *Ledger) CheckNoRepeats(t *testing.T, earlyIssuer bool) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -438,9 +442,9 @@ func (l *ledger) checkNoRepeats(t *testing.T, earlyIssuer bool) {
 	}
 }
 
-// checkStrategy fails unless every rotation the ledger saw recorded the strategy in its
+// CheckStrategy fails unless every rotation the ledger saw recorded the strategy in its
 // checkpoint, from start to end (a resumed operator must not lose it), and one did.
-func (l *ledger) checkStrategy(t *testing.T, want v1alpha1.RotationStrategy) {
+func (l *Ledger) CheckStrategy(t *testing.T, want v1alpha1.RotationStrategy) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -485,8 +489,8 @@ func stepOf(tar *v1alpha1.TrustAnchorRotation) string {
 	return tar.Status.Checkpoint.Step
 }
 
-// driveOpts tune a rotation driven by drive.
-type driveOpts struct {
+// DriveOpts tune a rotation driven by Drive.
+type DriveOpts struct {
 	// earlyIssuer renews the issuer right after the anchor.
 	earlyIssuer bool
 	// strategy, when set, is the rotation's: spec.strategy is set, and the anchor re-issued as
@@ -497,21 +501,22 @@ type driveOpts struct {
 	timeout time.Duration
 }
 
-// drive renews the trust anchor and plays a user following README's Rotate section until the rotation is Synced on
-// the newest anchor: it restarts the workloads when the operator waits for them, renews the
-// issuer when it waits for that, and restarts the operator (through sup) whenever it died.
-// restarter restarts dead operators; drive calls it at every observation.
-type restarter interface{ ensure() bool }
+// Restarter restarts dead operators; Drive calls it at every observation.
+type Restarter interface{ Ensure() bool }
 
-func drive(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) {
+// Drive renews the trust anchor and plays a user following README's Rotate section until the
+// rotation is Synced on the newest anchor: it restarts the workloads when the operator waits for
+// them, renews the issuer when it waits for that, and restarts the operator (through sup)
+// whenever it died.
+func Drive(t *testing.T, e *e2e.Env, sup Restarter, o DriveOpts) {
 	t.Helper()
-	if err := driveErr(t, e, sup, o); err != nil {
+	if err := DriveErr(t, e, sup, o); err != nil {
 		t.Fatalf("%v\nrollouts not finished:\n%s", err, e2e.DescribeUnfinishedRollouts(e.Ctx, e.Cluster.Kube(), e.Namespaces()...))
 	}
 }
 
-// driveErr is drive returning the error of a rotation that did not finish in time.
-func driveErr(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) error {
+// DriveErr is Drive returning the error of a rotation that did not finish in time.
+func DriveErr(t *testing.T, e *e2e.Env, sup Restarter, o DriveOpts) error {
 	t.Helper()
 	if o.timeout == 0 {
 		o.timeout = 4 * time.Minute
@@ -533,7 +538,7 @@ func driveErr(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) error {
 	did := map[string]bool{}
 	started := false
 	return poll.Until(e.Ctx, o.timeout, "the rotation to finish", func(ctx context.Context) (bool, error) {
-		sup.ensure()
+		sup.Ensure()
 		tar, err := e.TARs.Get(ctx, rotationName)
 		if err != nil {
 			return false, poll.Pending("getting the TrustAnchorRotation: %v", err)
@@ -581,8 +586,8 @@ func driveErr(t *testing.T, e *e2e.Env, sup restarter, o driveOpts) error {
 	})
 }
 
-// checkOracle fails the test when the oracle saw an mTLS violation since start.
-func checkOracle(t *testing.T, e *e2e.Env, start time.Time) {
+// CheckOracle fails the test when the oracle saw an mTLS violation since start.
+func CheckOracle(t *testing.T, e *e2e.Env, start time.Time) {
 	t.Helper()
 	if err := e.Mesh.Oracle().CheckNoViolationsSince(start); err != nil {
 		t.Fatalf("mTLS violations: %v", err)
