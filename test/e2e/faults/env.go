@@ -593,3 +593,21 @@ func CheckOracle(t *testing.T, e *e2e.Env, start time.Time) {
 		t.Fatalf("mTLS violations: %v", err)
 	}
 }
+
+// describeBundles names the anchors of each PEM text, by short fingerprint.
+func describeBundles(pems []string) string {
+	var out []string
+	for _, p := range pems {
+		certs, err := steps.ParseCertificates([]byte(p))
+		if err != nil {
+			out = append(out, "[unparseable]")
+			continue
+		}
+		var fps []string
+		for _, c := range certs {
+			fps = append(fps, steps.Fingerprint(c)[:12])
+		}
+		out = append(out, "["+strings.Join(fps, " ")+"]")
+	}
+	return strings.Join(out, " ")
+}

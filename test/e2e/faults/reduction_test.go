@@ -101,21 +101,3 @@ func TestAnchorRenewedAtReduction(t *testing.T) {
 	}
 	CheckOracle(t, e, start)
 }
-
-// describeBundles names the anchors of each PEM text, by short fingerprint.
-func describeBundles(pems []string) string {
-	var out []string
-	for _, p := range pems {
-		certs, err := steps.ParseCertificates([]byte(p))
-		if err != nil {
-			out = append(out, "[unparseable]")
-			continue
-		}
-		var fps []string
-		for _, c := range certs {
-			fps = append(fps, steps.Fingerprint(c)[:12])
-		}
-		out = append(out, "["+strings.Join(fps, " ")+"]")
-	}
-	return strings.Join(out, " ")
-}
