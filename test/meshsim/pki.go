@@ -22,6 +22,10 @@ import (
 
 // Fingerprint is the lowercase hex SHA-256 of a certificate's DER bytes, the form the operator and
 // the ground-truth API use to name certificates.
+//
+// It and ParseCertificates stay the simulator's own, where the bed's PKI (test/pki) uses the
+// operator's (steps): the simulator's identity, proxies and oracle judge what the product did,
+// and none of them runs the product's code, so a mistake in it cannot hide behind a shared one.
 func Fingerprint(c *x509.Certificate) string {
 	sum := sha256.Sum256(c.Raw)
 	return hex.EncodeToString(sum[:])

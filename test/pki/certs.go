@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/linkerd/trust-rotation/steps"
 )
 
 // SecretCertificates returns the certificates in tls.crt of the Secret namespace/name (leaf
@@ -15,7 +17,7 @@ func (p *PKI) SecretCertificates(ctx context.Context, namespace, name string) ([
 	if err != nil {
 		return nil, fmt.Errorf("reading secret %s/%s: %w", namespace, name, err)
 	}
-	certs, err := ParseCertificates(s.Data["tls.crt"])
+	certs, err := steps.ParseCertificates(s.Data["tls.crt"])
 	if err != nil {
 		return nil, fmt.Errorf("secret %s/%s: tls.crt: %w", namespace, name, err)
 	}
@@ -61,7 +63,7 @@ func (p *PKI) renew(ctx context.Context, namespace, name string) (*x509.Certific
 	if err := Renew(ctx, p.cm, namespace, name); err != nil {
 		return nil, err
 	}
-	if _, err := WaitRenewed(ctx, p.kube, p.cm, namespace, name, Fingerprint(certs[0]), p.Timeout); err != nil {
+	if _, err := WaitRenewed(ctx, p.kube, p.cm, namespace, name, steps.Fingerprint(certs[0]), p.Timeout); err != nil {
 		return nil, err
 	}
 	certs, err = p.SecretCertificates(ctx, namespace, name)

@@ -13,6 +13,7 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/cluster"
 	"github.com/linkerd/trust-rotation/test/pki"
 )
@@ -97,7 +98,7 @@ func TestRenewAnchorMakesNewRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pki.Fingerprint(renewed) == pki.Fingerprint(old) {
+	if steps.Fingerprint(renewed) == steps.Fingerprint(old) {
 		t.Fatal("the anchor certificate did not change")
 	}
 	if renewed.PublicKey.(*ecdsa.PublicKey).Equal(old.PublicKey) {
@@ -153,7 +154,7 @@ func TestRenewConditionMatchesCmctl(t *testing.T) {
 	if !found {
 		t.Fatal("never observed the Issuing=True condition")
 	}
-	if _, err := pki.WaitRenewed(ctx, c.Kube(), c.CertManager(), p.LinkerdNamespace, p.IdentityIssuer, pki.Fingerprint(old), time.Minute); err != nil {
+	if _, err := pki.WaitRenewed(ctx, c.Kube(), c.CertManager(), p.LinkerdNamespace, p.IdentityIssuer, steps.Fingerprint(old), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -190,7 +191,7 @@ func TestRenewIssuerChainsToCurrentAnchor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCerts, err := pki.ParseCertificates(secret.Data["ca.crt"])
+	caCerts, err := steps.ParseCertificates(secret.Data["ca.crt"])
 	if err != nil || !caCerts[0].Equal(newAnchor) {
 		t.Errorf("ca.crt of the renewed issuer secret is not the new anchor (%v)", err)
 	}
@@ -214,7 +215,7 @@ func checkChains(t *testing.T, cert, root *x509.Certificate) {
 	t.Helper()
 	_, err := cert.Verify(x509.VerifyOptions{Roots: pool(root), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
 	if err != nil {
-		t.Errorf("%s does not chain to %s (%s…): %v", cert.Subject.CommonName, root.Subject.CommonName, pki.Fingerprint(root)[:12], err)
+		t.Errorf("%s does not chain to %s (%s…): %v", cert.Subject.CommonName, root.Subject.CommonName, steps.Fingerprint(root)[:12], err)
 	}
 }
 

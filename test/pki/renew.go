@@ -2,10 +2,7 @@ package pki
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"time"
@@ -18,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/internal/poll"
 )
 
@@ -106,7 +104,7 @@ func waitIssued(ctx context.Context, kube kubernetes.Interface, cm cmclient.Inte
 		if err != nil {
 			return false, poll.Pending("%v", err)
 		}
-		fp = Fingerprint(cert)
+		fp = steps.Fingerprint(cert)
 		if fp == oldFingerprint {
 			return false, poll.Pending("secret %s still holds the old certificate", secret.Name)
 		}
@@ -141,43 +139,13 @@ func issuedFor(crt *cmapi.Certificate) error {
 	return nil
 }
 
-// Fingerprint is the lowercase hex SHA-256 of a certificate's DER encoding.
-func Fingerprint(cert *x509.Certificate) string {
-	sum := sha256.Sum256(cert.Raw)
-	return hex.EncodeToString(sum[:])
-}
-
-// ParseCertificates decodes every CERTIFICATE block of a PEM bundle, in order.
-func ParseCertificates(pemData []byte) ([]*x509.Certificate, error) {
-	var certs []*x509.Certificate
-	for {
-		var block *pem.Block
-		block, pemData = pem.Decode(pemData)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("parsing a certificate: %w", err)
-		}
-		certs = append(certs, c)
-	}
-	if len(certs) == 0 {
-		return nil, errors.New("no certificate in PEM data")
-	}
-	return certs, nil
-}
-
 // leaf returns the first certificate of a TLS Secret's tls.crt.
 func leaf(secret *corev1.Secret) (*x509.Certificate, error) {
 	data := secret.Data[corev1.TLSCertKey]
 	if len(data) == 0 {
 		return nil, fmt.Errorf("secret %s/%s has no %s yet", secret.Namespace, secret.Name, corev1.TLSCertKey)
 	}
-	certs, err := ParseCertificates(data)
+	certs, err := steps.ParseCertificates(data)
 	if err != nil {
 		return nil, fmt.Errorf("secret %s/%s: %s: %w", secret.Namespace, secret.Name, corev1.TLSCertKey, err)
 	}
