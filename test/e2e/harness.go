@@ -74,6 +74,10 @@ type Operator struct {
 	*proc.Process
 	t         testing.TB
 	AdminAddr string
+	// elects is false for an operator run with --leader-elect=false; identity is its
+	// --leader-election-identity, "" for the default (hostname_pid).
+	elects   bool
+	identity string
 }
 
 // StartOperatorWithEnv runs the operator binary with kubeconfig, args and extra environment
@@ -93,7 +97,17 @@ func StartOperatorWithEnv(t testing.TB, env []string, kubeconfig string, args ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &Operator{Process: p, t: t, AdminAddr: addr}
+	o := &Operator{Process: p, t: t, AdminAddr: addr, elects: true}
+	for i, a := range args {
+		switch {
+		case a == "--leader-elect=false":
+			o.elects = false
+		case strings.HasPrefix(a, "--leader-election-identity="):
+			o.identity = strings.TrimPrefix(a, "--leader-election-identity=")
+		case a == "--leader-election-identity" && i+1 < len(args):
+			o.identity = args[i+1]
+		}
+	}
 	t.Cleanup(func() {
 		if o.Process.Stop(operatorGrace) {
 			t.Logf("the operator ignored SIGTERM for %s: killed it", operatorGrace)
@@ -106,9 +120,16 @@ func StartOperatorWithEnv(t testing.TB, env []string, kubeconfig string, args ..
 }
 
 // WaitLeading waits until the operator holds its leader Lease (the chart's name, in namespace):
-// its identity, hostname_pid by default, ends in its PID.
+// its identity, hostname_pid by default, ends in its PID. An operator that elects no leader
+// (--leader-elect=false) leads from its start.
 func (o *Operator) WaitLeading(ctx context.Context, kube kubernetes.Interface, namespace string) error {
+	if !o.elects {
+		return nil
+	}
 	suffix := "_" + strconv.Itoa(o.PID())
+	if o.identity != "" {
+		suffix = o.identity
+	}
 	return poll.Until(ctx, time.Minute, "the operator leading", func(ctx context.Context) (bool, error) {
 		if o.Exited() {
 			return false, fmt.Errorf("the operator exited (code %d) before it led:\n%s", o.ExitCode(), o.LogTail(20))
