@@ -196,16 +196,24 @@ func meshRollout(history []v1alpha1.RotationRecord) string {
 			continue
 		}
 		var d time.Duration
+		visited := false
 		for _, ph := range r.Phases {
 			if ph.Phase == v1alpha1.PhasePropagatingTrustRoots {
 				d += ph.Duration.Duration
+				visited = true
 			}
 		}
-		if d == 0 {
+		if !visited {
 			continue
 		}
+		// The history's times have a second's grain: a phase entered and left within one
+		// second records 0s.
+		spent := "under a second"
+		if d >= time.Second {
+			spent = steps.CompactDuration(d.Round(time.Second))
+		}
 		return fmt.Sprintf("This cluster's last completed rotation (to anchor %s, finished %s) spent %s in %s restarting the data plane; every workload at once takes about as long as the slowest workload's rollout, at most that",
-			steps.ShortFingerprint(r.Rotation), r.FinishTime.UTC().Format(time.RFC3339), steps.CompactDuration(d.Round(time.Second)), v1alpha1.PhasePropagatingTrustRoots)
+			steps.ShortFingerprint(r.Rotation), r.FinishTime.UTC().Format(time.RFC3339), spent, v1alpha1.PhasePropagatingTrustRoots)
 	}
 	return "No completed rotation in status.history measured this cluster's rollout of the mesh: it takes about as long as the slowest workload's rollout"
 }

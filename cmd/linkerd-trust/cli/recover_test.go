@@ -258,3 +258,45 @@ func TestRecoverRefusesWhatTheOperatorMayNotDo(t *testing.T) {
 		t.Errorf("changed something: spec %+v", spec)
 	}
 }
+
+// The mesh's rollout is measured by the latest completed rotation that restarted the data plane,
+// even one whose restart took under a second (the history's grain), which records 0s.
+func TestMeshRollout(t *testing.T) {
+	at := func(s string) *metav1.Time {
+		tm, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mt := metav1.NewTime(tm)
+		return &mt
+	}
+	rec := func(rotation string, finished string, outcome v1alpha1.RotationOutcome, phases ...v1alpha1.PhaseDuration) v1alpha1.RotationRecord {
+		return v1alpha1.RotationRecord{Rotation: rotation, FinishTime: at(finished), Outcome: outcome, Phases: phases}
+	}
+	propagate := func(d time.Duration) v1alpha1.PhaseDuration {
+		return v1alpha1.PhaseDuration{Phase: v1alpha1.PhasePropagatingTrustRoots, Duration: metav1.Duration{Duration: d}}
+	}
+	other := v1alpha1.PhaseDuration{Phase: v1alpha1.PhaseRefreshingControlPlane, Duration: metav1.Duration{Duration: 3 * time.Second}}
+	for _, tc := range []struct {
+		name    string
+		history []v1alpha1.RotationRecord
+		want    string
+	}{
+		{"none", nil, "No completed rotation in status.history"},
+		{"sub-second restart is the latest", []v1alpha1.RotationRecord{
+			rec("bbbbbbbbbbbbbbbb", "2026-12-03T02:25:30Z", v1alpha1.RotationCompleted, other, propagate(0)),
+			rec("aaaaaaaaaaaaaaaa", "2026-12-03T02:25:04Z", v1alpha1.RotationCompleted, propagate(7*time.Second)),
+		}, "(to anchor bbbbbbbbbbbb, finished 2026-12-03T02:25:30Z) spent under a second in PropagatingTrustRoots"},
+		{"superseded and phase-less rotations are passed over", []v1alpha1.RotationRecord{
+			rec("cccccccccccccccc", "2026-12-03T03:00:00Z", v1alpha1.RotationSuperseded, propagate(time.Minute)),
+			rec("bbbbbbbbbbbbbbbb", "2026-12-03T02:25:30Z", v1alpha1.RotationCompleted, other),
+			rec("aaaaaaaaaaaaaaaa", "2026-12-03T02:25:04Z", v1alpha1.RotationCompleted, propagate(1400*time.Millisecond), other, propagate(5*time.Second)),
+		}, "(to anchor aaaaaaaaaaaa, finished 2026-12-03T02:25:04Z) spent 6s in PropagatingTrustRoots"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := meshRollout(tc.history); !strings.Contains(got, tc.want) {
+				t.Errorf("meshRollout = %q, want it to contain %q", got, tc.want)
+			}
+		})
+	}
+}
