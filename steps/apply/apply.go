@@ -80,7 +80,10 @@ func (w *KubeWriter) RestartDeployment(ctx context.Context, namespace, name, tok
 	if err != nil {
 		return err
 	}
-	_, err = w.Client.AppsV1().Deployments(namespace).Patch(ctx, name, types.MergePatchType, patch, patchOptions())
+	err = onTransient(func() error {
+		_, err := w.Client.AppsV1().Deployments(namespace).Patch(ctx, name, types.MergePatchType, patch, patchOptions())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("restarting Deployment %s/%s: %w", namespace, name, err)
 	}
@@ -95,7 +98,9 @@ func (w *KubeWriter) RestartDeployment(ctx context.Context, namespace, name, tok
 // restart-identity replaces them to avoid (the soak test saw it once in 100 rotations).
 func (w *KubeWriter) DeletePods(ctx context.Context, namespace string, names []string) error {
 	for _, name := range names {
-		err := w.Client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		err := onTransient(func() error {
+			return w.Client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting Pod %s/%s: %w", namespace, name, err)
 		}
@@ -111,7 +116,11 @@ func (w *KubeWriter) ScaleDeployment(ctx context.Context, namespace, name string
 	if err != nil {
 		return err
 	}
-	if _, err := w.Client.AppsV1().Deployments(namespace).Patch(ctx, name, types.MergePatchType, patch, patchOptions(), "scale"); err != nil {
+	err = onTransient(func() error {
+		_, err := w.Client.AppsV1().Deployments(namespace).Patch(ctx, name, types.MergePatchType, patch, patchOptions(), "scale")
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("scaling Deployment %s/%s to %d replica(s): %w", namespace, name, replicas, err)
 	}
 	return nil
@@ -178,19 +187,28 @@ func (r *DryRun) RestartDeployment(_ context.Context, namespace, name, token str
 
 // workloadPatch merge-patches a Deployment, StatefulSet or DaemonSet.
 func (w *KubeWriter) workloadPatch(ctx context.Context, ref steps.WorkloadRef, patch []byte) error {
-	var err error
 	apps := w.Client.AppsV1()
+	var write func() error
 	switch ref.Kind {
 	case "Deployment":
-		_, err = apps.Deployments(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, patch, patchOptions())
+		write = func() error {
+			_, err := apps.Deployments(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, patch, patchOptions())
+			return err
+		}
 	case "StatefulSet":
-		_, err = apps.StatefulSets(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, patch, patchOptions())
+		write = func() error {
+			_, err := apps.StatefulSets(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, patch, patchOptions())
+			return err
+		}
 	case "DaemonSet":
-		_, err = apps.DaemonSets(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, patch, patchOptions())
+		write = func() error {
+			_, err := apps.DaemonSets(ref.Namespace).Patch(ctx, ref.Name, types.MergePatchType, patch, patchOptions())
+			return err
+		}
 	default:
 		return fmt.Errorf("cannot restart %s: not a Deployment, StatefulSet or DaemonSet", ref)
 	}
-	if err != nil {
+	if err := onTransient(write); err != nil {
 		return fmt.Errorf("patching %s: %w", ref, err)
 	}
 	return nil
@@ -230,7 +248,7 @@ func (w *KubeWriter) EvictPods(ctx context.Context, ref steps.WorkloadRef, names
 	namespace, evicted := ref.Namespace, 0
 	for _, name := range names {
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
-		err := w.Client.PolicyV1().Evictions(namespace).Evict(ctx, ev)
+		err := onTransient(func() error { return w.Client.PolicyV1().Evictions(namespace).Evict(ctx, ev) })
 		switch {
 		case err == nil:
 			evicted++

@@ -231,7 +231,7 @@ func TestKubeWriterRestartsAndAnnotatesWorkloads(t *testing.T) {
 }
 
 // EvictPods counts the evictions the apiserver accepted; a pod a PodDisruptionBudget keeps (429)
-// and a pod already gone are skipped, another error stops it.
+// and a pod already gone are skipped, another error stops it (a transient one, after its tries).
 func TestKubeWriterEvictsPods(t *testing.T) {
 	ctx := context.Background()
 	kube := fake.NewClientset()
@@ -262,7 +262,7 @@ func TestKubeWriterEvictsPods(t *testing.T) {
 	if n != 1 || err == nil || !strings.Contains(err.Error(), "evicting Pod app/broken") {
 		t.Errorf("EvictPods = %d, %v; want 1 evicted and the error", n, err)
 	}
-	if want := []string{"a", "kept", "gone", "b", "c", "broken"}; !reflect.DeepEqual(asked, want) {
+	if want := []string{"a", "kept", "gone", "b", "c", "broken", "broken", "broken", "broken"}; !reflect.DeepEqual(asked, want) {
 		t.Errorf("evictions asked %v, want %v", asked, want)
 	}
 }
@@ -370,4 +370,61 @@ func TestDryRunRecordsEveryWrite(t *testing.T) {
 	if d.Writes()[0].Name != "prev-anchor" {
 		t.Error("Writes returned the recorder's own slice")
 	}
+}
+
+// A write the apiserver fails for a passing reason (503, 500, a conflict of a write without
+// precondition) is sent again, up to four tries; any other failure, and a PodDisruptionBudget's
+// 429 to an eviction, is returned at once.
+func TestTransientFailuresAreRetried(t *testing.T) {
+	ctx := context.Background()
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "mesh", Name: "linkerd-destination"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "web-1"}}
+	gr := schema.GroupResource{Group: "apps", Resource: "deployments"}
+	for _, tc := range []struct {
+		name     string
+		failures []error // the answers before the write goes through, in order
+		tries    int
+		ok       bool
+	}{
+		{"503 then 500 then conflict", []error{apierrors.NewServiceUnavailable("down"), apierrors.NewInternalError(errors.New("etcd")),
+			apierrors.NewConflict(gr, "linkerd-destination", errors.New("raced"))}, 4, true},
+		{"server timeout", []error{apierrors.NewServerTimeout(gr, "patch", 1)}, 2, true},
+		{"transient beyond the tries", []error{apierrors.NewServiceUnavailable("1"), apierrors.NewServiceUnavailable("2"),
+			apierrors.NewServiceUnavailable("3"), apierrors.NewServiceUnavailable("4")}, 4, false},
+		{"forbidden", []error{apierrors.NewForbidden(gr, "linkerd-destination", errors.New("rbac"))}, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kube := fake.NewClientset(dep.DeepCopy())
+			tries := 0
+			kube.PrependReactor("patch", "deployments", func(k8stesting.Action) (bool, runtime.Object, error) {
+				tries++
+				if tries <= len(tc.failures) {
+					return true, nil, tc.failures[tries-1]
+				}
+				return false, nil, nil
+			})
+			w := &KubeWriter{Client: clientset.Kube(kube), Config: testConfig()}
+			err := w.RestartDeployment(ctx, "mesh", "linkerd-destination", "token-1")
+			if (err == nil) != tc.ok || tries != tc.tries {
+				t.Errorf("RestartDeployment: %v after %d tries, want ok=%v after %d", err, tries, tc.ok, tc.tries)
+			}
+		})
+	}
+
+	t.Run("eviction refused by a budget", func(t *testing.T) {
+		kube := fake.NewClientset(pod.DeepCopy())
+		tries := 0
+		kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "eviction" {
+				return false, nil, nil
+			}
+			tries++
+			return true, nil, apierrors.NewTooManyRequests("budget", 0)
+		})
+		w := &KubeWriter{Client: clientset.Kube(kube), Config: testConfig()}
+		n, err := w.EvictPods(ctx, steps.WorkloadRef{Kind: "Deployment", Namespace: "app", Name: "web"}, []string{"web-1"})
+		if n != 0 || err != nil || tries != 1 {
+			t.Errorf("EvictPods: %d evicted, %v, after %d tries; want 0, no error, one try", n, err, tries)
+		}
+	})
 }

@@ -24,6 +24,8 @@ func serverSideApply[T runtime.Object, L runtime.Object](ctx context.Context, r 
 	if err != nil {
 		return err
 	}
-	_, err = r.Patch(ctx, obj.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: new(true)})
-	return err
+	return onTransient(func() error {
+		_, err := r.Patch(ctx, obj.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: new(true)})
+		return err
+	})
 }

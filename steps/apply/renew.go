@@ -7,7 +7,6 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/linkerd/trust-rotation/steps/kube"
 )
@@ -20,11 +19,11 @@ const (
 
 // RenewCertificate triggers a re-issuance exactly as `cmctl renew` does: it sets, through the
 // status subresource, the condition Issuing=True with reason ManuallyTriggered. cmctl gives up on
-// a write conflict; this re-reads and retries, which ends in the same state. Setting the
+// a write conflict; this re-reads and retries (onTransient), which ends in the same state. Setting the
 // condition again while it is already True changes nothing cert-manager acts on.
 func RenewCertificate(ctx context.Context, cm kube.CertManager, namespace, name string) error {
 	certs := cm.CertmanagerV1().Certificates(namespace)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := onTransient(func() error {
 		crt, err := certs.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -81,8 +81,11 @@ type Controller struct {
 	tars *client.Client
 	wf   *workflow.Workflow[*steps.State]
 	// steps are wf's steps, which the checkpoint's step is looked up in.
-	steps    *steps.Ordered
-	writer   steps.Writer
+	steps  *steps.Ordered
+	writer steps.Writer
+	// writes counts the acts' writes that changed the cluster (countWrite), so that a failed
+	// reconcile tells whether it moved the rotation before it failed (reconcile).
+	writes   int
 	crash    *crashHook
 	metrics  *Metrics
 	recorder kube.EventRecorder
@@ -151,7 +154,8 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	}
 	restartNS := slices.Compact(slices.Sorted(slices.Values(opts.RestartNamespaces)))
 	c.auto = &automation{kube: kube, cm: opts.CertManager, cfg: opts.Config, poke: c.poke, restartNamespaces: restartNS}
-	c.writer = c.crash.writer(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto})
+	c.writer = observeWrites(c.crash.writer(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto}),
+		c.countWrite)
 	rotation := steps.Rotation(c.writer)
 	c.steps = steps.NewOrdered(rotation)
 	wf, err := steps.NewWorkflow(rotation)
@@ -295,7 +299,12 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			// Back off without listening to events: the failure's own writes (the checkpoint
-			// saved before a failed act) would otherwise wake us at once, in a hot loop.
+			// saved before a failed act) would otherwise wake us at once, in a hot loop. A
+			// reconcile that changed the cluster before it failed made progress: the backoff
+			// starts over (failedAfterWrites).
+			if errors.As(err, new(failedAfterWrites)) {
+				failures = newFailureBackoff()
+			}
 			delay, _ := failures.Next()
 			log.Error(err, "Reconcile failed; retrying", "after", delay)
 			if !kube.Wait(ctx, delay) {
@@ -309,6 +318,13 @@ func (c *Controller) Run(ctx context.Context) error {
 		if cause, alive = c.nextEvent(ctx, recheck); !alive {
 			return nil
 		}
+	}
+}
+
+// countWrite counts the writes of the acts that changed the cluster (observeWrites).
+func (c *Controller) countWrite(wrote bool) {
+	if wrote {
+		c.writes++
 	}
 }
 

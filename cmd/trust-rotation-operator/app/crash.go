@@ -1,8 +1,6 @@
 package app
 
 import (
-	"context"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"strings"
@@ -64,62 +62,11 @@ func (h *crashHook) point(point, step string, acts int32) {
 	h.crash()
 }
 
-// writer wraps w with the "write" crash point when the hook names one.
+// writer wraps w with the "write" crash point when the hook names one: it passes the point
+// after every write of the Writer, whether it failed or not.
 func (h *crashHook) writer(w steps.Writer) steps.Writer {
 	if !strings.HasPrefix(h.at, "write:") {
 		return w
 	}
-	return writeHook{Writer: w, hook: h}
-}
-
-// writeHook passes the "write" crash point after every write of the Writer, whether it failed
-// or not: every method of steps.Writer is wrapped (TestWriteHookCoversEveryWriterMethod).
-type writeHook struct {
-	steps.Writer
-	hook *crashHook
-}
-
-var _ steps.Writer = writeHook{}
-
-// wrote passes the "write" point of the step whose act runs, and returns err.
-func (h writeHook) wrote(err error) error {
-	h.hook.point("write", h.hook.step, h.hook.acts)
-	return err
-}
-
-func (h writeHook) WritePreviousAnchor(ctx context.Context, cert *x509.Certificate) error {
-	return h.wrote(h.Writer.WritePreviousAnchor(ctx, cert))
-}
-
-func (h writeHook) WriteTrustRoots(ctx context.Context, bundle string) error {
-	return h.wrote(h.Writer.WriteTrustRoots(ctx, bundle))
-}
-
-func (h writeHook) RestartDeployment(ctx context.Context, namespace, name, token string) error {
-	return h.wrote(h.Writer.RestartDeployment(ctx, namespace, name, token))
-}
-
-func (h writeHook) DeletePods(ctx context.Context, namespace string, names []string) error {
-	return h.wrote(h.Writer.DeletePods(ctx, namespace, names))
-}
-
-func (h writeHook) ScaleDeployment(ctx context.Context, namespace, name string, replicas int32) error {
-	return h.wrote(h.Writer.ScaleDeployment(ctx, namespace, name, replicas))
-}
-
-func (h writeHook) RestartWorkload(ctx context.Context, w steps.WorkloadRef, token string, annotations map[string]*string) error {
-	return h.wrote(h.Writer.RestartWorkload(ctx, w, token, annotations))
-}
-
-func (h writeHook) AnnotateWorkload(ctx context.Context, w steps.WorkloadRef, annotations map[string]string) error {
-	return h.wrote(h.Writer.AnnotateWorkload(ctx, w, annotations))
-}
-
-func (h writeHook) EvictPods(ctx context.Context, w steps.WorkloadRef, names []string) (int, error) {
-	n, err := h.Writer.EvictPods(ctx, w, names)
-	return n, h.wrote(err)
-}
-
-func (h writeHook) RenewCertificate(ctx context.Context, namespace, name string) error {
-	return h.wrote(h.Writer.RenewCertificate(ctx, namespace, name))
+	return observeWrites(w, func(bool) { h.point("write", h.step, h.acts) })
 }

@@ -38,7 +38,7 @@ func writerArg(t reflect.Type) (reflect.Value, bool) {
 
 // Every method of steps.Writer, the automations' included, passes the "write" crash point right
 // after its write: a method the hook does not wrap would reach the embedded Writer unhooked.
-func TestWriteHookCoversEveryWriterMethod(t *testing.T) {
+func TestWriteObserverCoversEveryWriterMethod(t *testing.T) {
 	iface := reflect.TypeFor[steps.Writer]()
 	if iface.NumMethod() < 9 {
 		t.Fatalf("steps.Writer has %d methods, want at least 9", iface.NumMethod())

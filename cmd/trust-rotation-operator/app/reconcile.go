@@ -74,6 +74,12 @@ const conflictRecheck = time.Second
 // (advanceEngine, checkpoint.save), and projects the status (projectStatus). It returns when
 // to observe again if nothing changes before (zero: only when something changes).
 func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err error) {
+	writes := c.writes
+	defer func() {
+		if err != nil && c.writes > writes {
+			err = failedAfterWrites{err}
+		}
+	}()
 	tar, ok, err := c.driven(ctx)
 	if !ok || err != nil {
 		return time.Time{}, err
@@ -101,6 +107,12 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 		return time.Time{}, err // a repair's write comes back as a change
 	}
 	res, base, err := c.advanceEngine(ctx, tar, cp, s, now)
+	if saveConflict(res, err) {
+		// The checkpoint's save met a conflict, before any act: nothing ran, and as with the
+		// status write (projectStatus) the object is read again shortly, not after a backoff.
+		klog.FromContext(ctx).V(1).Info("Saving the checkpoint met a conflict; observing again", "err", err)
+		return now.Add(conflictRecheck), nil
+	}
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -110,6 +122,18 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	}
 	return recheck, err
 }
+
+// failedAfterWrites is the error of a reconcile whose acts changed the cluster before
+// something failed: a write of a multi-write act (a restart of the control plane, a batch of
+// workloads) or the status write after the act. The rotation moved, so the retry comes at the
+// failure backoff's first delay (Run), not at one grown by the failures before: over a flaky
+// apiserver, each retry carries the act further. It cannot loop hot: an act skips what its
+// token shows done (a restart marked, a bundle written), so a retry that changes nothing more
+// fails as a plain error, and the backoff grows again.
+type failedAfterWrites struct{ err error }
+
+func (e failedAfterWrites) Error() string { return e.err.Error() }
+func (e failedAfterWrites) Unwrap() error { return e.err }
 
 // passedIntoRotation reports whether the engine went from an idle step, the one the State was
 // read for, into a step of a rotation within one pass. At an idle step the State holds only the
@@ -162,6 +186,9 @@ func (c *Controller) advanceEngine(ctx context.Context, tar *v1alpha1.TrustAncho
 	res, advErr := c.wf.Advance(ctx, cp, s, saved.save, func() string { return steps.NewActStamp(now) }, workflow.Suspended(held(tar, s)))
 	c.announce(ctx, tar, s, res)
 	if advErr != nil {
+		if saveConflict(res, advErr) {
+			return res, saved.base, advErr // not the act's failure: reconcile observes again
+		}
 		if res.Decision.Outcome == workflow.Act {
 			c.recorder.Eventf(tar, corev1.EventTypeWarning, ReasonActFailed, "%v", advErr)
 		}
@@ -171,6 +198,12 @@ func (c *Controller) advanceEngine(ctx context.Context, tar *v1alpha1.TrustAncho
 		return res, saved.base, advErr
 	}
 	return res, saved.base, nil
+}
+
+// saveConflict reports whether the engine's error is a conflict met by a checkpoint's save,
+// before any act ran.
+func saveConflict(res workflow.Result, err error) bool {
+	return err != nil && res.ActErr == nil && !res.Acted && apierrors.IsConflict(err)
 }
 
 // checkpoint is the engine's save (workflow.SaveFunc), the one place the checkpoint is written:

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -66,6 +67,9 @@ type rotationServer struct {
 	writes   []*v1alpha1.TrustAnchorRotation // the status writes accepted, in order
 	rv       int
 	conflict bool
+	// unavailableAfter, when not 0, answers every status write past that many accepted ones
+	// with a 503.
+	unavailableAfter int
 }
 
 func (s *rotationServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -89,6 +93,10 @@ func (s *rotationServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/status"):
+		if s.unavailableAfter > 0 && len(s.writes) >= s.unavailableAfter {
+			reply(http.StatusServiceUnavailable, apierrors.NewServiceUnavailable("down").Status())
+			return
+		}
 		if cur := s.objects[tar.Name]; s.conflict || cur == nil || cur.ResourceVersion != tar.ResourceVersion {
 			reply(http.StatusConflict, apierrors.NewConflict(gr, tar.Name, nil).Status())
 			return
@@ -440,6 +448,29 @@ func TestReconcileFailedAct(t *testing.T) {
 	}
 }
 
+// A reconcile whose act wrote and whose status write failed after it fails as
+// failedAfterWrites, which starts the failure backoff over (Run); an act whose only write failed
+// does not.
+func TestReconcileStatusFailedAfterTheAct(t *testing.T) {
+	b, p := renewedBed(t, Options{})
+	b.tars.unavailableAfter = 1 // the checkpoint is saved, the projection is not
+	_, err := b.c.reconcile(context.Background())
+	if !errors.As(err, new(failedAfterWrites)) || !apierrors.IsServiceUnavailable(err) {
+		t.Fatalf("reconcile: %v, want the status write's 503 as failedAfterWrites", err)
+	}
+	if got, want := b.trustRoots(), bundleOf(p.b, p.a); got != want {
+		t.Errorf("trust bundle %q, want the act's expanded bundle %q", got, want)
+	}
+
+	b, _ = renewedBed(t, Options{})
+	b.kube.PrependReactor("patch", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("down")
+	})
+	if _, err := b.c.reconcile(context.Background()); err == nil || errors.As(err, new(failedAfterWrites)) {
+		t.Errorf("reconcile with a failed act: %v, want an error that is not failedAfterWrites", err)
+	}
+}
+
 // A status write that meets a conflict is not an error: the operator observes again within
 // conflictRecheck.
 func TestReconcileStatusConflictObservesAgainSoon(t *testing.T) {
@@ -449,6 +480,24 @@ func TestReconcileStatusConflictObservesAgainSoon(t *testing.T) {
 	recheck := b.reconcile()
 	if recheck.IsZero() || recheck.Before(start) || recheck.After(time.Now().Add(conflictRecheck)) {
 		t.Errorf("recheck at %v, want within %v of %v", recheck, conflictRecheck, start)
+	}
+}
+
+// A checkpoint save that meets a conflict is not an error either, nor an act's failure: nothing
+// acted, and the operator observes again within conflictRecheck.
+func TestReconcileSaveConflictObservesAgainSoon(t *testing.T) {
+	b, _ := renewedBed(t, Options{})
+	b.tars.conflict = true
+	start := time.Now()
+	recheck := b.reconcile()
+	if recheck.IsZero() || recheck.Before(start) || recheck.After(time.Now().Add(conflictRecheck)) {
+		t.Errorf("recheck at %v, want within %v of %v", recheck, conflictRecheck, start)
+	}
+	if got := b.trustRoots(); got != "" {
+		t.Errorf("trust bundle written %q before the checkpoint was saved", got)
+	}
+	if events := b.drainEvents(); hasEvent(events, "Warning "+ReasonActFailed) {
+		t.Errorf("events %v: a conflict on the save is no act's failure", events)
 	}
 }
 

@@ -38,7 +38,11 @@ func (c *Controller) current() (*v1alpha1.TrustAnchorRotation, bool) {
 }
 
 func (c *Controller) write(ctx context.Context, tar *v1alpha1.TrustAnchorRotation) (*v1alpha1.TrustAnchorRotation, error) {
-	out, err := c.tars.UpdateStatus(ctx, tar, apply.FieldManager)
+	var out *v1alpha1.TrustAnchorRotation
+	err := apply.OnUnavailable(func() (err error) {
+		out, err = c.tars.UpdateStatus(ctx, tar, apply.FieldManager)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("writing status of TrustAnchorRotation %s: %w", tar.Name, err)
 	}
