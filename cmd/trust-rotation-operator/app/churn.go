@@ -16,6 +16,11 @@ import (
 // or on the workload certificates to zero (a convergence completing), and any change of a
 // control-plane pod (the control-plane steps wait on those alone). Delaying a reconcile never
 // makes one decide on stale counts: each reads the counts as they are when it runs.
+//
+// The progress a control-plane change makes is written at once too (holdProgress): the counts
+// then say that the control plane's own proxies moved, which the user's next move may wait on
+// (the guide restarts the workloads once the control plane presents the new issuer's
+// certificates), and a rotation's control-plane changes are a handful.
 type churn struct {
 	mu sync.Mutex
 	// bundleBehind and certsBehind are the pods behind last seen.
@@ -23,13 +28,18 @@ type churn struct {
 	// last is when the last reconcile began; timer is the pending paced reconcile, if any.
 	last  time.Time
 	timer *time.Timer
+	// controlPlane: a control-plane pod changed since the last reconcile began.
+	controlPlane bool
 }
 
-// began records that a reconcile begins at now.
-func (p *churn) began(now time.Time) {
+// began records that a reconcile begins at now, and returns whether a control-plane pod
+// changed since the last one began.
+func (p *churn) began(now time.Time) (controlPlane bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.last = now
+	controlPlane, p.controlPlane = p.controlPlane, false
+	return controlPlane
 }
 
 // churned is called after a meshed pod changed or a probe changed what the CertTracker counts.
@@ -44,6 +54,7 @@ func (p *churn) changed(bundleBehind, certsBehind int, controlPlane bool, now ti
 	defer p.mu.Unlock()
 	completed := bundleBehind == 0 && p.bundleBehind != 0 || certsBehind == 0 && p.certsBehind != 0
 	p.bundleBehind, p.certsBehind = bundleBehind, certsBehind
+	p.controlPlane = p.controlPlane || controlPlane
 	wait := progressWriteInterval - now.Sub(p.last)
 	switch {
 	case controlPlane || completed || wait <= 0:

@@ -119,9 +119,11 @@ type Controller struct {
 
 	// reconcileBegan is when the running reconcile began, lastWriteBegan when the one that last
 	// wrote the status did; progressTimer reconciles again when a progress-only change was held
-	// back (holdProgress).
+	// back (holdProgress). controlPlaneChanged: a control-plane pod changed since the reconcile
+	// before the running one began (churn.began), so its progress is not held back.
 	reconcileBegan, lastWriteBegan time.Time
 	progressTimer                  *time.Timer
+	controlPlaneChanged            bool
 
 	// bundleRewrites counts the rewrites of a drifted trust bundle in a row, the last at
 	// bundleRewriteAt; bundleTimer reconciles again when the next one is due (repairBundle).
@@ -292,7 +294,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for {
 		c.metrics.reconciles.WithLabelValues(cause).Inc()
 		c.reconcileBegan = time.Now()
-		c.churn.began(c.reconcileBegan)
+		c.controlPlaneChanged = c.churn.began(c.reconcileBegan)
 		recheck, err := c.reconcile(ctx)
 		switch {
 		case ctx.Err() != nil:

@@ -18,17 +18,17 @@ import (
 // 10,000-pod bench spent a tenth of the rotation's CPU on the reconciles and writes of counts.
 const progressWriteInterval = time.Second
 
-// holdProgress reports whether the change from prev to next only reports progress and its
-// reconcile began sooner than progressWriteInterval after the one that last wrote the status
-// began; it then arranges a reconcile for when the interval has passed, which writes the latest
-// progress.
+// holdProgress reports whether the change from prev to next only reports progress, no
+// control-plane pod changed since the reconcile before (churn), and its reconcile began sooner
+// than progressWriteInterval after the one that last wrote the status began; it then arranges a
+// reconcile for when the interval has passed, which writes the latest progress.
 //
 // Both ends are the instants the reconciles began, the instants churn paces them by: measured
 // from the end of the last write instead, the reconcile churn paced came a few milliseconds too
 // early to write, held its progress, and its timer asked for a second reconcile right after, two
 // reconciles per interval where one does.
 func (c *Controller) holdProgress(prev, next *v1alpha1.TrustAnchorRotationStatus) bool {
-	if !progressOnly(prev, next) {
+	if !progressOnly(prev, next) || c.controlPlaneChanged {
 		return false
 	}
 	if c.reconcileBegan.Sub(c.lastWriteBegan) >= progressWriteInterval {

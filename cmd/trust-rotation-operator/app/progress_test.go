@@ -86,3 +86,29 @@ func TestHoldProgressMeasuresFromReconcileBeginnings(t *testing.T) {
 		t.Errorf("poked %v before the interval passed", early)
 	}
 }
+
+// A reconcile after a control-plane pod changed writes its progress at once, however soon after
+// the last write it began: the count then says the control plane's proxies moved, which the
+// user's next restart may wait on. churn.began hands the change to one reconcile only.
+func TestHoldProgressWritesAControlPlaneChangeAtOnce(t *testing.T) {
+	prev := v1alpha1.TrustAnchorRotationStatus{BlockingMessage: "Waiting for 7 pod(s)",
+		WorkloadCertificates: &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging, ConvergedPods: 3, TargetPods: 10}}
+	next := *prev.DeepCopy()
+	next.WorkloadCertificates.ConvergedPods, next.BlockingMessage = 4, "Waiting for 6 pod(s)"
+	c := &Controller{trigger: make(chan struct{}, 1)}
+	c.lastWriteBegan = time.Now()
+	c.reconcileBegan = c.lastWriteBegan.Add(progressWriteInterval / 10)
+
+	c.churn.changed(6, 6, true, time.Now(), c.poke)
+	c.controlPlaneChanged = c.churn.began(c.reconcileBegan)
+	if c.holdProgress(&prev, &next) {
+		t.Error("the reconcile after a control-plane change held its progress")
+	}
+	c.controlPlaneChanged = c.churn.began(c.reconcileBegan)
+	if !c.holdProgress(&prev, &next) {
+		t.Error("the reconcile after it, with no control-plane change, wrote its progress at once")
+	}
+	if c.progressTimer != nil {
+		c.progressTimer.Stop()
+	}
+}
