@@ -126,6 +126,15 @@ func (w *Workflow[S]) position(cp Checkpoint) (int, error) {
 	return i, nil
 }
 
+// jumpOf is the record of the jump st decided (d), and the position of the step it lands on.
+func (w *Workflow[S]) jumpOf(st Step[S], d Decision) (*JumpRecord, int, error) {
+	to, ok := w.index[d.To]
+	if !ok {
+		return nil, 0, fmt.Errorf("step %s: asked to jump (%s) to step %q: %w", st.Name, d.Reason, d.To, ErrUnknownStep)
+	}
+	return &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message, Supersedes: d.Supersedes}, to, nil
+}
+
 // Advance walks the workflow from cp over the state: it passes every step that is done, and
 // stops at the first step that waits, or after that step's act. It visits each step at most
 // once per call, so a workflow whose every step is done stops where it started.
@@ -152,6 +161,9 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 	for range w.steps {
 		st := w.steps[i]
 		d := st.Observe(state, cp.Token)
+		if o.observed != nil {
+			o.observed(i, d)
+		}
 		res.Checkpoint, res.Phase, res.Decision = cp, st.Phase, d
 		if o.suspended && (d.Outcome == Act || d.Outcome == Jump) {
 			res.Held = true
@@ -166,6 +178,9 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 			}
 			cp = Checkpoint{Step: w.steps[i].Name}
 			res.Checkpoint, res.Phase = cp, w.steps[i].Phase
+			if res.Completed && o.once {
+				return res, nil
+			}
 		case Wait:
 			return res, nil
 		case Act:
@@ -185,18 +200,21 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 				return res, fmt.Errorf("step %s: saving checkpoint before acting: %w", st.Name, err)
 			}
 			res.Checkpoint = cp
-			if err := st.Act(ctx, state, cp.Token); err != nil {
+			act := st.Act
+			if o.act != nil {
+				act = func(ctx context.Context, _ S, token string) error { return o.act(ctx, i, token) }
+			}
+			if err := act(ctx, state, cp.Token); err != nil {
 				res.ActErr = err
 				return res, fmt.Errorf("step %s: %w", st.Name, err)
 			}
 			res.Acted = true
 			return res, nil
 		case Jump:
-			to, ok := w.index[d.To]
-			if !ok {
-				return res, fmt.Errorf("step %s: asked to jump (%s) to step %q: %w", st.Name, d.Reason, d.To, ErrUnknownStep)
+			j, to, err := w.jumpOf(st, d)
+			if err != nil {
+				return res, err
 			}
-			j := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message, Supersedes: d.Supersedes}
 			next := Checkpoint{Step: d.To, Token: d.Token, Jump: j}
 			if err := save(ctx, next); err != nil {
 				return res, fmt.Errorf("step %s: saving checkpoint of the jump to %s: %w", st.Name, d.To, err)

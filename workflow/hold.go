@@ -1,10 +1,18 @@
 package workflow
 
+import "context"
+
 // Option changes how Advance runs.
 type Option func(*options)
 
 type options struct {
 	suspended bool
+	// The walk a plan makes (PlanAhead) sets these, unexported: once stops after the last step
+	// instead of starting over at the first; observed is told of every observation, in order;
+	// act runs the act of the step at position i instead of the step's own Act.
+	once     bool
+	observed func(i int, d Decision)
+	act      func(ctx context.Context, i int, token string) error
 }
 
 // Suspended holds every act and every jump when on, as a suspended CronJob holds its runs: the

@@ -88,105 +88,152 @@ func (w *Workflow[S]) Plan(cp Checkpoint, state S) ([]PlannedStep, error) {
 // observed on the state by sim.ObserveAhead. A jump at the next step is landed (sim.Land) and
 // the plan goes on from the step it lands on, with the jump's token, as the engine would once
 // it saved the jump's checkpoint. The errors of sim are returned as they are.
+//
+// The walk is Advance's: up to the next step Advance holds every act and jump (Suspended) over
+// the state; from it on, Advance runs over the simulation's state, its acts through sim.Act and
+// its saves recording nothing, once to the last step; each observation Advance makes is a step
+// of the plan, and each act it ran or wait the simulation lifted is a pass of that step.
 func (w *Workflow[S]) PlanAhead(ctx context.Context, cp Checkpoint, state S, sim Simulation[S]) ([]PlannedStep, error) {
 	i, err := w.position(cp)
 	if err != nil {
 		return nil, err
 	}
-	var plan []PlannedStep
-	next := false            // the next step was found: the steps before it were done
-	simulating := sim != nil // the simulation carried the plan past every step so far
-	// The step the plan starts at holds the checkpoint's token; after a jump, the step it lands
-	// on holds the jump's.
-	startAt, startToken := i, cp.Token
-	for j := i; j < len(w.steps); j++ {
-		st := w.steps[j]
-		token := ""
-		if j == startAt {
-			token = startToken
-		}
-		p := PlannedStep{Name: st.Name, Phase: st.Phase, Doc: st.Doc, Index: j, Current: j == i}
-		observed := state
-		switch {
-		case !next:
-			p.Decision = st.Observe(state, token)
-			p.Next = p.Decision.Outcome != Done
-			next = p.Next
-		case simulating:
-			observed, p.Simulated = sim.State(), true
-			p.Decision = st.Observe(observed, token)
-		case sim != nil:
-			p.Decision = sim.ObserveAhead(st, state)
-		default:
-			p.Decision = st.Observe(state, token)
-		}
-		if p.Next && p.Decision.Outcome == Jump {
-			to, ok := w.index[p.Decision.To]
-			if !ok {
-				return append(plan, p), fmt.Errorf("step %s: asked to jump (%s) to step %q: %w", st.Name, p.Decision.Reason, p.Decision.To, ErrUnknownStep)
-			}
-			plan = append(plan, p)
-			if sim == nil {
-				return plan, nil
-			}
-			d := p.Decision
-			jump := &JumpRecord{From: st.Name, To: d.To, Reason: d.Reason, Message: d.Message, Supersedes: d.Supersedes}
-			if state, err = sim.Land(Checkpoint{Step: d.To, Token: d.Token, Jump: jump}); err != nil {
-				return plan, err
-			}
-			startAt, startToken = to, d.Token
-			j = to - 1
-			continue
-		}
-		if p.Decision.Outcome == Act && st.Describe != nil {
-			p.Changes = st.Describe(observed)
-		}
-		if simulating && (p.Next || p.Simulated) {
-			if err := pass(ctx, sim, st, &p, token); err != nil {
-				return append(plan, p), err
-			}
-			simulating = p.Stopped == ""
-		}
-		plan = append(plan, p)
+	pl := &planner[S]{w: w, current: i, sim: sim}
+	// Up to the next step, over the state: the steps done, then the next, holding its act or
+	// jump.
+	res, err := w.Advance(ctx, cp, state, nil, nil, Suspended(true), once(), pl.observer(state, false))
+	if err != nil {
+		return pl.plan, err
 	}
-	return plan, nil
-}
-
-// pass carries the simulation past the step observed as p.Decision under token: it runs its
-// acts (the first under sim.Stamp unless the step holds a token) and assumes its waits satisfied, recording
-// each in p.Passes, until the step is done; p.Stopped says why it could not.
-func pass[S any](ctx context.Context, sim Simulation[S], st Step[S], p *PlannedStep, token string) error {
-	d := p.Decision
-	for range maxPasses {
-		switch d.Outcome {
-		case Done:
-			return nil
-		case Act:
-			if st.Act == nil {
-				p.Stopped = fmt.Sprintf("%s needs an act it does not have", st.Name)
-				return nil
+	if res.Decision.Outcome == Done { // every step from the checkpoint is done
+		return pl.plan, nil
+	}
+	next := &pl.plan[len(pl.plan)-1]
+	next.Next = true
+	switch {
+	case res.Decision.Outcome == Jump:
+		// The jump lands (sim.Land), and the simulation goes on from where it lands, with the
+		// jump's token.
+		jump, to, err := w.jumpOf(w.steps[next.Index], res.Decision)
+		if err != nil || sim == nil {
+			return pl.plan, err
+		}
+		if state, err = sim.Land(Checkpoint{Step: jump.To, Token: res.Decision.Token, Jump: jump}); err != nil {
+			return pl.plan, err
+		}
+		cp, pl.landed = Checkpoint{Step: w.steps[to].Name, Token: res.Decision.Token}, true
+	case sim == nil:
+		return pl.observeRest(next.Index, state, func(st Step[S]) Decision { return st.Observe(state, "") }), nil
+	default:
+		// From the next step on, in the simulation: the next step holds the checkpoint's token
+		// when it is the checkpoint's step.
+		cp = Checkpoint{Step: next.Name, Token: cp.Token}
+		if next.Index != i {
+			cp.Token = ""
+		}
+	}
+	for {
+		p := &pl.plan[len(pl.plan)-1]
+		if len(p.Passes) == maxPasses {
+			if d := w.steps[p.Index].Observe(sim.State(), cp.Token); d.Outcome != Done {
+				p.Stopped = fmt.Sprintf("%s still does not pass (%s: %s)", p.Name, d.Reason, d.Message)
+				break
 			}
-			if token == "" {
-				token = sim.Stamp(*p)
-			}
-			if st.Token != nil {
-				token = st.Token(sim.State(), token) // what the engine saves before the act
-			}
-			rec, err := sim.Act(ctx, st, token)
-			if err != nil {
-				return err
-			}
-			p.Passes = append(p.Passes, Pass{Outcome: Act, Token: token, Record: rec})
-		case Wait:
-			rec, ok, why := sim.Assume(st, d)
+		}
+		res, err := w.Advance(ctx, cp, sim.State(), func(context.Context, Checkpoint) error { return nil },
+			func() string { return sim.Stamp(pl.plan[len(pl.plan)-1]) }, once(), pl.observer(sim.State(), true), pl.actor(ctx))
+		if res.ActErr != nil {
+			return pl.plan, res.ActErr
+		}
+		if err != nil {
+			return pl.plan, err
+		}
+		p = &pl.plan[len(pl.plan)-1]
+		cp = res.Checkpoint
+		switch {
+		case res.Completed:
+			return pl.plan, nil
+		case res.Acted:
+			p.Passes = append(p.Passes, Pass{Outcome: Act, Token: cp.Token, Record: pl.record})
+			continue
+		case res.Jumped != nil:
+			// The simulation does not land a jump past the next step: only the checkpoint's
+			// step takes one.
+			p.Stopped = fmt.Sprintf("%s still does not pass (%s: %s)", p.Name, res.Decision.Reason, res.Decision.Message)
+		case res.Decision.Outcome == Wait:
+			rec, ok, why := sim.Assume(w.steps[pl.index(cp)], res.Decision)
 			if !ok {
-				p.Stopped = fmt.Sprintf("%s waits (%s) and %s", st.Name, d.Reason, why)
-				return nil
+				p.Stopped = fmt.Sprintf("%s waits (%s) and %s", p.Name, res.Decision.Reason, why)
+				break
 			}
 			p.Passes = append(p.Passes, Pass{Outcome: Wait, Record: rec})
+			continue
 		}
-		d = st.Observe(sim.State(), token)
+		break
 	}
-	p.Stopped = fmt.Sprintf("%s still does not pass (%s: %s)", st.Name, d.Reason, d.Message)
-	return nil
+	// The simulation stopped: the steps after are observed on the state.
+	stopped := pl.plan[len(pl.plan)-1].Index
+	return pl.observeRest(stopped, state, func(st Step[S]) Decision { return sim.ObserveAhead(st, state) }), nil
 }
+
+// planner builds a plan from what Advance observes and acts on (PlanAhead).
+type planner[S any] struct {
+	w       *Workflow[S]
+	current int // the checkpoint's position
+	sim     Simulation[S]
+	plan    []PlannedStep
+	// record is what the latest act recorded.
+	record any
+	// landed: a jump landed, so the step it landed on is a step of its own in the plan, even
+	// when it is the step that jumped.
+	landed bool
+}
+
+func (pl *planner[S]) index(cp Checkpoint) int { return pl.w.index[cp.Step] }
+
+// observer makes each step Advance observes over s a step of the plan, but for the step the
+// plan is at, observed again after a pass (Advance resumes at it).
+func (pl *planner[S]) observer(s S, simulated bool) Option {
+	return func(o *options) {
+		o.observed = func(i int, d Decision) {
+			if n := len(pl.plan); simulated && !pl.landed && n > 0 && pl.plan[n-1].Index == i && (pl.plan[n-1].Next || len(pl.plan[n-1].Passes) > 0) {
+				return
+			}
+			pl.landed = false
+			st := pl.w.steps[i]
+			p := PlannedStep{Name: st.Name, Phase: st.Phase, Doc: st.Doc, Index: i, Current: i == pl.current, Simulated: simulated, Decision: d}
+			if d.Outcome == Act && st.Describe != nil {
+				p.Changes = st.Describe(s)
+			}
+			pl.plan = append(pl.plan, p)
+		}
+	}
+}
+
+// actor runs the acts in the simulation, keeping what each recorded.
+func (pl *planner[S]) actor(ctx context.Context) Option {
+	return func(o *options) {
+		o.act = func(ctx context.Context, i int, token string) (err error) {
+			pl.record, err = pl.sim.Act(ctx, pl.w.steps[i], token)
+			return err
+		}
+	}
+}
+
+// observeRest observes the steps after position from, to the last, with observe; what the
+// acts would change is described on s.
+func (pl *planner[S]) observeRest(from int, s S, observe func(Step[S]) Decision) []PlannedStep {
+	for j := from + 1; j < len(pl.w.steps); j++ {
+		st := pl.w.steps[j]
+		d := observe(st)
+		p := PlannedStep{Name: st.Name, Phase: st.Phase, Doc: st.Doc, Index: j, Current: j == pl.current, Decision: d}
+		if d.Outcome == Act && st.Describe != nil {
+			p.Changes = st.Describe(s)
+		}
+		pl.plan = append(pl.plan, p)
+	}
+	return pl.plan
+}
+
+// once makes Advance stop after the last step rather than start over at the first.
+func once() Option { return func(o *options) { o.once = true } }
