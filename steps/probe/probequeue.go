@@ -160,6 +160,17 @@ func (q *probeQueue) nudge() {
 	}
 }
 
+// Forget drops key's delayed add, if any: its pod is gone, and a re-probe of it, hours away for
+// a converged pod (the expiry watch), would only hold its key until then.
+func (q *probeQueue) Forget(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w, ok := q.waiting[key]; ok {
+		heap.Remove(&q.delays, int(w.index))
+		delete(q.waiting, key)
+	}
+}
+
 // runDelays adds the delayed keys whose time has come, until the queue shuts down.
 func (q *probeQueue) runDelays() {
 	timer := time.NewTimer(time.Hour)

@@ -197,3 +197,48 @@ func TestProbeQueueServesDelaysInTimeOrder(t *testing.T) {
 		t.Errorf("order %q, want %q", strings.Join(got, " "), want)
 	}
 }
+
+// Forget drops a key's delayed add and leaves the others in time order; a key not waiting is
+// nothing to forget.
+func TestProbeQueueForgetDropsADelayedAdd(t *testing.T) {
+	q := newProbeQueue()
+	defer q.ShutDown()
+	q.AddAfter("third", laneSoon, 300*time.Millisecond)
+	q.AddAfter("gone", laneSoon, 100*time.Millisecond)
+	q.AddAfter("second", laneSoon, 200*time.Millisecond)
+	q.Forget("gone")
+	q.Forget("never added")
+	var got []string
+	for range 2 {
+		got = append(got, get(t, q, true))
+	}
+	if want := "second third"; strings.Join(got, " ") != want {
+		t.Errorf("served %q, want %q", strings.Join(got, " "), want)
+	}
+	q.mu.Lock()
+	waiting, delays := len(q.waiting), len(q.delays)
+	q.mu.Unlock()
+	if waiting != 0 || delays != 0 {
+		t.Errorf("%d keys waiting, %d delays left, want none", waiting, delays)
+	}
+}
+
+// A pod deleted takes its delayed re-probe with it: a converged pod's waits hours for its
+// proxy's renewal (the expiry watch), and every rotation replaces every pod twice.
+func TestCertTrackerForgetsTheReprobeOfAPodGone(t *testing.T) {
+	anchor, _ := newCert(t, "root", true, nil, nil)
+	tr, x := trackerOn(t, anchor)
+	for _, name := range []string{"kept", "gone"} {
+		x.Upsert(&podindex.Pod{Namespace: "app", Name: name, UID: "uid-" + name, Workload: "app/Deployment/web", Meshed: true, Alive: true, Running: true})
+		tr.queue.AddAfter("app/"+name, laneLater, time.Hour) // as the expiry watch schedules
+	}
+	x.Delete("app/gone")
+	tr.queue.mu.Lock()
+	_, kept := tr.queue.waiting["app/kept"]
+	_, gone := tr.queue.waiting["app/gone"]
+	n := len(tr.queue.delays)
+	tr.queue.mu.Unlock()
+	if !kept || gone || n != 1 {
+		t.Errorf("waiting: app/kept %v, app/gone %v, %d delays; want app/kept's alone", kept, gone, n)
+	}
+}

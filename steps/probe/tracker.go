@@ -149,6 +149,9 @@ func (t *CertTracker) PodChanged(old, cur *podindex.Pod) {
 			delete(t.expiring, old.UID)
 			delete(t.baseline, old.UID)
 		}
+		// A delayed re-probe of the pod gone (a converged pod's waits for its proxy's renewal,
+		// hours away) goes with it; a pod that replaced it under the same name is queued below.
+		t.queue.Forget(old.Key())
 	}
 	if cur == nil || !cur.Meshed || !cur.Alive {
 		return
