@@ -338,6 +338,11 @@ func corpusShapes(t *testing.T, now time.Time) []corpusShape {
 	expiredIssuer := m.issuer(issuerName, a1, with(ca, func(o *certOpts) { o.notAfter = now.Add(-time.Minute) }))
 	futureCross := m.sign(&corpusCA{name: rootName, key: a2.key}, a1, with(ca, func(o *certOpts) { o.notBefore = now.Add(time.Hour) }))
 	expiredCross := m.sign(&corpusCA{name: rootName, key: a2.key}, a1, with(ca, func(o *certOpts) { o.notAfter = now.Add(-time.Second) }))
+	// The recovery's bridge (docs/design/recovery.md, case 3): A2's subject and key signed by
+	// the expired A1, with a validity of its own, as cert-manager's CA issuer signs under an
+	// expired CA.
+	bridgeFromExpired := m.sign(&corpusCA{name: rootName, key: a2.key}, expiredA1, ca)
+	expiredBridgeFromExpired := m.sign(&corpusCA{name: rootName, key: a2.key}, expiredA1, with(ca, func(o *certOpts) { o.notAfter = now.Add(-time.Second) }))
 	// A loop: X certified by Y's key and Y by X's, neither anchored.
 	x, y := &corpusCA{name: "x.example", key: m.key()}, &corpusCA{name: "y.example", key: m.key()}
 	xByY, yByX := m.sign(x, y, ca), m.sign(y, x, ca)
@@ -389,6 +394,9 @@ func corpusShapes(t *testing.T, now time.Time) []corpusShape {
 		{name: "expired-anchor", about: "the anchor expired (recovery case 3): webpki never looks at a trust anchor's validity", roots: certs(expiredA1.cert), chain: certs(m.leaf(iUnderExpired, leafO), iUnderExpired.cert), bothWays: true},
 		{name: "expired-anchor-recovery-new-leaf", about: "roots [A2, expired A1] during the recovery, a leaf of the new issuer", roots: certs(a2.cert, expiredA1.cert), chain: certs(l2, i2.cert)},
 		{name: "expired-anchor-recovery-old-leaf", about: "roots [A2, expired A1], a leaf still valid of the issuer under A1", roots: certs(a2.cert, expiredA1.cert), chain: certs(m.leaf(iUnderExpired, leafO), iUnderExpired.cert)},
+		{name: "expired-anchor-bridge", about: "the recovery's bridge (A2's key signed by the expired A1, itself valid) after the new issuer, at a pod that trusts the expired A1 alone: the anchor's validity is not checked, the bridge's is", roots: certs(expiredA1.cert), chain: certs(l2, i2.cert, bridgeFromExpired), bothWays: true},
+		{name: "expired-anchor-bridge-expired", about: "the same with the bridge expired too: refused for the bridge's validity", roots: certs(expiredA1.cert), chain: certs(l2, i2.cert, expiredBridgeFromExpired)},
+		{name: "expired-anchor-bridge-both-roots", about: "the bridged chain at a pod on [A2, expired A1]", roots: certs(a2.cert, expiredA1.cert), chain: certs(l2, i2.cert, bridgeFromExpired)},
 		{name: "expired-leaf", about: "the leaf expired", roots: certs(a1.cert), chain: certs(m.leaf(i1, with(leafO, func(o *certOpts) { o.notAfter = now.Add(-time.Second) })), i1.cert)},
 		{name: "not-yet-valid-leaf", about: "a leaf not valid yet (clock skew beyond identity's backdating)", roots: certs(a1.cert), chain: certs(m.leaf(i1, with(leafO, func(o *certOpts) { o.notBefore = now.Add(time.Minute) })), i1.cert)},
 		{name: "loop-of-cross-certificates", about: "X by Y and Y by X presented, neither anchored: no path, and the search ends", roots: certs(a1.cert), chain: certs(m.leaf(loopIssuer, leafO), loopIssuer.cert, xByY, yByX)},
