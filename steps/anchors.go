@@ -23,9 +23,10 @@ func (s *State) DesiredBundle() string {
 	if !s.Rotating() {
 		return s.renderKeeping(s.Anchor.Cert)
 	}
-	if s.CrossSigned() {
+	if s.CrossSigned() && !s.BridgedRecovery() {
 		// The old roots until retire-previous-anchor: the identity issuer's chain carries the
-		// bridge from the new anchor to them (see CrossSigned).
+		// bridge from the new anchor to them (see CrossSigned). A bridged recovery expands it as
+		// a standard rotation does, for linkerd-identity (see BridgedRecovery).
 		return s.renderKeeping(append(append([]*x509.Certificate(nil), s.InFlight...), s.Previous.Cert)...)
 	}
 	anchors := append([]*x509.Certificate{s.Anchor.Cert}, s.InFlight...)

@@ -15,7 +15,8 @@ func expandTrustBundleStep(w Writer) Step {
 	return Step{
 		Step:               writeBundleStep(w, StepExpandTrustBundle, "Write the expanded trust bundle: the new anchor and the previous one."),
 		BeforeIssuerSwitch: true, IdentityMustWait: true,
-		CrossSignedSkips: "the trust bundle keeps the previous anchor alone until every live certificate chains to the new one: the identity issuer's chain carries the new anchor, signed by the previous one, to the pods that trust only it",
+		CrossSignedSkips:      "the trust bundle keeps the previous anchor alone until every live certificate chains to the new one: the identity issuer's chain carries the new anchor, signed by the previous one, to the pods that trust only it",
+		RunsInBridgedRecovery: true,
 	}
 }
 

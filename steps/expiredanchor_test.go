@@ -1,6 +1,8 @@
 package steps
 
 import (
+	"crypto/x509"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +212,85 @@ func TestRecoveryUnderCrossSignedSpec(t *testing.T) {
 	st := Project(NewOrdered(Rotation(w)), v1alpha1.TrustAnchorRotationStatus{}, s.Spec, 1, s, res, s.Now)
 	if st.Checkpoint == nil || st.Checkpoint.Strategy != v1alpha1.StrategyStandard {
 		t.Errorf("checkpoint %+v: want the strategy Standard recorded", st.Checkpoint)
+	}
+}
+
+// TestBridgedRecoveryOrder: under spec.strategy CrossSigned, with the renewed anchor signed by
+// the expired one (cert-manager's CA issuer over the anchor's own Secret), the rotation away from
+// the expired anchor records CrossSigned and takes the cross-signed order with the recovery's
+// moves: the issuer first, the bundle [new, expired], identity restarted onto it; then no
+// data-plane restart until the reduction, the pods on the expired anchor's bundle counting as
+// converged (BundleHashes), and the one restart onto the new anchor alone at the end.
+func TestBridgedRecoveryOrder(t *testing.T) {
+	p := newPKI(t)
+	expired := newCert(t, "expired-anchor", nil, true, time.Now().Add(-time.Minute))
+	bridged := newCert(t, "bridged-anchor", expired, true, time.Now().Add(time.Hour))
+	underExpired := newCert(t, "issuer-under-expired", expired, true, time.Now().Add(time.Hour))
+	underBridged := newCert(t, "issuer-under-bridged", bridged, true, time.Now().Add(time.Hour))
+	s := rotatingState(p, anchor(bridged), previous(expired), issuer(underExpired), bundleOf(expired), identityPods(1, "linkerd-identity-a"))
+	s.Spec.Strategy = v1alpha1.StrategyCrossSigned
+	s.Spec.IdentityIssuerRenewal = v1alpha1.Automatic
+	s.Rotation, s.Strategy, s.RotationStart = "", "", time.Time{}
+	s.IssuerCertificate = IssuerCertificate{Namespace: "linkerd", Name: "linkerd-identity-issuer", Found: true, Revision: 3}
+	s.TrustBundle = Convergence{Converged: 4, Target: 4} // every pod on [expired]
+	s.Certificates = Convergence{Converged: 0, Target: 4}
+	if got := s.StartStrategy(s.Spec); got != v1alpha1.StrategyCrossSigned {
+		t.Fatalf("a cross-signed spec with the renewed anchor signed by the expired one starts %s, want CrossSigned", got)
+	}
+	if !s.BridgedRecovery() {
+		t.Fatal("not a bridged recovery")
+	}
+	s.Rotation, s.Strategy, s.RotationStart = Fingerprint(bridged.cert), v1alpha1.StrategyCrossSigned, s.Now
+	onExpired := BundleHash(RenderBundle(expired.cert))
+	if hashes := s.BundleHashes(); len(hashes) != 3 || hashes[0] != BundleHash(RenderBundle(bridged.cert, expired.cert)) || !slices.Contains(hashes, onExpired) ||
+		!slices.Contains(hashes, BundleHash(strings.TrimSuffix(RenderBundle(expired.cert), "\n"))) {
+		t.Fatalf("BundleHashes = %v: want the expanded bundle's, then the expired anchor's as the operator and Linkerd's chart render it", hashes)
+	}
+	w, _, advance := driveRotation(t, s)
+	until := func(step string) workflow.Result {
+		t.Helper()
+		for range 30 {
+			if res := advance(); !res.Acted {
+				if res.Checkpoint.Step != step {
+					t.Fatalf("stopped at %s (%s: %s), want %s", res.Checkpoint.Step, res.Decision.Reason, res.Decision.Message, step)
+				}
+				return res
+			}
+		}
+		t.Fatalf("no progress towards %s", step)
+		return workflow.Result{}
+	}
+
+	until(StepRenewIssuerFirst)
+	if len(w.renewed) != 1 || len(w.log) != 0 {
+		t.Fatalf("renewed %v, writes %v: want the issuer's renewal alone", w.renewed, w.log)
+	}
+	s.IssuerCertificate.Issuing, s.IssuerCertificate.Revision = false, 4
+	issuer(underBridged)(s)
+	s.Issuer.Chain = []*x509.Certificate{bridged.cert} // the CA issuer's chain carries the bridge
+
+	// The bundle [new, expired] and identity onto it; nothing else restarts: the proxies move
+	// onto the new issuer by their own refresh.
+	res := until(StepRenewWorkloadCertificates)
+	exp, nw := ShortFingerprint(Fingerprint(expired.cert)), ShortFingerprint(Fingerprint(bridged.cert))
+	if got, want := w.log[:2], []string{"bundle [" + nw + ", " + exp + "]", "restart linkerd-identity on [" + nw + ", " + exp + "]"}; !slices.Equal(got, want) {
+		t.Fatalf("first writes %v, want %v", got, want)
+	}
+	for _, l := range w.log {
+		if strings.HasPrefix(l, "restart ") && !strings.HasPrefix(l, "restart linkerd-") || strings.HasPrefix(l, "evict") {
+			t.Errorf("data plane touched before the reduction: %s", l)
+		}
+	}
+	if !strings.Contains(res.Decision.Message, "proxies refresh onto the new issuer by themselves") {
+		t.Errorf("renew-workload-certificates: %s; want the cross-signed wait for the proxies' own refresh", res.Decision.Message)
+	}
+
+	s.Certificates = Convergence{Converged: 4, Target: 4}
+	until(StepRemoveOldTrustRoots)
+	if s.Bundle.Data != RenderBundle(bridged.cert) {
+		t.Errorf("bundle %s after the reduction, want the new anchor alone", fingerprints(s.Bundle.Certs))
+	}
+	if hashes := s.BundleHashes(); slices.Contains(hashes, onExpired) {
+		t.Errorf("after the reduction the pods on the expired anchor still count as converged: %v", hashes)
 	}
 }

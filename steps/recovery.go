@@ -1,7 +1,9 @@
 package steps
 
 import (
+	"crypto/x509"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,6 +94,61 @@ func restartIdentityFirstStep(w Writer) Step {
 	}
 }
 
+// BridgedRecovery reports whether the rotation in progress is a cross-signed one that started
+// after the previous anchor had expired (StartStrategy records CrossSigned then only when the
+// renewed anchor is signed by the expired one). Its order is the cross-signed order with the
+// recovery's two moves and the bundle's expansion, which the cross-signed order otherwise passes
+// over: the issuer renewed onto the new anchor first, the bundle [new, expired], linkerd-identity
+// restarted onto both (Go builds the new issuer's chain to the new anchor, valid). From there no
+// data-plane restart is needed for mTLS: the chain identity hands out carries the new anchor,
+// signed by the expired one, which every pod still trusts — rustls-webpki ignores a trust
+// anchor's validity and checks the bridge's, which is current — and a pod injected with [new,
+// expired] verifies the old certificates still valid. So the pods keep the bundle they have
+// (BundleHashes), move onto the new issuer at their certificate's refresh (at once where it
+// had expired: the proxy retries every ten seconds), and restart once, onto the new anchor
+// alone, after the reduction (docs/design/recovery.md, case 3).
+//
+// A cross-signed rotation that started before the anchor expired is not one: it keeps identity
+// on the previous anchor, and waits at renew-issuer-first if it gets there after the expiry.
+func (s *State) BridgedRecovery() bool {
+	if !s.Rotating() || !s.CrossSigned() {
+		return false
+	}
+	started := s.Now
+	if s.Rotation != "" {
+		started = s.RotationStart
+	}
+	return !started.IsZero() && started.After(s.Previous.Cert.NotAfter)
+}
+
+// bridgedRecoverySkips is why a step the cross-signed strategy passes over has nothing to do in a
+// bridged recovery either.
+const bridgedRecoverySkips = "linkerd-identity was restarted onto the expanded bundle first (" + StepRestartIdentityFirst + "), and every pod, on the bundle it has, " +
+	"verifies the chains identity now hands out through the renewed anchor, signed by the expired one, as rustls-webpki accepts it"
+
+// BundleHashes are the digests (linkerd.io/trust-root-sha256) of the trust bundles a meshed pod
+// may be injected with at this point of the rotation: the desired bundle's, and in a bridged
+// recovery (BridgedRecovery) the bundle of the expired anchor alone as well, as the operator
+// renders it and as Linkerd's chart does (without the final newline, see renderKeeping): the
+// pods on it trust the new issuer's chains through the bridge and restart only after the
+// reduction. Empty when the anchor is unusable.
+func (s *State) BundleHashes() []string {
+	desired := s.DesiredBundle()
+	if desired == "" {
+		return nil
+	}
+	hashes := []string{BundleHash(desired)}
+	if s.BridgedRecovery() && s.FinishingOn() == nil {
+		previous := renderBundle([]*x509.Certificate{s.Previous.Cert})
+		for _, h := range []string{BundleHash(previous), BundleHash(strings.TrimSuffix(previous, "\n"))} {
+			if !slices.Contains(hashes, h) {
+				hashes = append(hashes, h)
+			}
+		}
+	}
+	return hashes
+}
+
 // recoveryOnly is when the recovery's steps act.
 const recoveryOnly = "the previous trust anchor has expired"
 
@@ -130,9 +187,9 @@ func observeRenewIssuerFirst(s *State, token string) workflow.Decision {
 	expired := s.Previous.Cert
 	why := fmt.Sprintf("trust anchor %s expired at %s: linkerd-identity signs again only once it runs on an issuer of the new anchor %s, which must happen before any proxy restarts",
 		ShortFingerprint(Fingerprint(expired)), expired.NotAfter.UTC().Format(time.RFC3339), ShortFingerprint(s.Anchor.Fingerprint()))
-	if s.CrossSigned() {
+	if s.CrossSigned() && !s.BridgedRecovery() {
 		// Only a rotation that started cross-signed before the anchor expired gets here: one that
-		// starts after runs the standard order (State.StartStrategy).
+		// starts after runs the standard order or, bridged, this one (State.StartStrategy).
 		return workflow.Waiting(ReasonIssuerFirstNeeded, why+fmt.Sprintf("; this rotation started cross-signed before the anchor expired and cannot get there (linkerd-identity, which trusts the expired anchor alone, refuses an issuer whose chain ends at it: Go checks the root's validity): renew the trust anchor again (cmctl renew -n %s %s), and the rotation onto it starts with the standard order",
 			s.Config.CertManagerNamespace, s.Config.AnchorCertificate))
 	}
@@ -182,19 +239,6 @@ func renewIssuerFirstToken(s *State, token string) string {
 		return revisionToken(NewActStamp(s.Now), s.IssuerCertificate.Revision).String()
 	}
 	return token
-}
-
-// RecoveryOrder says, for a plan, why a rotation away from an expired anchor takes the
-// recovery's order; "" when the previous anchor has not expired.
-func (s *State) RecoveryOrder() string {
-	if !s.previousAnchorExpired() {
-		return ""
-	}
-	return strings.Join([]string{
-		fmt.Sprintf("the previous trust anchor %s expired at %s:", ShortFingerprint(s.Previous.Fingerprint()), s.Previous.Cert.NotAfter.UTC().Format(time.RFC3339)),
-		"the issuer is renewed onto the new anchor first (" + StepRenewIssuerFirst + ") and linkerd-identity restarted onto it before any other pod (" + StepRestartIdentityFirst + ");",
-		"until a pod restarts it refuses the new-anchor certificates of the pods restarted before it (docs/design/recovery.md, case 3)",
-	}, " ")
 }
 
 // What `linkerd trust recover` recovers from (RecoveryCase).

@@ -65,6 +65,10 @@ type Step struct {
 	// CrossSignedSkips says why a cross-signed rotation (spec.strategy CrossSigned) has nothing
 	// to do at the step, which is then done at once; "" for the steps both strategies run.
 	CrossSignedSkips string
+	// RunsInBridgedRecovery: a step the cross-signed strategy passes over runs all the same in a
+	// cross-signed rotation away from an expired anchor (State.BridgedRecovery): the expansion
+	// of the bundle, which linkerd-identity must read before it can sign again.
+	RunsInBridgedRecovery bool
 
 	// ahead is the step's Observe without the trust-bundle check (see ObserveAhead).
 	ahead func(*State, string) workflow.Decision

@@ -45,15 +45,27 @@ func (s *State) CrossSigned() bool {
 }
 
 // StartStrategy is the strategy a rotation starting now records in its checkpoint: spec's, but
-// Standard for a rotation away from an anchor that has expired. The cross-signed order keeps
+// Standard for a rotation away from an anchor that has expired unless spec.strategy is
+// CrossSigned and the renewed anchor is signed by the expired one. The cross-signed order keeps
 // linkerd-identity on the previous anchor until its bridge is no longer needed, and identity
-// refuses an issuer whose chain ends at an expired root (Go's x509 checks the root's validity):
-// that rotation could not get past renew-issuer-first (docs/design/recovery.md, case 3).
+// refuses an issuer whose chain ends at an expired root (Go's x509 checks the root's validity);
+// with the bridge, the rotation recovers in the cross-signed order with the two moves of the
+// recovery (BridgedRecovery); without it, only the standard order gets out
+// (docs/design/recovery.md, case 3).
 func (s *State) StartStrategy(spec v1alpha1.TrustAnchorRotationSpec) v1alpha1.RotationStrategy {
-	if s.Rotating() && s.Previous.Usable() && s.Now.After(s.Previous.Cert.NotAfter) {
+	strategy := StrategyOf(spec)
+	if s.Rotating() && s.Previous.Usable() && s.Now.After(s.Previous.Cert.NotAfter) &&
+		(strategy != v1alpha1.StrategyCrossSigned || !s.anchorSignedByPrevious()) {
 		return v1alpha1.StrategyStandard
 	}
-	return StrategyOf(spec)
+	return strategy
+}
+
+// anchorSignedByPrevious reports whether the renewed trust anchor is signed by the previous
+// anchor's key, as cert-manager signs it under the cross-signed setup (a plan's stand-in is taken
+// to be, StandInCrossSigned).
+func (s *State) anchorSignedByPrevious() bool {
+	return s.StandInCrossSigned || s.Anchor.Usable() && s.Previous.Usable() && SignedBy(s.Anchor.Cert, s.Previous.Cert)
 }
 
 // crossSignedProblem is detect-anchor-rotation's Wait when spec.strategy is CrossSigned and the
@@ -100,7 +112,7 @@ const ReasonNotNeededCrossSigned = "NotNeededWhenCrossSigned"
 // final restart, as the standard strategy restarts them.
 func skipCrossSigned(st Step, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
 	return func(s *State, token string) workflow.Decision {
-		if !s.CrossSigned() {
+		if !s.CrossSigned() || st.RunsInBridgedRecovery && s.BridgedRecovery() {
 			return observe(s, token)
 		}
 		if st.WaitsOnTrustBundle && !s.TrustBundle.Done() {
@@ -111,6 +123,9 @@ func skipCrossSigned(st Step, observe func(*State, string) workflow.Decision) fu
 					"as every pod must run with it from wait-for-remote-trust-roots on"
 			}
 			return d
+		}
+		if s.BridgedRecovery() {
+			return workflow.Completed(ReasonNotNeededCrossSigned, "spec.strategy CrossSigned, recovering from the expired trust anchor through the bridge: "+bridgedRecoverySkips)
 		}
 		return workflow.Completed(ReasonNotNeededCrossSigned, "spec.strategy CrossSigned: "+st.CrossSignedSkips)
 	}

@@ -64,12 +64,12 @@ func NewAhead(recorder steps.Writer, r *observe.Reading, results map[string]prob
 func (a *Ahead) recount() {
 	s := a.reading.State
 	a.reading.Recount()
-	hash := steps.BundleHash(s.DesiredBundle())
+	hashes := s.BundleHashes()
 	for _, w := range s.Workloads {
 		w.BundleBehind = nil
 	}
 	for _, p := range a.reading.Pods {
-		if w := s.Workloads[p.Workload]; w != nil && p.Meshed && p.Alive && !p.ControlPlane && !p.Terminating && p.TrustRootHash != hash {
+		if w := s.Workloads[p.Workload]; w != nil && p.Meshed && p.Alive && !p.ControlPlane && !p.Terminating && !slices.Contains(hashes, p.TrustRootHash) {
 			w.BundleBehind = append(w.BundleBehind, p.Name)
 		}
 	}

@@ -96,7 +96,7 @@ func ReadFeeding(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorR
 // caller changed the State (a plan that pretends the anchor was renewed, say).
 func (s *Reading) Recount() {
 	index := IndexOf(s.Pods)
-	s.State.TrustBundle = index.TrustBundle(steps.BundleHash(s.State.DesiredBundle()))
+	s.State.TrustBundle = index.TrustBundle(s.State.BundleHashes()...)
 	index.FillControlPlane(s.State)
 }
 

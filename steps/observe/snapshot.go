@@ -82,7 +82,7 @@ func (c *Snapshotter) Snapshot(now time.Time, step string, tar *v1alpha1.TrustAn
 	}
 	c.watchIssuer(s, now)
 	c.Index.FillControlPlane(s)
-	s.TrustBundle = c.Index.TrustBundle(steps.BundleHash(s.DesiredBundle()))
+	s.TrustBundle = c.Index.TrustBundle(s.BundleHashes()...)
 	c.Certs.SetActive(s.CertificateRoot(), steps.UrgentCertificates(c.Steps, s, step))
 	s.Certificates = c.Certs.Certificates()
 	s.ExpiringLeaves, s.ExpiringLeavesPartial = c.Certs.ExpiringLeaves(), s.Certificates.NotProbed > 0

@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -109,7 +110,7 @@ func WorkloadOf(s *steps.State, key string) *steps.Workload {
 // desired trust bundle; and the workloads whose live certificates are behind
 // (s.Certificates.Behind).
 func AddMeshedWorkloads(s *steps.State, index *podindex.Index) {
-	hash := steps.BundleHash(s.DesiredBundle())
+	hashes := s.BundleHashes()
 	index.Each(func(p *podindex.Pod) {
 		if p.ControlPlane {
 			return
@@ -127,7 +128,7 @@ func AddMeshedWorkloads(s *steps.State, index *podindex.Index) {
 			w.Created = map[string]time.Time{}
 		}
 		w.Created[p.Name] = p.Created
-		if p.TrustRootHash != hash {
+		if !slices.Contains(hashes, p.TrustRootHash) {
 			w.BundleBehind = append(w.BundleBehind, p.Name)
 		}
 	})

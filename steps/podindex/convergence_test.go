@@ -101,3 +101,36 @@ func TestConvergenceNamesPodsOfTheWorkloadsMostBehind(t *testing.T) {
 		}
 	}
 }
+
+// TestConvergenceOnEitherBundle: asked about several hashes (a bridged recovery's expanded bundle
+// and the expired anchor's), a pod on any of them has converged; the per-workload counts follow
+// the events for that set, and asking about one hash again rebuilds them.
+func TestConvergenceOnEitherBundle(t *testing.T) {
+	x := New(nil)
+	add := func(name, hash string) {
+		x.Upsert(&Pod{Namespace: "app", Name: name, UID: name, Workload: "app/Deployment/" + name[:3], TrustRootHash: hash, Meshed: true, Alive: true, Running: true})
+	}
+	add("web-1", "new")
+	add("web-2", "old")
+	add("api-1", "other")
+	c := x.TrustBundle("new", "old")
+	if c.Converged != 2 || c.Target != 3 || c.BehindWorkloads != 1 || c.Behind[0].Workload != "app/Deployment/api" || len(c.Pods) != 1 || c.Pods[0].Name != "api-1" {
+		t.Fatalf("convergence on new or old = %+v", c)
+	}
+	if x.Behind() != 1 {
+		t.Fatalf("Behind() = %d, want 1", x.Behind())
+	}
+	add("api-1", "old") // restarted onto the expired anchor's bundle by someone else
+	if c := x.TrustBundle("new", "old"); !c.Done() || x.Behind() != 0 {
+		t.Fatalf("every pod on new or old: %+v, Behind() = %d", c, x.Behind())
+	}
+	if c := x.TrustBundle("new"); c.Converged != 1 || x.Behind() != 2 {
+		t.Fatalf("on new alone: %+v, Behind() = %d", c, x.Behind())
+	}
+	if got := BundleProblem(&Pod{TrustRootHash: "old"}, "new", "old"); got != "" {
+		t.Errorf("BundleProblem on an accepted hash: %q", got)
+	}
+	if got := BundleProblem(&Pod{TrustRootHash: "other"}, "new", "old"); got == "" {
+		t.Error("BundleProblem on neither hash says nothing")
+	}
+}

@@ -26,10 +26,10 @@ type Index struct {
 	// slice, not a map by key: a workload has a few pods, and a map of a few was a third of
 	// the index's memory per pod. Removing a pod scans its workload's.
 	workloads map[string][]*Pod
-	// want is the trust-root hash TrustBundle was last asked about, and behind counts, per
-	// workload, the alive meshed data-plane pods on another hash: kept per event for that hash,
-	// rebuilt when another is asked for (once per change of the desired bundle).
-	want   string
+	// want are the trust-root hashes TrustBundle was last asked about, and behind counts, per
+	// workload, the alive meshed data-plane pods on another hash: kept per event for those
+	// hashes, rebuilt when others are asked for (once per change of the desired bundle).
+	want   []string
 	behind map[string]int
 	// behindPods is the sum of behind.
 	behindPods int
@@ -42,7 +42,7 @@ type Index struct {
 // New returns an empty index. onChange, if set, sees every change.
 func New(onChange func(old, new *Pod)) *Index {
 	return &Index{pods: map[string]*Pod{}, byHash: map[string]int{}, workloads: map[string][]*Pod{},
-		behind: map[string]int{}, onChange: onChange}
+		behind: map[string]int{}, want: []string{""}, onChange: onChange}
 }
 
 func (x *Index) count(p *Pod, delta int) {
@@ -61,7 +61,7 @@ func (x *Index) count(p *Pod, delta int) {
 	x.dataPlane += delta
 	x.oldest.count(p, delta)
 	addCount(x.byHash, p.TrustRootHash, delta)
-	if p.TrustRootHash != x.want {
+	if !slices.Contains(x.want, p.TrustRootHash) {
 		addCount(x.behind, p.Workload, delta)
 		x.behindPods += delta
 	}
@@ -119,7 +119,7 @@ func (x *Index) Delete(key string) {
 	}
 }
 
-// Behind is the number of alive meshed data-plane pods on another trust-root hash than the one
+// Behind is the number of alive meshed data-plane pods on another trust-root hash than those
 // TrustBundle was last asked about: zero once the trust bundle has converged.
 func (x *Index) Behind() int {
 	x.mu.RLock()
@@ -225,32 +225,37 @@ func (x *Index) FillControlPlane(s *steps.State) {
 	}
 }
 
-// TrustBundle counts the alive meshed non-control-plane pods injected with the bundle of the
-// given hash. The counts are O(1); naming the workloads behind costs what is behind, not the
-// mesh: per-workload counts are kept per event for the hash last asked about (a new hash
-// rebuilds them once), the workloads behind are ranked, and only the pods of the first few are
+// TrustBundle counts the alive meshed non-control-plane pods injected with a bundle of one of
+// the given hashes (State.BundleHashes: the desired bundle's, and in a bridged recovery the
+// expired anchor's too). The counts are O(1); naming the workloads behind costs what is behind,
+// not the mesh: per-workload counts are kept per event for the hashes last asked about (others
+// rebuild them once), the workloads behind are ranked, and only the pods of the first few are
 // read to name a few pods.
-func (x *Index) TrustBundle(hash string) steps.Convergence {
+func (x *Index) TrustBundle(hashes ...string) steps.Convergence {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if hash != x.want {
-		x.want, x.behind, x.behindPods = hash, map[string]int{}, 0
+	if !slices.Equal(hashes, x.want) {
+		x.want, x.behind, x.behindPods = slices.Clone(hashes), map[string]int{}, 0
 		for _, p := range x.pods {
-			if p.Meshed && p.Alive && !p.ControlPlane && p.TrustRootHash != hash {
+			if p.Meshed && p.Alive && !p.ControlPlane && !slices.Contains(hashes, p.TrustRootHash) {
 				x.behind[p.Workload]++
 				x.behindPods++
 			}
 		}
 	}
-	c := steps.Convergence{Converged: x.byHash[hash], Target: x.dataPlane}
+	c := steps.Convergence{Target: x.dataPlane}
+	for i, h := range hashes {
+		if !slices.Contains(hashes[:i], h) {
+			c.Converged += x.byHash[h]
+		}
+	}
 	if c.Done() {
 		return c
 	}
 	c.Behind, c.BehindWorkloads = TopWorkloads(x.behind)
 	x.eachPodOf(c.Behind, func(p *Pod) bool {
-		if !p.ControlPlane && p.TrustRootHash != hash {
-			reason := fmt.Sprintf("trust-root-sha256 %s, want %s", ShortHash(p.TrustRootHash), ShortHash(hash))
-			c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: reason})
+		if why := BundleProblem(p, hashes...); !p.ControlPlane && why != "" {
+			c.Pods = append(c.Pods, steps.PodProblem{Namespace: p.Namespace, Name: p.Name, Reason: why})
 		}
 		return len(c.Pods) < BehindLimit
 	})
@@ -258,11 +263,12 @@ func (x *Index) TrustBundle(hash string) steps.Convergence {
 	return c
 }
 
-// BundleProblem says why a meshed non-control-plane pod has not converged on the trust bundle
-// of the given hash, or "" when it has. The wording is the operator's (Index.TrustBundle).
-func BundleProblem(p *Pod, hash string) string {
-	if p.TrustRootHash == hash {
+// BundleProblem says why a meshed non-control-plane pod has not converged on a trust bundle of
+// the given hashes (the first is the desired bundle's), or "" when it has. The wording is the
+// operator's (Index.TrustBundle).
+func BundleProblem(p *Pod, hashes ...string) string {
+	if len(hashes) == 0 || slices.Contains(hashes, p.TrustRootHash) {
 		return ""
 	}
-	return fmt.Sprintf("trust-root-sha256 %s, want %s", ShortHash(p.TrustRootHash), ShortHash(hash))
+	return fmt.Sprintf("trust-root-sha256 %s, want %s", ShortHash(p.TrustRootHash), ShortHash(hashes[0]))
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/observe"
 	"github.com/linkerd/trust-rotation/steps/podindex"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
@@ -36,7 +35,7 @@ func (c *checks) dataPlaneBundle(ctx context.Context) error {
 	if desired == "" {
 		return errors.New(reading.State.Anchor.Problem("trust-anchor Secret"))
 	}
-	hash := steps.BundleHash(desired)
+	hashes := reading.State.BundleHashes()
 	var behind []string
 	total := 0
 	for _, p := range reading.Pods {
@@ -44,7 +43,7 @@ func (c *checks) dataPlaneBundle(ctx context.Context) error {
 			continue
 		}
 		total++
-		if why := podindex.BundleProblem(p, hash); why != "" {
+		if why := podindex.BundleProblem(p, hashes...); why != "" {
 			behind = append(behind, fmt.Sprintf("pod %s: %s", p.Key(), why))
 		}
 	}

@@ -202,12 +202,12 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 		}
 	}
 	s := reading.State
-	hash := ""
+	var hashes []string
 	if observe.Forbidden(s.Previous) {
 		in.Live.Problems = append(in.Live.Problems, s.Previous.Problem("previous-anchor Secret")+": the desired trust bundle is unknown")
 	} else if desired := s.DesiredBundle(); desired != "" {
-		hash = steps.BundleHash(desired)
-		in.Live.TrustBundleSHA256 = hash
+		hashes = s.BundleHashes()
+		in.Live.TrustBundleSHA256 = steps.BundleHash(desired)
 	} else {
 		in.Live.Problems = append(in.Live.Problems, s.Anchor.Problem("trust-anchor Secret")+": the desired trust bundle is unknown")
 	}
@@ -248,8 +248,8 @@ func inspect(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *prob
 			continue
 		}
 		var problems []string
-		if hash != "" {
-			if why := podindex.BundleProblem(p, hash); why != "" {
+		if len(hashes) > 0 {
+			if why := podindex.BundleProblem(p, hashes...); why != "" {
 				problems = append(problems, why)
 			}
 		}

@@ -155,6 +155,10 @@ func recoveryFacts(rc recoveryCase, s *steps.State, tar *v1alpha1.TrustAnchorRot
 		v.Restarts = "nothing: no pod restarts"
 		v.HowLong = "each proxy without a valid certificate gets one within its minimum refresh (10s) of identity loading the renewed issuer; cert-manager issues it in seconds, and identity loads it once the kubelet refreshes its volume (within about a minute)"
 	case steps.RecoveryTrustAnchorExpired:
+		if bridgedRecovery(s) {
+			bridgedRecoveryFacts(v, rc, s, spec, opts)
+			break
+		}
 		budget := opts.maxConcurrent
 		if budget <= 0 {
 			budget = int32(min(max(v.Workloads, 1), 10000))
@@ -183,6 +187,44 @@ func recoveryFacts(rc recoveryCase, s *steps.State, tar *v1alpha1.TrustAnchorRot
 		v.HowLong = "pods restarted and pods not restarted yet refuse each other until every meshed workload has restarted: one rollout of the mesh. " + meshRollout(tar.Status.History)
 	}
 	return v
+}
+
+// bridgedRecovery reports whether the rotation away from the expired anchor takes the
+// cross-signed order (steps.State.BridgedRecovery): it does, or, the anchor not renewed yet,
+// spec.strategy is CrossSigned, whose cert-manager setup signs the renewed anchor with the
+// expired one's key (check verifies the setup; without it, the rotation takes the standard
+// recovery, and the plan of the renewed anchor says so).
+func bridgedRecovery(s *steps.State) bool {
+	if s.Rotating() {
+		return s.BridgedRecovery()
+	}
+	return steps.StrategyOf(s.Spec) == v1alpha1.StrategyCrossSigned
+}
+
+// bridgedRecoveryFacts is the expired anchor's recovery in the cross-signed order: no workload
+// restarts until the reduction, so recover lifts no restart budget unless --max-concurrent says
+// so (docs/design/recovery.md, case 3).
+func bridgedRecoveryFacts(v *recoveryView, rc recoveryCase, s *steps.State, spec v1alpha1.TrustAnchorRotationSpec, opts recoverOptions) {
+	cfg := s.Config
+	r := spec.DataPlaneRestart
+	if opts.maxConcurrent > 0 && (r.Policy != v1alpha1.Automatic || r.MaxConcurrent != opts.maxConcurrent || r.MaxConcurrentPerNamespace != opts.maxConcurrent) {
+		v.patch["dataPlaneRestart"] = map[string]any{"policy": v1alpha1.Automatic, "maxConcurrent": opts.maxConcurrent, "maxConcurrentPerNamespace": opts.maxConcurrent}
+		v.Sets = append(v.Sets, fmt.Sprintf("dataPlaneRestart: policy Automatic, maxConcurrent %d, maxConcurrentPerNamespace %d", opts.maxConcurrent, opts.maxConcurrent))
+		v.Restore = fmt.Sprintf(`kubectl patch trustanchorrotation %%s --type=merge -p '{"spec":{"dataPlaneRestart":{"policy":%q,"maxConcurrent":%s,"maxConcurrentPerNamespace":%s}}}'`,
+			orDefault(string(r.Policy), string(v1alpha1.Manual)), orNull(r.MaxConcurrent), orNull(r.MaxConcurrentPerNamespace))
+	}
+	if rc.renewAnchor {
+		v.Order = append(v.Order, fmt.Sprintf("%s recover renews the trust anchor, Certificate %s/%s, as cmctl renew does: under spec.strategy CrossSigned cert-manager signs the new anchor with the expired one's key (without that setup the rotation takes the standard recovery, which restarts every workload twice)",
+			binary, cfg.CertManagerNamespace, cfg.AnchorCertificate))
+	}
+	v.Order = append(v.Order,
+		fmt.Sprintf("the operator renews the identity issuer, Certificate %s/%s, from the new anchor (%s): its chain carries the new anchor, signed by the expired one", cfg.LinkerdNamespace, cfg.IssuerCertificate, steps.StepRenewIssuerFirst),
+		fmt.Sprintf("it writes the trust bundle [new anchor, expired anchor] (%s)", steps.StepExpandTrustBundle),
+		fmt.Sprintf("it restarts linkerd-identity onto both, before any other pod: identity signs again (%s)", steps.StepRestartIdentityFirst),
+		"each proxy gets a certificate of the new issuer at its refresh, within 10s where its certificate has expired; every pod verifies it through the new anchor signed by the expired one (rustls-webpki ignores a trust anchor's validity): no workload restarts for it",
+		"it ends as a cross-signed rotation does: the expired anchor retired, the bundle reduced to the new anchor, the control plane restarted, and every meshed workload restarted once onto the new anchor alone, under spec.dataPlaneRestart")
+	v.Restarts = fmt.Sprintf("linkerd-identity 3 times, linkerd-destination and linkerd-proxy-injector twice each, every meshed workload (%d) once, after the reduction", v.Workloads)
+	v.HowLong = "no pair that verifies now breaks; a pod without a valid certificate gets one within 10s (its proxy's minimum refresh) of identity's restart, the others at their certificate's refresh"
 }
 
 // meshRollout says how long one restart of the whole data plane took in this cluster: the time

@@ -185,6 +185,57 @@ func TestRecoverFromExpiredAnchor(t *testing.T) {
 	}
 }
 
+// An expired anchor under spec.strategy CrossSigned: recover says the cross-signed order (no
+// workload restarts before the reduction, no pair broken) and lifts no restart budget; once
+// cert-manager renewed the anchor with the expired one's key, the plan is that order's.
+func TestRecoverFromExpiredAnchorCrossSigned(t *testing.T) {
+	f := newFixture(t)
+	anchor, key := testCA(t, "root.linkerd.cluster.local", nil, nil, testNow.Add(-365*24*time.Hour), testNow.Add(-time.Hour))
+	issuer, _ := testCA(t, "identity.linkerd.cluster.local", anchor, key, testNow.Add(-24*time.Hour), testNow.Add(24*time.Hour))
+	f.onPKI(anchor, issuer, nil)
+	f.rotations["cluster"].Spec.Strategy = v1alpha1.StrategyCrossSigned
+
+	out, errOut, code := f.run("recover", "--dry-run")
+	if code != ExitOK {
+		t.Fatalf("recover --dry-run: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"cert-manager signs the new anchor with the expired one's key",
+		"restarts linkerd-identity onto both, before any other pod",
+		"no workload restarts for it",
+		"It restarts: linkerd-identity 3 times, linkerd-destination and linkerd-proxy-injector twice each, every meshed workload (2) once, after the reduction",
+		"How long: no pair that verifies now breaks",
+		"It sets on TrustAnchorRotation cluster: identityIssuerRenewal: Automatic\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --dry-run does not say %q\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "maxConcurrent") {
+		t.Errorf("recover lifts the restart budget, which the cross-signed order does not need\n%s", out)
+	}
+
+	// cert-manager renewed the anchor with the expired one's key: the rotation's plan.
+	renewed, _ := testCA(t, "root.linkerd.cluster.local", anchor, key, testNow.Add(-time.Minute), testNow.Add(365*24*time.Hour))
+	f.issue("cert-manager", "linkerd-trust-anchor", pemOf(renewed))
+	out, errOut, code = f.run("recover", "--dry-run")
+	if code != ExitOK {
+		t.Fatalf("recover --dry-run, the anchor renewed: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"every meshed workload (2) once", "recovering from the expired trust anchor through the bridge",
+		"would write ConfigMap linkerd/linkerd-identity-trust-roots: [" + steps.ShortFingerprint(steps.Fingerprint(anchor)) + "] -> [" + steps.ShortFingerprint(steps.Fingerprint(renewed)) + " (new), " + steps.ShortFingerprint(steps.Fingerprint(anchor)) + " (previous)]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --dry-run, the anchor renewed, does not say %q\n%s", want, out)
+		}
+	}
+	if out, errOut, code = f.run("recover", "--yes"); code != ExitOK {
+		t.Fatalf("recover --yes: exit %d\n%s%s", code, out, errOut)
+	}
+	if spec := f.rotations["cluster"].Spec; spec.IdentityIssuerRenewal != v1alpha1.Automatic || spec.DataPlaneRestart.Policy != "" {
+		t.Errorf("spec after recover: %+v; want the issuer's renewal alone", spec.DataPlaneRestart)
+	}
+}
+
 // An expired issuer under a valid anchor: nothing restarts; recover sets the issuer's renewal
 // alone.
 func TestRecoverFromExpiredIssuer(t *testing.T) {

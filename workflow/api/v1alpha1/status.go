@@ -46,7 +46,9 @@ type TrustAnchorRotationStatus struct {
 	WorkloadCertificateRefreshInterval *metav1.Duration `json:"workloadCertificateRefreshInterval,omitempty"`
 
 	// TrustBundle reports the meshed non-control-plane pods whose proxies were injected with
-	// the desired trust bundle (annotation linkerd.io/trust-root-sha256).
+	// the desired trust bundle (annotation linkerd.io/trust-root-sha256). In a cross-signed
+	// rotation away from an expired anchor, pods injected with that anchor alone count too: they
+	// verify the new issuer's chain through the renewed anchor, which the expired one signed.
 	// +optional
 	TrustBundle *ConvergenceStatus `json:"trustBundle,omitempty"`
 

@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/linkerd/trust-rotation/steps"
+	"github.com/linkerd/trust-rotation/test/charts"
+	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/internal/poll"
+	"github.com/linkerd/trust-rotation/test/meshsim"
+	"github.com/linkerd/trust-rotation/test/pki"
+	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
+)
+
+// bridgedAnchorLifetime is the self-signed trust anchor's lifetime in
+// TestBridgedRecoveryFromExpiredAnchor: long enough for a standard rotation onto it, short
+// enough to expire within the test.
+const bridgedAnchorLifetime = 90 * time.Second
+
+// bridgedIssuance is identity's workload certificate lifetime there: every leaf outlives the
+// anchor's expiry by more than the recovery needs to get identity signing again (a leaf issued
+// just before the expiry refreshes at 70 % of it and, refused, retries as linkerd2-proxy does),
+// and the proxies move onto the new issuer by their own refresh within 70 % of it.
+const bridgedIssuance = 3 * time.Minute
+
+// TestBridgedRecoveryFromExpiredAnchor is case 3 of docs/design/recovery.md in the cross-signed
+// order. The mesh runs on a self-signed anchor, as linkerd-pki.yaml sets it up, which expires
+// while cert-manager is stopped; the proxies keep verifying each other (rustls-webpki ignores the
+// anchor's validity, and the identity issuer outlives it). The user switches the anchor's
+// Certificate to the CA issuer over its own Secret (linkerd-pki-cross-signed.yaml) and
+// spec.strategy to CrossSigned, and runs recover: cert-manager, back, signs the new anchor with
+// the expired one's key — the operator never reads it — and the operator recovers with the
+// renewed issuer's chain as the bridge: identity restarted first onto [new, expired], the proxies
+// moved onto the new issuer by their own refresh, one data-plane restart after the reduction.
+// The oracle sees no pair fail at any moment: not at the expiry, not during the recovery.
+func TestBridgedRecoveryFromExpiredAnchor(t *testing.T) {
+	c := cluster.Shared(t)
+	cluster.DumpLogsOnFailure(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	e := NewEnv(t, ctx, c, EnvOptions{Namespaces: 2, Deployments: 4, Replicas: 2, ChartSet: recoveryValues, IssuanceLifetime: bridgedIssuance},
+		func(rel *charts.Release) *Operator { return StartChartOperator(t, rel) })
+	const cmNS, name = "cert-manager", pki.DefaultTrustAnchor
+	certs := c.CertManager().CertmanagerV1().Certificates(cmNS)
+	var (
+		resume func() error
+		err    error
+	)
+	t.Cleanup(func() {
+		if resume != nil {
+			if err := resume(); err != nil {
+				t.Errorf("starting cert-manager again: %v", err)
+			}
+		}
+		// Back to the self-signed anchor of linkerd-pki.yaml (its lifetime too) that the other
+		// tests expect, by a standard rotation.
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+		defer cancel()
+		back := *e
+		back.Ctx = ctx
+		if err := back.patchSpec(ctx, `{"spec":{"strategy":"Standard"}}`); err != nil {
+			t.Error(err)
+		}
+		old := back.SecretCert(cmNS, name)
+		back.ApplyAnchorCertificate(AnchorManifest(v1alpha1.StrategyStandard))
+		back.waitSyncedOn(back.WaitAnchorRenewed(old), 5*time.Minute)
+		back.restoreDefaults(c)
+	})
+
+	// The standard setup, a short-lived self-signed anchor: the operator rotates onto it, then
+	// cert-manager is stopped before it renews it.
+	p := fmt.Sprintf(`{"spec":{"duration":%q,"renewBefore":"5s"}}`, bridgedAnchorLifetime.String())
+	if _, err := certs.Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	short := e.Renew(cmNS, name)
+	e.waitIssuerSignedBy(short)
+	if resume, err = c.Suspend(cluster.CertManagerController); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSyncedOn(short, time.Until(short.NotAfter))
+	t.Logf("rotated onto the short-lived self-signed anchor %s in %s; it expires at %s",
+		steps.ShortFingerprint(steps.Fingerprint(short)), time.Since(start).Round(time.Second), short.NotAfter.Format(time.RFC3339))
+	oracle := e.Mesh.Oracle()
+	if err := oracle.CheckNoViolationsSince(start); err != nil {
+		t.Fatalf("mTLS violations during the rotation onto the short-lived anchor: %v", err)
+	}
+	expired := short.NotAfter
+	if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Until(expired)+time.Minute, "the expired anchor reported", func(tar *v1alpha1.TrustAnchorRotation) bool {
+		return strings.Contains(tar.Status.BlockingMessage, "trust anchor "+steps.ShortFingerprint(steps.Fingerprint(short))+" expired at")
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The user's way out: the anchor's Certificate as the cross-signed setup issues it, the
+	// strategy, and recover.
+	e.ApplyAnchorCertificate(AnchorManifest(v1alpha1.StrategyCrossSigned))
+	if err := e.patchSpec(ctx, `{"spec":{"strategy":"CrossSigned"}}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Minute, "the strategy observed", func(tar *v1alpha1.TrustAnchorRotation) bool {
+		return tar.Status.ObservedGeneration == tar.Generation
+	}); err != nil {
+		t.Fatal(err)
+	}
+	meshed := len(e.Apps)
+	out := e.cli("recover", "--dry-run")
+	for _, want := range []string{"Recovery (TrustAnchorExpired)", "without a valid certificate now (expired at): 0 pod(s)",
+		"cert-manager signs the new anchor with the expired one's key", "no workload restarts for it",
+		fmt.Sprintf("every meshed workload (%d) once, after the reduction", meshed), "How long: no pair that verifies now breaks"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --dry-run does not say %q\n%s", want, out)
+		}
+	}
+	out = e.cli("recover", "--yes")
+	if strings.Contains(out, "maxConcurrent") {
+		t.Errorf("recover lifted the restart budget, which the cross-signed order does not need:\n%s", out)
+	}
+
+	// cert-manager back: the new anchor, signed by the expired one, and the recovery.
+	e.Mesh.ResetRolloutStats()
+	back := time.Now()
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	resume = nil
+	renewed := e.WaitAnchorRenewed(short)
+	if !steps.SignedBy(renewed, short) {
+		t.Fatalf("cert-manager did not sign the renewed anchor %s with the expired one %s", steps.ShortFingerprint(steps.Fingerprint(renewed)), steps.ShortFingerprint(steps.Fingerprint(short)))
+	}
+	tar, err := WaitRotation(ctx, e.TARs, rotationName, time.Minute, "the recovery under way cross-signed", func(tar *v1alpha1.TrustAnchorRotation) bool {
+		cp := tar.Status.Checkpoint
+		return cp != nil && cp.Rotation == steps.Fingerprint(renewed) && cp.Step != steps.StepDetectAnchorRotation
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tar.Status.Checkpoint.Strategy; got != v1alpha1.StrategyCrossSigned {
+		t.Errorf("the recovery records strategy %q, want CrossSigned", got)
+	}
+	if err := poll.Until(ctx, 2*time.Minute, "identity signing on the renewed anchor", func(context.Context) (bool, error) {
+		ids := e.Mesh.Identities()
+		for _, id := range ids {
+			if id.IssuerAnchorFingerprint != steps.Fingerprint(renewed) {
+				return false, nil
+			}
+		}
+		return len(ids) > 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stats := e.Mesh.RolloutStats(); len(stats.Restarts) != 0 {
+		t.Errorf("workloads restarted before identity signed on the renewed anchor: %v", stats.Restarts)
+	}
+	identityBack := time.Now()
+	e.waitSyncedOn(renewed, 8*time.Minute)
+	// The control plane's last restart may still be fetching its certificates.
+	if err := oracle.WaitFor(ctx, func(s meshsim.OracleStatus) bool { return s.ActiveViolations == 0 && s.PodsWithoutCertificate == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	done := time.Now()
+
+	e.checkRestarts(1, "the reduced bundle only")
+	for _, s := range e.Mesh.Pods() {
+		if !s.HasCertificate || len(s.RootFingerprints) != 1 || s.RootFingerprints[0] != steps.Fingerprint(renewed) {
+			t.Errorf("%s after the recovery: certificate %v, roots %v; want a certificate and the renewed anchor alone", s.PodRef, s.HasCertificate, s.RootFingerprints)
+		}
+	}
+	if err := oracle.CheckNoViolationsSince(start); err != nil {
+		t.Errorf("a pair failed: %v", err)
+	}
+	t.Logf("anchor expired at %s; until cert-manager came back %s later: %s", expired.Format(time.RFC3339), back.Sub(expired).Round(time.Second), oracle.Outage(expired, back))
+	t.Logf("from cert-manager back to identity signing on the renewed anchor %s, to Synced and every pod certified %s: %s",
+		identityBack.Sub(back).Round(time.Second), done.Sub(back).Round(time.Second), oracle.Outage(back, done))
+}
