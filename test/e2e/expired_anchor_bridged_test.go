@@ -33,10 +33,11 @@ const bridgedIssuance = 3 * time.Minute
 // TestBridgedRecoveryFromExpiredAnchor is case 3 of docs/design/recovery.md in the cross-signed
 // order. The mesh runs on a self-signed anchor, as linkerd-pki.yaml sets it up, which expires
 // while cert-manager is stopped; the proxies keep verifying each other (rustls-webpki ignores the
-// anchor's validity, and the identity issuer outlives it). The user switches the anchor's
-// Certificate to the CA issuer over its own Secret (linkerd-pki-cross-signed.yaml) and
-// spec.strategy to CrossSigned, and runs recover: cert-manager, back, signs the new anchor with
-// the expired one's key — the operator never reads it — and the operator recovers with the
+// anchor's validity, and the identity issuer outlives it). The user runs recover --cross-signed,
+// which points the anchor's Certificate at the CA issuer over its own Secret (as
+// linkerd-pki-cross-signed.yaml issues it) and sets spec.strategy CrossSigned: cert-manager,
+// back, signs the new anchor with the expired one's key — neither recover nor the operator reads
+// it — and the operator recovers with the
 // renewed issuer's chain as the bridge: identity restarted first onto [new, expired], the proxies
 // moved onto the new issuer by their own refresh, one data-plane restart after the reduction.
 // The oracle sees no pair fail at any moment: not at the expiry, not during the recovery.
@@ -100,29 +101,31 @@ func TestBridgedRecoveryFromExpiredAnchor(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The user's way out: the anchor's Certificate as the cross-signed setup issues it, the
-	// strategy, and recover.
-	e.ApplyAnchorCertificate(AnchorManifest(v1alpha1.StrategyCrossSigned))
-	if err := e.patchSpec(ctx, `{"spec":{"strategy":"CrossSigned"}}`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := WaitRotation(ctx, e.TARs, rotationName, time.Minute, "the strategy observed", func(tar *v1alpha1.TrustAnchorRotation) bool {
-		return tar.Status.ObservedGeneration == tar.Generation
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// The user's way out: recover says the standard order breaks pairs for a rollout and offers
+	// --cross-signed, which points the anchor's Certificate at the CA issuer over its own Secret
+	// and sets spec.strategy CrossSigned.
 	meshed := len(e.Apps)
 	out := e.cli("recover", "--dry-run")
+	if want := "Without an outage: linkerd-trust recover --cross-signed"; !strings.Contains(out, want) {
+		t.Errorf("recover --dry-run does not say %q\n%s", want, out)
+	}
+	out = e.cli("recover", "--cross-signed", "--dry-run")
 	for _, want := range []string{"Recovery (TrustAnchorExpired)", "without a valid certificate now (expired at): 0 pod(s)",
-		"cert-manager signs the new anchor with the expired one's key", "no workload restarts for it",
+		"recover points Certificate cert-manager/" + name + " at ClusterIssuer linkerd-identity-issuer, the CA issuer over its own Secret", "no workload restarts for it",
 		fmt.Sprintf("every meshed workload (%d) once, after the reduction", meshed), "How long: no pair that verifies now breaks"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("recover --dry-run does not say %q\n%s", want, out)
+			t.Errorf("recover --cross-signed --dry-run does not say %q\n%s", want, out)
 		}
 	}
-	out = e.cli("recover", "--yes")
-	if strings.Contains(out, "maxConcurrent") {
-		t.Errorf("recover lifted the restart budget, which the cross-signed order does not need:\n%s", out)
+	if got := e.AnchorIssuedFor(); got != v1alpha1.StrategyStandard {
+		t.Fatalf("--dry-run changed the anchor's Certificate: issued for %s", got)
+	}
+	out = e.cli("recover", "--cross-signed", "--yes")
+	if !strings.Contains(out, "Pointed Certificate cert-manager/"+name+" at ClusterIssuer linkerd-identity-issuer") || strings.Contains(out, "maxConcurrent") {
+		t.Errorf("recover --cross-signed --yes: want the anchor's Certificate switched and no restart budget lifted:\n%s", out)
+	}
+	if got := e.AnchorIssuedFor(); got != v1alpha1.StrategyCrossSigned {
+		t.Fatalf("after recover --cross-signed the anchor's Certificate is issued for %s", got)
 	}
 
 	// cert-manager back: the new anchor, signed by the expired one, and the recovery.

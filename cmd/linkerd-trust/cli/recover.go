@@ -9,7 +9,11 @@ import (
 	"strings"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/steps/apply"
@@ -51,6 +55,64 @@ type recoverOptions struct {
 	// maxConcurrent is the restart budget during the recovery, cluster-wide and per namespace;
 	// 0: every meshed workload at once.
 	maxConcurrent int32
+	// crossSigned: recover from an expired anchor in the bridged order, switching the anchor's
+	// Certificate to the CA issuer over its own Secret when it is not issued so (switch, found by
+	// findCrossSigner; nil when it already is).
+	crossSigned bool
+	switch_     *anchorIssuerSwitch
+}
+
+// anchorIssuerSwitch is what recover --cross-signed changes on the trust anchor's Certificate:
+// its issuerRef, to the CA issuer over the anchor's own Secret, as
+// manifests/cert-manager/linkerd-pki-cross-signed.yaml issues it. The change makes cert-manager
+// re-issue the anchor at once, signed with the key of the anchor in that Secret — the expired
+// one — which neither recover nor the operator reads.
+type anchorIssuerSwitch struct {
+	Certificate string                 `json:"certificate"`
+	From        string                 `json:"from"`
+	To          cmmeta.IssuerReference `json:"to"`
+}
+
+func (sw *anchorIssuerSwitch) to() string {
+	return orDefault(sw.To.Kind, cmapi.IssuerKind) + " " + sw.To.Name
+}
+
+// findCrossSigner finds the CA issuer over the trust anchor's own Secret for recover
+// --cross-signed: the issuer of the identity issuer's Certificate, which cert-manager's Linkerd
+// setup makes a CA issuer over that Secret (linkerd-pki.yaml's ClusterIssuer). nil, no error,
+// when the anchor's Certificate is issued so already.
+func findCrossSigner(ctx context.Context, cl *Clients, cfg steps.Config) (*anchorIssuerSwitch, error) {
+	certs := cl.CertManager.CertmanagerV1().Certificates
+	anchor, err := certs(cfg.CertManagerNamespace).Get(ctx, cfg.AnchorCertificate, metav1.GetOptions{})
+	if err != nil {
+		return nil, notFound("Certificate", cfg.CertManagerNamespace+"/"+cfg.AnchorCertificate, err)
+	}
+	ref := anchor.Namespace + "/" + anchor.Name
+	if pk := anchor.Spec.PrivateKey; pk != nil && pk.RotationPolicy == cmapi.RotationPolicyNever {
+		return nil, fmt.Errorf("Certificate %s has spec.privateKey.rotationPolicy: Never: a renewal keeps the expired anchor's key and rotates nothing; set rotationPolicy: Always (%s)", ref, crossSignedManifest)
+	}
+	if ca, err := caIssuerOf(ctx, cl, anchor.Namespace, anchor.Spec.IssuerRef); err == nil && ca != nil && ca.SecretName == anchor.Spec.SecretName {
+		return nil, nil
+	}
+	issuer, err := certs(cfg.LinkerdNamespace).Get(ctx, cfg.IssuerCertificate, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: it names the CA issuer over the trust anchor's Secret that --cross-signed switches Certificate %s to", notFound("Certificate", cfg.LinkerdNamespace+"/"+cfg.IssuerCertificate, err), ref)
+	}
+	to := issuer.Spec.IssuerRef
+	kind := orDefault(to.Kind, cmapi.IssuerKind)
+	if kind == cmapi.IssuerKind && issuer.Namespace != anchor.Namespace {
+		return nil, fmt.Errorf("the identity issuer's Certificate %s/%s is issued by Issuer %s/%s, which Certificate %s in namespace %s cannot use: create the CA issuer over Secret %s as %s does, and point the anchor's Certificate at it",
+			issuer.Namespace, issuer.Name, issuer.Namespace, to.Name, ref, anchor.Namespace, anchor.Spec.SecretName, crossSignedManifest)
+	}
+	ca, err := caIssuerOf(ctx, cl, anchor.Namespace, to)
+	if err != nil {
+		return nil, err
+	}
+	if ca == nil || ca.SecretName != anchor.Spec.SecretName {
+		return nil, fmt.Errorf("%s %s, the identity issuer's, is not a CA issuer over the trust anchor's Secret %s: no issuer to sign the renewed anchor with the expired one's key; create one as %s does",
+			kind, to.Name, anchor.Spec.SecretName, crossSignedManifest)
+	}
+	return &anchorIssuerSwitch{Certificate: ref, From: orDefault(anchor.Spec.IssuerRef.Kind, cmapi.IssuerKind) + " " + anchor.Spec.IssuerRef.Name, To: to}, nil
 }
 
 // recoveryCase is what RecoveryCase found, and whether recover renews the anchor.
@@ -82,6 +144,13 @@ type recoveryView struct {
 	HowLong string `json:"howLong"`
 	// RenewAnchor: recover renews the trust anchor first, as cmctl renew does.
 	RenewAnchor bool `json:"renewAnchor,omitempty"`
+	// SwitchAnchorIssuer is the change of the anchor Certificate's issuer recover
+	// --cross-signed makes, which re-issues it (RenewAnchor is then false).
+	SwitchAnchorIssuer *anchorIssuerSwitch `json:"switchAnchorIssuer,omitempty"`
+	// WithoutOutage says how the recovery would break no pair, when it breaks some.
+	WithoutOutage string `json:"withoutOutage,omitempty"`
+	// Refused says why recover does not recover as asked; nothing is changed.
+	Refused string `json:"refused,omitempty"`
 	// Sets says what recover sets in the spec; Restore how to put the values before back.
 	Sets    []string `json:"sets"`
 	Restore string   `json:"restore,omitempty"`
@@ -155,9 +224,27 @@ func recoveryFacts(rc recoveryCase, s *steps.State, tar *v1alpha1.TrustAnchorRot
 		v.Restarts = "nothing: no pod restarts"
 		v.HowLong = "each proxy without a valid certificate gets one within its minimum refresh (10s) of identity loading the renewed issuer; cert-manager issues it in seconds, and identity loads it once the kubelet refreshes its volume (within about a minute)"
 	case steps.RecoveryTrustAnchorExpired:
-		if bridgedRecovery(s) {
+		if opts.crossSigned {
+			switch {
+			case !rc.renewAnchor && !steps.SignedBy(s.Anchor.Cert, s.Previous.Cert):
+				v.Refused = fmt.Sprintf("--cross-signed: cert-manager already renewed the trust anchor to %s, which the expired anchor did not sign: the recovery runs in the standard order (%s recover without --cross-signed)",
+					steps.ShortFingerprint(s.Anchor.Fingerprint()), binary)
+			case spec.Strategy != v1alpha1.StrategyCrossSigned:
+				v.patch["strategy"] = v1alpha1.StrategyCrossSigned
+				v.Sets = append(v.Sets, "strategy: CrossSigned")
+			}
+			if sw := opts.switch_; sw != nil && rc.renewAnchor {
+				v.SwitchAnchorIssuer = sw
+				rc.renewAnchor = false
+				v.RenewAnchor = false
+			}
+		}
+		if opts.crossSigned && v.Refused == "" || bridgedRecovery(s, rc.renewAnchor) {
 			bridgedRecoveryFacts(v, rc, s, spec, opts)
 			break
+		}
+		if rc.renewAnchor && !opts.crossSigned {
+			v.WithoutOutage = fmt.Sprintf("%s recover --cross-signed: cert-manager signs the renewed anchor with the expired one's key (the anchor's Certificate switched to the CA issuer over its own Secret, spec.strategy CrossSigned), and the recovery restarts no workload before the reduction and breaks no pair", binary)
 		}
 		budget := opts.maxConcurrent
 		if budget <= 0 {
@@ -190,15 +277,16 @@ func recoveryFacts(rc recoveryCase, s *steps.State, tar *v1alpha1.TrustAnchorRot
 }
 
 // bridgedRecovery reports whether the rotation away from the expired anchor takes the
-// cross-signed order (steps.State.BridgedRecovery): it does, or, the anchor not renewed yet,
-// spec.strategy is CrossSigned, whose cert-manager setup signs the renewed anchor with the
-// expired one's key (check verifies the setup; without it, the rotation takes the standard
-// recovery, and the plan of the renewed anchor says so).
-func bridgedRecovery(s *steps.State) bool {
-	if s.Rotating() {
-		return s.BridgedRecovery()
+// cross-signed order (steps.State.BridgedRecovery): it does, or, the anchor not renewed yet
+// (notRenewed: the State's anchor is a plan's stand-in), spec.strategy is CrossSigned, whose
+// cert-manager setup signs the renewed anchor with the expired one's key (check verifies the
+// setup; without it, the rotation takes the standard recovery, and the plan of the renewed
+// anchor says so).
+func bridgedRecovery(s *steps.State, notRenewed bool) bool {
+	if notRenewed {
+		return steps.StrategyOf(s.Spec) == v1alpha1.StrategyCrossSigned
 	}
-	return steps.StrategyOf(s.Spec) == v1alpha1.StrategyCrossSigned
+	return s.BridgedRecovery()
 }
 
 // bridgedRecoveryFacts is the expired anchor's recovery in the cross-signed order: no workload
@@ -213,7 +301,12 @@ func bridgedRecoveryFacts(v *recoveryView, rc recoveryCase, s *steps.State, spec
 		v.Restore = fmt.Sprintf(`kubectl patch trustanchorrotation %%s --type=merge -p '{"spec":{"dataPlaneRestart":{"policy":%q,"maxConcurrent":%s,"maxConcurrentPerNamespace":%s}}}'`,
 			orDefault(string(r.Policy), string(v1alpha1.Manual)), orNull(r.MaxConcurrent), orNull(r.MaxConcurrentPerNamespace))
 	}
-	if rc.renewAnchor {
+	switch {
+	case v.SwitchAnchorIssuer != nil:
+		sw := v.SwitchAnchorIssuer
+		v.Order = append(v.Order, fmt.Sprintf("%s recover points Certificate %s at %s, the CA issuer over its own Secret (was %s), as %s issues it: cert-manager re-issues the trust anchor at once, signed with the expired one's key, which nothing else reads",
+			binary, sw.Certificate, sw.to(), sw.From, crossSignedManifest))
+	case rc.renewAnchor:
 		v.Order = append(v.Order, fmt.Sprintf("%s recover renews the trust anchor, Certificate %s/%s, as cmctl renew does: under spec.strategy CrossSigned cert-manager signs the new anchor with the expired one's key (without that setup the rotation takes the standard recovery, which restarts every workload twice)",
 			binary, cfg.CertManagerNamespace, cfg.AnchorCertificate))
 	}
@@ -285,6 +378,9 @@ func (v *recoveryView) applyTo(spec v1alpha1.TrustAnchorRotationSpec) v1alpha1.T
 	if _, ok := v.patch["identityIssuerRenewal"]; ok {
 		spec.IdentityIssuerRenewal = v1alpha1.Automatic
 	}
+	if _, ok := v.patch["strategy"]; ok {
+		spec.Strategy = v1alpha1.StrategyCrossSigned
+	}
 	if r, ok := v.patch["dataPlaneRestart"].(map[string]any); ok {
 		spec.DataPlaneRestart.Policy = v1alpha1.Automatic
 		spec.DataPlaneRestart.MaxConcurrent = r["maxConcurrent"].(int32)
@@ -322,6 +418,15 @@ func renderRecovery(w io.Writer, rotation string, v *recoveryView) {
 	}
 	fmt.Fprintf(w, "  It restarts: %s\n", v.Restarts)
 	fmt.Fprintf(w, "  How long: %s\n", v.HowLong)
+	if v.WithoutOutage != "" {
+		fmt.Fprintf(w, "  Without an outage: %s\n", v.WithoutOutage)
+	}
+	if sw := v.SwitchAnchorIssuer; sw != nil {
+		fmt.Fprintf(w, "  It points Certificate %s at %s (was %s)\n", sw.Certificate, sw.to(), sw.From)
+	}
+	if v.Refused != "" {
+		fmt.Fprintf(w, "  Refused: %s\n", v.Refused)
+	}
 	if len(v.Sets) > 0 {
 		fmt.Fprintf(w, "  It sets on TrustAnchorRotation %s: %s\n", rotation, strings.Join(v.Sets, "; "))
 	}
@@ -336,6 +441,7 @@ func recoverCommand(env *Env) *command {
 	fs.BoolVarP(&yes, "yes", "y", false, "recover without asking, even on a terminal (the plan is not printed)")
 	fs.BoolVar(&dryRun, "dry-run", false, "print what was found and the recovery's plan, then stop: nothing is changed")
 	fs.Int32Var(&opts.maxConcurrent, "max-concurrent", 0, "workloads the operator may restart at once during the recovery, cluster-wide and per namespace (default: every meshed workload at once, the shortest outage)")
+	fs.BoolVar(&opts.crossSigned, "cross-signed", false, "recover from an expired trust anchor without an outage: have cert-manager sign the renewed anchor with the expired one's key (the anchor's Certificate pointed at the CA issuer over its own Secret, spec.strategy CrossSigned)")
 	c := &command{
 		name:  "recover",
 		short: "Bring mTLS back after the trust anchor or the identity issuer expired",
@@ -347,7 +453,10 @@ stops); renews an expired anchor cert-manager has not, and sets the spec the rec
 
   # Recover, then follow it
   linkerd trust recover
-  linkerd trust inspect --watch`,
+  linkerd trust inspect --watch
+
+  # An expired anchor without an outage: cert-manager signs the renewed anchor with the expired one
+  linkerd trust recover --cross-signed`,
 		flags: fs,
 	}
 	c.run = func(ctx context.Context, args []string) error {
@@ -369,6 +478,11 @@ stops); renews an expired anchor cert-manager has not, and sets the spec the rec
 		cl, err := env.clients(kf)
 		if err != nil {
 			return err
+		}
+		if opts.crossSigned {
+			if opts.switch_, err = findCrossSigner(ctx, cl, kf.Config); err != nil {
+				return fmt.Errorf("--cross-signed: %w; nothing was changed", err)
+			}
 		}
 		return recoverPKI(ctx, env, cl, kf, pf, opts, dryRun || !yes && env.inIsTerminal(), !dryRun)
 	}
@@ -406,7 +520,10 @@ func recoverPKI(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *p
 		return refused
 	}
 	v := p.Recovery
-	if len(v.patch) == 0 && !v.RenewAnchor {
+	if v.Refused != "" {
+		return fmt.Errorf("%s; nothing was changed", v.Refused)
+	}
+	if len(v.patch) == 0 && !v.RenewAnchor && v.SwitchAnchorIssuer == nil {
 		fmt.Fprintf(env.Out, "TrustAnchorRotation %s already has the spec the recovery runs under: the operator recovers.\n", kf.RotationName)
 		fmt.Fprintf(env.Out, "Follow it with: %s inspect --watch\n", binary)
 		return nil
@@ -420,6 +537,22 @@ func recoverPKI(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *p
 			return fmt.Errorf("setting %s on TrustAnchorRotation %s: %w; nothing was changed", strings.Join(v.Sets, "; "), kf.RotationName, err)
 		}
 		fmt.Fprintf(env.Out, "Set on TrustAnchorRotation %s: %s.\n", kf.RotationName, strings.Join(v.Sets, "; "))
+	}
+	if sw := v.SwitchAnchorIssuer; sw != nil {
+		cfg := kf.Config
+		// The operator takes the strategy from the spec it has observed when it sees the renewed
+		// anchor: a renewal seen before spec.strategy CrossSigned would start the standard order.
+		if err := waitObserved(ctx, cl, kf.RotationName, observeTimeout); err != nil {
+			return fmt.Errorf("%w: not pointing Certificate %s at %s yet (a renewal observed before spec.strategy CrossSigned would take the standard recovery); run %s recover --cross-signed again once the operator runs", err, sw.Certificate, sw.to(), binary)
+		}
+		patch, err := json.Marshal(map[string]any{"spec": map[string]any{"issuerRef": sw.To}})
+		if err != nil {
+			return err
+		}
+		if _, err := cl.CertManager.CertmanagerV1().Certificates(cfg.CertManagerNamespace).Patch(ctx, cfg.AnchorCertificate, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("pointing Certificate %s at %s: %w (the spec is set: apply %s yourself)", sw.Certificate, sw.to(), err, crossSignedManifest)
+		}
+		fmt.Fprintf(env.Out, "Pointed Certificate %s at %s: cert-manager re-issues the trust anchor, signed by the expired one.\n", sw.Certificate, sw.to())
 	}
 	if v.RenewAnchor {
 		cfg := kf.Config
@@ -435,8 +568,41 @@ func recoverPKI(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *p
 	return nil
 }
 
+// observeTimeout is how long recover --cross-signed waits for the operator to observe the spec
+// it set.
+const observeTimeout = 30 * time.Second
+
+// waitObserved waits until the operator has observed the TrustAnchorRotation's current
+// generation (status.observedGeneration), at most timeout.
+func waitObserved(ctx context.Context, cl *Clients, name string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(waitInterval)
+	defer tick.Stop()
+	var generation int64
+	for {
+		tar, err := cl.Rotations.Get(ctx, name)
+		switch {
+		case err == nil && tar.Status.ObservedGeneration >= tar.Generation:
+			return nil
+		case err == nil:
+			generation = tar.Generation
+		case ctx.Err() == nil:
+			return fmt.Errorf("reading TrustAnchorRotation %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the operator has not observed generation %d of TrustAnchorRotation %s within %s", generation, name, timeout)
+		case <-tick.C:
+		}
+	}
+}
+
 func recoverQuestion(kf *KubeFlags, v *recoveryView) string {
 	var what []string
+	if sw := v.SwitchAnchorIssuer; sw != nil {
+		what = append(what, fmt.Sprintf("point Certificate %s at %s", sw.Certificate, sw.to()))
+	}
 	if v.RenewAnchor {
 		what = append(what, fmt.Sprintf("renew Certificate %s/%s", kf.Config.CertManagerNamespace, kf.Config.AnchorCertificate))
 	}

@@ -236,6 +236,88 @@ func TestRecoverFromExpiredAnchorCrossSigned(t *testing.T) {
 	}
 }
 
+// recover --cross-signed from the standard setup: it points the anchor's Certificate at the CA
+// issuer over its own Secret (the identity issuer's ClusterIssuer), which makes cert-manager sign
+// the renewed anchor with the expired one's key, and sets spec.strategy CrossSigned; without the
+// flag, the plan names it as the way without an outage. Refused once cert-manager renewed the
+// anchor from elsewhere.
+func TestRecoverCrossSignedSwitchesTheAnchorIssuer(t *testing.T) {
+	f := newFixture(t)
+	anchor, key := testCA(t, "root.linkerd.cluster.local", nil, nil, testNow.Add(-365*24*time.Hour), testNow.Add(-time.Hour))
+	issuer, _ := testCA(t, "identity.linkerd.cluster.local", anchor, key, testNow.Add(-24*time.Hour), testNow.Add(24*time.Hour))
+	f.onPKI(anchor, issuer, nil)
+
+	out, _, _ := f.run("recover", "--dry-run")
+	if want := "Without an outage: linkerd-trust recover --cross-signed"; !strings.Contains(out, want) {
+		t.Errorf("recover --dry-run does not say %q\n%s", want, out)
+	}
+	out, errOut, code := f.run("recover", "--cross-signed", "--dry-run")
+	if code != ExitOK {
+		t.Fatalf("recover --cross-signed --dry-run: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"1. linkerd-trust recover points Certificate cert-manager/linkerd-trust-anchor at ClusterIssuer linkerd-identity-issuer, the CA issuer over its own Secret (was Issuer linkerd-trust-root-issuer)",
+		"It sets on TrustAnchorRotation cluster: identityIssuerRenewal: Automatic; strategy: CrossSigned",
+		"every meshed workload (2) once, after the reduction",
+		"recovering from the expired trust anchor through the bridge",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("recover --cross-signed --dry-run does not say %q\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Without an outage") {
+		t.Errorf("recover --cross-signed still offers itself\n%s", out)
+	}
+	anchorIssuer := func() cmmeta.IssuerReference {
+		crt, err := f.cmClients[len(f.cmClients)-1].CertmanagerV1().Certificates("cert-manager").Get(context.Background(), "linkerd-trust-anchor", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return crt.Spec.IssuerRef
+	}
+	if got := anchorIssuer(); got.Name != "linkerd-trust-root-issuer" || f.rotations["cluster"].Spec.Strategy != "" {
+		t.Fatalf("--dry-run changed something: anchor issuer %+v, strategy %q", got, f.rotations["cluster"].Spec.Strategy)
+	}
+
+	out, errOut, code = f.run("recover", "--cross-signed", "--yes")
+	if code != ExitOK {
+		t.Fatalf("recover --cross-signed --yes: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := anchorIssuer(); got.Name != "linkerd-identity-issuer" || got.Kind != cmapi.ClusterIssuerKind {
+		t.Errorf("the anchor's Certificate is issued by %+v, want ClusterIssuer linkerd-identity-issuer", got)
+	}
+	spec := f.rotations["cluster"].Spec
+	if spec.Strategy != v1alpha1.StrategyCrossSigned || spec.IdentityIssuerRenewal != v1alpha1.Automatic || spec.DataPlaneRestart.Policy != "" {
+		t.Errorf("spec after recover --cross-signed: %+v", spec)
+	}
+	if !strings.Contains(out, "Pointed Certificate cert-manager/linkerd-trust-anchor at ClusterIssuer linkerd-identity-issuer") {
+		t.Errorf("recover --cross-signed --yes does not say what it changed\n%s", out)
+	}
+	// Again, the Certificate issued so already (each run reads the fixture's objects afresh):
+	// nothing more to switch.
+	for _, o := range f.cm {
+		if crt, ok := o.(*cmapi.Certificate); ok && crt.Name == "linkerd-trust-anchor" {
+			crt.Spec.IssuerRef = cmmeta.IssuerReference{Name: "linkerd-identity-issuer", Kind: cmapi.ClusterIssuerKind}
+		}
+	}
+	if out, errOut, code = f.run("recover", "--cross-signed", "--dry-run"); code != ExitOK || strings.Contains(out, "points Certificate") || !strings.Contains(out, "cert-manager signs the new anchor with the expired one's key") {
+		t.Errorf("recover --cross-signed after the switch: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// cert-manager renewed the anchor self-signed before the switch took: refused.
+	g := newFixture(t)
+	g.onPKI(anchor, issuer, nil)
+	renewed, _ := testCA(t, "root.linkerd.cluster.local", nil, nil, testNow.Add(-time.Minute), testNow.Add(365*24*time.Hour))
+	g.issue("cert-manager", "linkerd-trust-anchor", pemOf(renewed))
+	out, errOut, code = g.run("recover", "--cross-signed", "--yes")
+	if code == ExitOK || !strings.Contains(errOut, "already renewed the trust anchor to "+steps.ShortFingerprint(steps.Fingerprint(renewed))) || !strings.Contains(errOut, "nothing was changed") {
+		t.Errorf("recover --cross-signed after a self-signed renewal: exit %d, want a refusal\n%s%s", code, out, errOut)
+	}
+	if g.rotations["cluster"].Spec.Strategy != "" {
+		t.Errorf("the refused recover set the strategy: %q", g.rotations["cluster"].Spec.Strategy)
+	}
+}
+
 // An expired issuer under a valid anchor: nothing restarts; recover sets the issuer's renewal
 // alone.
 func TestRecoverFromExpiredIssuer(t *testing.T) {

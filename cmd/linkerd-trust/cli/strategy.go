@@ -6,6 +6,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -64,21 +65,11 @@ func (c *checks) strategyPrerequisites(ctx context.Context) error {
 			tar.Name, ref, crossSignedManifest)
 	}
 	kind, name := orDefault(crt.Spec.IssuerRef.Kind, cmapi.IssuerKind), crt.Spec.IssuerRef.Name
-	var ca *cmapi.CAIssuer
-	switch kind {
-	case cmapi.ClusterIssuerKind:
-		iss, err := c.cl.CertManager.CertmanagerV1().ClusterIssuers().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return notFound("ClusterIssuer", name, err)
-		}
-		ca = iss.Spec.CA
-	case cmapi.IssuerKind:
-		iss, err := c.cl.CertManager.CertmanagerV1().Issuers(crt.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return notFound("Issuer", crt.Namespace+"/"+name, err)
-		}
-		ca = iss.Spec.CA
-	default:
+	ca, err := caIssuerOf(ctx, c.cl, crt.Namespace, crt.Spec.IssuerRef)
+	if err != nil {
+		return err
+	}
+	if ca == nil && kind != cmapi.ClusterIssuerKind && kind != cmapi.IssuerKind {
 		return fmt.Errorf("TrustAnchorRotation %s has spec.strategy CrossSigned but Certificate %s is issued by %s %s, which is not a cert-manager CA issuer (%s)",
 			tar.Name, ref, kind, name, crossSignedManifest)
 	}
@@ -92,6 +83,27 @@ func (c *checks) strategyPrerequisites(ctx context.Context) error {
 			tar.Name, ref, kind, name, what, crt.Spec.SecretName, crt.Spec.SecretName, crossSignedManifest)
 	}
 	return nil
+}
+
+// caIssuerOf returns the CA configuration of the cert-manager issuer a Certificate in namespace ns
+// names (an Issuer is read there, a ClusterIssuer cluster-wide); nil for an issuer of another
+// type, or of a kind cert-manager does not ship.
+func caIssuerOf(ctx context.Context, cl *Clients, ns string, ref cmmeta.IssuerReference) (*cmapi.CAIssuer, error) {
+	switch orDefault(ref.Kind, cmapi.IssuerKind) {
+	case cmapi.ClusterIssuerKind:
+		iss, err := cl.CertManager.CertmanagerV1().ClusterIssuers().Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, notFound("ClusterIssuer", ref.Name, err)
+		}
+		return iss.Spec.CA, nil
+	case cmapi.IssuerKind:
+		iss, err := cl.CertManager.CertmanagerV1().Issuers(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, notFound("Issuer", ns+"/"+ref.Name, err)
+		}
+		return iss.Spec.CA, nil
+	}
+	return nil, nil
 }
 
 // strategyLine explains the cross-signed strategy where the rotation stands: the standard one is
