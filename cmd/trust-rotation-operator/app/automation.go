@@ -185,11 +185,18 @@ func (a *automation) ensure(ctx context.Context, spec v1alpha1.TrustAnchorRotati
 // starts for them (observe.FillAutomations reads them through the automation's getters).
 func (a *automation) fill(ctx context.Context, s *steps.State, tar *v1alpha1.TrustAnchorRotation, rot *steps.Ordered, step string, index *podindex.Index) {
 	a.ensure(ctx, tar.Spec)
-	// At an idle step automatic restarts need to know only the workloads that still carry
-	// the refresh override; during a rotation they look at every meshed workload (the
-	// workflow may pass into a restart step within one reconcile).
 	at, _ := rot.Named(step)
-	observe.FillAutomations(s, a, tar, step, !at.Idle(), index)
+	observe.FillAutomations(s, a, tar, step, everyWorkload(at, s), index)
+}
+
+// everyWorkload reports whether the State read at the step must hold every meshed workload, as
+// automatic restarts count them, or only those that still carry the refresh override: every
+// one during a rotation, and at an idle step once a rotation is due (the anchor renewed). The
+// pass that starts it may go on into a restart step within the same reconcile — a cross-signed
+// rotation superseded after its reduction passes over the expansion and reaches
+// propagate-trust-roots without acting — and decides there on this State.
+func everyWorkload(at steps.Step, s *steps.State) bool {
+	return !at.Idle() || s.Rotating()
 }
 
 // informerFor returns the informer of a restartable workload kind, nil for any other kind (or

@@ -116,11 +116,7 @@ func (c *Controller) reconcile(ctx context.Context) (recheck time.Time, err erro
 	if err != nil {
 		return time.Time{}, err
 	}
-	recheck, err = c.projectStatus(ctx, tar, base, s, res, now, drifted)
-	if err == nil && c.passedIntoRotation(cp.Step, res.Checkpoint.Step) {
-		recheck = now
-	}
-	return recheck, err
+	return c.projectStatus(ctx, tar, base, s, res, now, drifted)
 }
 
 // failedAfterWrites is the error of a reconcile whose acts changed the cluster before
@@ -134,19 +130,6 @@ type failedAfterWrites struct{ err error }
 
 func (e failedAfterWrites) Error() string { return e.err.Error() }
 func (e failedAfterWrites) Unwrap() error { return e.err }
-
-// passedIntoRotation reports whether the engine went from an idle step, the one the State was
-// read for, into a step of a rotation within one pass. At an idle step the State holds only the
-// workloads that carry the refresh override, not every meshed one (automation.fill): a rotation
-// that passes over its first acts (a cross-signed one after a supersession passes over the
-// expansion, its bundle unchanged) can reach a restart step that then finds its workloads
-// missing and waits with nothing left to wake it. Observing again at once reads the State for
-// the step the pass reached.
-func (c *Controller) passedIntoRotation(read, reached string) bool {
-	from, ok := c.steps.Named(read)
-	to, ok2 := c.steps.Named(reached)
-	return ok && ok2 && from.Idle() && !to.Idle()
-}
 
 // driven returns the TrustAnchorRotation to drive (rotation.go), after reporting on every one
 // (Ignored, SpecInvalid: reportRotations); none (false) when it does not exist yet, which it

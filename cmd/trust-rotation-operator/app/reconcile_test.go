@@ -359,17 +359,34 @@ func TestReconcileActsOnARenewedAnchor(t *testing.T) {
 	}
 }
 
-// A pass that goes from the idle step the State was read for into a rotation observes again at
-// once: the State it decided on held only the workloads an idle step needs, not every meshed one
-// a restart step counts (a cross-signed rotation superseded after its reduction reaches
-// propagate-trust-roots without acting, and waited there on workloads it had not read).
-func TestReconcileObservesAgainAfterPassingIntoARotation(t *testing.T) {
-	b, _ := renewedBed(t, Options{})
-	b.rotation(v1alpha1.TrustAnchorRotationStatus{Phase: v1alpha1.PhaseSynced, Checkpoint: &v1alpha1.Checkpoint{Step: steps.StepDetectAnchorRotation}})
-	before := time.Now()
-	recheck := b.reconcile()
-	if recheck.IsZero() || recheck.After(time.Now()) || recheck.Before(before) {
-		t.Errorf("recheck at %v after passing from %s into the rotation, want at once (between %v and now)", recheck, steps.StepDetectAnchorRotation, before)
+// The State read at an idle step holds every meshed workload once a rotation is due, as during
+// a rotation: the pass that starts it may go on into a restart step within the same reconcile (a
+// cross-signed rotation superseded after its reduction reaches propagate-trust-roots without
+// acting) and decides there on that State. Otherwise an idle step reads only the workloads
+// that carry the refresh override.
+func TestStateReadForARotationDue(t *testing.T) {
+	rot := steps.NewOrdered(steps.Rotation(nil))
+	detect, _ := rot.Named(steps.StepDetectAnchorRotation)
+	propagate, _ := rot.Named(steps.StepPropagateTrustRoots)
+	p := newPKI(t)
+	src := func(ns, name string, c *testCA) steps.Source {
+		return steps.Source{Namespace: ns, Name: name, Found: true, Cert: c.cert}
+	}
+	synced := &steps.State{Anchor: src("cert-manager", "linkerd-trust-anchor", p.a), Previous: src("linkerd", "linkerd-previous-anchor", p.a)}
+	due := &steps.State{Anchor: src("cert-manager", "linkerd-trust-anchor", p.b), Previous: src("linkerd", "linkerd-previous-anchor", p.a)}
+	for _, c := range []struct {
+		what string
+		at   steps.Step
+		s    *steps.State
+		want bool
+	}{
+		{"idle, no rotation due", detect, synced, false},
+		{"idle, the anchor renewed", detect, due, true},
+		{"in a rotation", propagate, due, true},
+	} {
+		if got := everyWorkload(c.at, c.s); got != c.want {
+			t.Errorf("%s: every workload %v, want %v", c.what, got, c.want)
+		}
 	}
 }
 
