@@ -51,8 +51,9 @@
 //     Secret no longer holds), leafexpiry.go (workload certificates their proxies did not
 //     renew), expiredissuer.go (an expired identity issuer), expiredanchor.go
 //     (an expired trust anchor), recovery.go (the two steps by which a rotation away from an
-//     expired anchor starts with identity), takeover.go (a mesh on Linkerd's hand-made PKI
-//     handed over to cert-manager);
+//     expired anchor starts with identity, and the bridged recovery: that rotation in the
+//     cross-signed order, the renewed anchor signed by the expired one), takeover.go (a mesh on
+//     Linkerd's hand-made PKI handed over to cert-manager);
 //   - automatic restarts: restarts.go (planning), restartobserve.go (observing), restartact.go
 //     (acting), window.go (maintenance windows), proxyenv.go (the proxy-env edits),
 //     restartdeadline.go (a cross-signed rotation's restart left to churn);

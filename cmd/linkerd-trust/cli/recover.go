@@ -56,10 +56,10 @@ type recoverOptions struct {
 	// 0: every meshed workload at once.
 	maxConcurrent int32
 	// crossSigned: recover from an expired anchor in the bridged order, switching the anchor's
-	// Certificate to the CA issuer over its own Secret when it is not issued so (switch, found by
-	// findCrossSigner; nil when it already is).
-	crossSigned bool
-	switch_     *anchorIssuerSwitch
+	// Certificate to the CA issuer over its own Secret when it is not issued so (anchorSwitch,
+	// found by findCrossSigner; nil when it already is).
+	crossSigned  bool
+	anchorSwitch *anchorIssuerSwitch
 }
 
 // anchorIssuerSwitch is what recover --cross-signed changes on the trust anchor's Certificate:
@@ -216,6 +216,9 @@ func recoveryFacts(rc recoveryCase, s *steps.State, tar *v1alpha1.TrustAnchorRot
 	}
 	switch rc.name {
 	case steps.RecoveryIdentityIssuerExpired:
+		if opts.crossSigned {
+			v.Refused = fmt.Sprintf("--cross-signed is the way out of an expired trust anchor; here the identity issuer expired under a valid one, and its recovery restarts nothing: %s recover without --cross-signed", binary)
+		}
 		v.Order = []string{
 			fmt.Sprintf("the operator triggers the renewal of Certificate %s, as cmctl renew does (detect-anchor-rotation)", issuerRef),
 			"linkerd-identity reloads the renewed issuer by itself (its roots are valid); the operator reports it if it does not, and restarts it under spec.staleIssuerRestart: Automatic",
@@ -233,7 +236,7 @@ func recoveryFacts(rc recoveryCase, s *steps.State, tar *v1alpha1.TrustAnchorRot
 				v.patch["strategy"] = v1alpha1.StrategyCrossSigned
 				v.Sets = append(v.Sets, "strategy: CrossSigned")
 			}
-			if sw := opts.switch_; sw != nil && rc.renewAnchor {
+			if sw := opts.anchorSwitch; sw != nil && rc.renewAnchor {
 				v.SwitchAnchorIssuer = sw
 				rc.renewAnchor = false
 				v.RenewAnchor = false
@@ -480,7 +483,7 @@ stops); renews an expired anchor cert-manager has not, and sets the spec the rec
 			return err
 		}
 		if opts.crossSigned {
-			if opts.switch_, err = findCrossSigner(ctx, cl, kf.Config); err != nil {
+			if opts.anchorSwitch, err = findCrossSigner(ctx, cl, kf.Config); err != nil {
 				return fmt.Errorf("--cross-signed: %w; nothing was changed", err)
 			}
 		}

@@ -328,6 +328,13 @@ func TestRecoverFromExpiredIssuer(t *testing.T) {
 		"emojivoto/web-7c9d8f6b5-qx2lp": testNow.Add(-time.Minute), "emojivoto/web-7c9d8f6b5-zt7wn": testNow.Add(-time.Minute),
 		"emojivoto/voting-6b4d9f8c7-m2k9s": testNow.Add(-time.Minute), "linkerd/linkerd-identity-5d8f9c7b6-aaaaa": testNow.Add(-time.Minute),
 	})
+	// --cross-signed is the expired anchor's way out: refused here, nothing changed.
+	if out, errOut, code := f.run("recover", "--cross-signed", "--yes"); code == ExitOK || !strings.Contains(errOut, "--cross-signed is the way out of an expired trust anchor") {
+		t.Errorf("recover --cross-signed with an expired issuer: exit %d, want a refusal\n%s%s", code, out, errOut)
+	}
+	if spec := f.rotations["cluster"].Spec; spec.IdentityIssuerRenewal != "" {
+		t.Errorf("the refused recover changed the spec: %+v", spec)
+	}
 	out, errOut, code := f.run("recover", "--yes")
 	if code != ExitOK {
 		t.Fatalf("recover --yes: exit %d\n%s%s", code, out, errOut)
