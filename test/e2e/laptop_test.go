@@ -60,7 +60,8 @@ func TestCLIOutsideThePodNetwork(t *testing.T) {
 		}
 		w := in.Live.WorkloadCertificates
 		if w.Target < meshed || w.Converged != w.Target || w.NotProbed != 0 || len(in.Live.Problems) != 0 {
-			t.Fatalf("workload certificates %+v, problems %q: want all %d+ meshed pods probed and converged", w, in.Live.Problems, meshed)
+			t.Fatalf("workload certificates %+v, problems %q: want all %d+ meshed pods probed and converged; rejected %q, pods behind %+v",
+				w, in.Live.Problems, meshed, in.Live.Rejected, in.Pods)
 		}
 		t.Logf("%s; %d/%d pods probed through the port-forward", notes[0], w.Converged, w.Target)
 	})
@@ -98,8 +99,8 @@ func TestCLIOutsideThePodNetwork(t *testing.T) {
 				t.Fatalf("inspect %q: %v\n%s", args, err, out)
 			}
 			if w := in.Live.WorkloadCertificates; w.Target < meshed || w.Converged != w.Target {
-				t.Errorf("inspect %q: workload certificates %+v, want all %d+ converged; problems %q, pods behind %+v",
-					args, w, meshed, in.Live.Problems, in.Pods)
+				t.Errorf("inspect %q: workload certificates %+v, want all %d+ converged; problems %q, rejected %q, pods behind %+v",
+					args, w, meshed, in.Live.Problems, in.Live.Rejected, in.Pods)
 			}
 		}
 	})
@@ -114,6 +115,7 @@ type inspected struct {
 			NotProbed int `json:"notProbedPods"`
 		} `json:"workloadCertificates"`
 		Problems []string `json:"problems"`
+		Rejected []string `json:"rejectedCertificates"`
 	} `json:"live"`
 	Pods []struct {
 		Namespace string   `json:"namespace"`

@@ -165,25 +165,28 @@ func (lp *liveProbes) stop() {
 // the pod with that IP, the way `kubectl port-forward` (and `linkerd identity`) do, without a
 // local listener: each dial is one SPDY connection with one data stream. It learns the pods as
 // they are listed.
+//
+// Each dial builds its own round tripper: client-go's SPDY round tripper keeps the connection of
+// its last RoundTrip in a field that NewConnection reads (k8s.io/streaming's SpdyRoundTripper
+// says so), so two dials sharing one could wrap each other's connection, and the streams opened
+// on it would wait for replies that go to the other (seen as "Timeout occurred").
 type portForwardDialer struct {
-	transport http.RoundTripper
-	upgrader  spdy.Upgrader
-	kube      kubernetes.Interface
+	cfg  *rest.Config
+	kube kubernetes.Interface
 
 	mu   sync.Mutex
 	byIP map[string]*podindex.Pod
 }
 
 func newPortForwardDialer(cfg *rest.Config) (*portForwardDialer, error) {
-	transport, upgrader, err := spdy.RoundTripperFor(cfg)
-	if err != nil {
+	if _, _, err := spdy.RoundTripperFor(cfg); err != nil {
 		return nil, fmt.Errorf("port-forward transport: %w", err)
 	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &portForwardDialer{transport: transport, upgrader: upgrader, kube: kube, byIP: map[string]*podindex.Pod{}}, nil
+	return &portForwardDialer{cfg: cfg, kube: kube, byIP: map[string]*podindex.Pod{}}, nil
 }
 
 // learn records the IPs of pods.
@@ -209,7 +212,11 @@ func (d *portForwardDialer) dial(ctx context.Context, _, addr string) (net.Conn,
 		return nil, fmt.Errorf("no meshed pod has IP %s", host)
 	}
 	url := d.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.Namespace).Name(p.Name).SubResource("portforward").URL()
-	dialer := spdy.NewDialer(d.upgrader, &http.Client{Transport: d.transport}, http.MethodPost, url)
+	transport, upgrader, err := spdy.RoundTripperFor(d.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("port-forward to pod %s: %w", p.Key(), err)
+	}
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
 	type result struct {
 		conn httpstream.Connection
 		err  error
