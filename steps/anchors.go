@@ -128,15 +128,14 @@ func (s *State) IssuerOnCurrentAnchor() bool {
 	return s.Anchor.Usable() && s.Issuer.Usable() && SignedBy(s.Issuer.Cert, s.Anchor.Cert)
 }
 
-// anchorProblem is a Wait decision when the anchor cannot be used, or nil.
+// anchorProblem is a Wait decision when the anchor cannot be used, or nil. Its verdict changes
+// when the anchor becomes valid, and when it expires: an observation that passes it first
+// defers timedByAnchor.
 func anchorProblem(s *State) *workflow.Decision {
 	if !s.Anchor.Usable() {
 		d := workflow.Waiting("TrustAnchorUnavailable", s.Anchor.Problem("trust anchor Secret"))
 		return &d
 	}
-	// The verdict changes when the anchor becomes valid, and when it expires.
-	s.RecheckAt(s.Anchor.Cert.NotBefore)
-	s.RecheckAt(s.Anchor.Cert.NotAfter.Add(time.Second))
 	if err := CheckAnchor(s.Anchor.Cert, s.Now); err != nil {
 		if s.Now.After(s.Anchor.Cert.NotAfter) && s.Previous.Usable() && s.Previous.Fingerprint() == s.Anchor.Fingerprint() {
 			if d := anchorExpiredProblem(s); d != nil {
@@ -147,6 +146,14 @@ func anchorProblem(s *State) *workflow.Decision {
 		return &d
 	}
 	return nil
+}
+
+// timedByAnchor has *d depend on the time when the trust anchor becomes valid and when it
+// expires (anchorProblem): deferred by the observations that pass anchorProblem first.
+func (s *State) timedByAnchor(d *workflow.Decision) {
+	if s.Anchor.Usable() {
+		*d = d.RecheckBy(s.after(s.Anchor.Cert.NotBefore, s.Anchor.Cert.NotAfter.Add(time.Second)))
+	}
 }
 
 // previousProblem is a Wait decision when the previous-anchor Secret is missing or unusable

@@ -46,7 +46,9 @@ func bootstrapPrevious(s *State) (cert *x509.Certificate, ok bool) {
 	return nil, false
 }
 
-func observeBootstrap(s *State, _ string) workflow.Decision {
+func observeBootstrap(s *State, _ string) (d workflow.Decision) {
+	defer s.timedByAnchor(&d)
+	defer s.timedByTakeover(&d)
 	if d := anchorProblem(s); d != nil {
 		return *d
 	}

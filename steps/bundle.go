@@ -36,7 +36,8 @@ func writeBundleStep(w Writer, name, doc string) workflow.Step[*State] {
 	}
 }
 
-func observeBundleWritten(s *State, _ string) workflow.Decision {
+func observeBundleWritten(s *State, _ string) (d workflow.Decision) {
+	defer s.timedByAnchor(&d)
 	if d := anchorProblem(s); d != nil {
 		return *d
 	}

@@ -18,7 +18,8 @@ func detectAnchorRotationStep(w Writer) Step {
 	}}
 }
 
-func observeDetect(s *State, token string) workflow.Decision {
+func observeDetect(s *State, token string) (d workflow.Decision) {
+	defer s.timedByAnchor(&d)
 	if d := anchorProblem(s); d != nil {
 		return *d
 	}
@@ -30,6 +31,9 @@ func observeDetect(s *State, token string) workflow.Decision {
 	}
 	if d := anchorExpiredProblem(s); d != nil {
 		return *d
+	}
+	if !s.Rotating() {
+		defer s.timedByPreviousExpiry(&d) // anchorExpiredProblem's verdict changes then
 	}
 	if s.Rotating() {
 		return workflow.Completed("TrustAnchorRenewed", fmt.Sprintf("trust anchor %s differs from the previous anchor %s", ShortFingerprint(s.Anchor.Fingerprint()), ShortFingerprint(s.Previous.Fingerprint())))
@@ -51,6 +55,7 @@ func observeDetect(s *State, token string) workflow.Decision {
 		return workflow.ActNeeded("TrustBundleDrifted", fmt.Sprintf("ConfigMap %s/%s does not hold the rendered trust bundle (changed by %s)",
 			s.Config.LinkerdNamespace, s.Config.TrustRootsConfigMap, describeWriters(s.Bundle)))
 	}
+	defer s.timedByIssuerExpiry(&d)
 	if s.issuerExpired() {
 		return observeExpiredIssuer(s, token)
 	}

@@ -124,7 +124,8 @@ func describeWriters(b Bundle) string {
 // and the retirement of the previous anchor, while some meshed pod is not on the expanded
 // bundle (injected while the bundle had drifted); otherwise it observes as before.
 func guardBundle(step Step, observe func(*State, string) workflow.Decision) func(*State, string) workflow.Decision {
-	return func(s *State, token string) workflow.Decision {
+	return func(s *State, token string) (d workflow.Decision) {
+		defer s.timedByAnchor(&d) // checkBundle passes anchorProblem first
 		if drift, ok := checkBundle(s, step); ok {
 			if fresh, due := drift.StartsOver(step.Name, token); due {
 				return workflow.JumpTo(step.Name, ReasonStepStartedOver, fmt.Sprintf(

@@ -26,6 +26,14 @@ import (
 // ReasonTrustAnchorExpired: Synced, the trust anchor itself has expired, not renewed.
 const ReasonTrustAnchorExpired = "TrustAnchorExpired"
 
+// timedByPreviousExpiry has *d depend on the time the previous anchor expires, seen the moment it
+// does (anchorExpiredProblem, recoverySkip).
+func (s *State) timedByPreviousExpiry(d *workflow.Decision) {
+	if s.Previous.Usable() {
+		*d = d.RecheckBy(s.after(s.Previous.Cert.NotAfter.Add(time.Second)))
+	}
+}
+
 // anchorExpiredProblem is detect-anchor-rotation's decision when the anchor the mesh trusts has
 // expired and was not renewed: what is down, what still works, and the command. nil when it has
 // not expired, or when it was renewed (the rotation then starts, in the recovery's order).
@@ -33,7 +41,6 @@ func anchorExpiredProblem(s *State) *workflow.Decision {
 	if !s.Previous.Usable() || s.Rotating() {
 		return nil
 	}
-	s.RecheckAt(s.Previous.Cert.NotAfter.Add(time.Second)) // seen the moment it expires
 	if !s.Now.After(s.Previous.Cert.NotAfter) {
 		return nil
 	}

@@ -47,10 +47,11 @@ func TestExpiredAnchor(t *testing.T) {
 		if d := observeDetect(s, ""); d.Reason != "TrustAnchorRenewed" {
 			t.Fatalf("%+v, want the standard rotation", d)
 		}
-		if d := observeRenewIssuerFirst(s, ""); d.Outcome != workflow.Done || d.Reason != ReasonPreviousAnchorValid {
+		d := observeRenewIssuerFirst(s, "")
+		if d.Outcome != workflow.Done || d.Reason != ReasonPreviousAnchorValid {
 			t.Fatalf("renew-issuer-first: %+v, want done at once", d)
 		}
-		if got, want := s.Recheck(), p.oldAnchor.cert.NotAfter.Add(time.Second); !got.Equal(want) {
+		if got, want := d.RecheckAt, p.oldAnchor.cert.NotAfter.Add(time.Second); !got.Equal(want) {
 			t.Errorf("recheck at %s, want the anchor's expiry %s", got, want)
 		}
 	})

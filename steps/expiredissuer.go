@@ -28,14 +28,18 @@ const ReasonIdentityIssuerExpired = "IdentityIssuerExpired"
 // (spec.identityIssuerRenewal Automatic).
 const ReasonRenewingExpiredIssuer = "RenewingExpiredIdentityIssuer"
 
-// issuerExpired reports whether the issuer in the Secret has expired at s.Now, and has the
-// operator look again the moment it does.
+// issuerExpired reports whether the issuer in the Secret has expired at s.Now; a decision that
+// depends on it defers timedByIssuerExpiry.
 func (s *State) issuerExpired() bool {
-	if !s.Issuer.Usable() {
-		return false
+	return s.Issuer.Usable() && s.Now.After(s.Issuer.Cert.NotAfter)
+}
+
+// timedByIssuerExpiry has *d depend on the time the issuer in the Secret expires, seen the moment
+// it does (issuerExpired).
+func (s *State) timedByIssuerExpiry(d *workflow.Decision) {
+	if s.Issuer.Usable() {
+		*d = d.RecheckBy(s.after(s.Issuer.Cert.NotAfter.Add(time.Second)))
 	}
-	s.RecheckAt(s.Issuer.Cert.NotAfter.Add(time.Second))
-	return s.Now.After(s.Issuer.Cert.NotAfter)
 }
 
 // observeExpiredIssuer is detect-anchor-rotation's decision while the issuer in the Secret has

@@ -27,14 +27,14 @@ func ActFailureReason(err error) string {
 // Reconciling and Stalled agree with them: Ready is False while an act failure stands or the
 // operator is suspended.
 func projectHolds(st, prev *v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorRotationSpec, generation int64,
-	s *State, res workflow.Result, now time.Time) {
+	s *State, res workflow.Result, now time.Time, recheck func(time.Time)) {
 	set := func(typ string, status metav1.ConditionStatus, reason, message string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: typ, Status: status, Reason: reason, Message: message,
 			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
 		})
 	}
-	projectActFailure(st, prev, spec, res, now, set, s.RecheckAt)
+	projectActFailure(st, prev, spec, res, now, set, recheck)
 	projectSuspend(st, spec, res, set)
 	projectSpecInvalid(st, s, res, set)
 }

@@ -54,6 +54,7 @@ func observeIssuerOnNewAnchor(s *State, _ string) workflow.Decision {
 // issuerOnNewAnchor is observeIssuerOnNewAnchor; renewable is true when the step waits for the
 // issuer's renewal alone (ReasonWaitingForIssuerRenewal): nothing else is wrong with it.
 func issuerOnNewAnchor(s *State) (d workflow.Decision, renewable bool) {
+	defer s.timedByAnchor(&d)
 	if d := anchorProblem(s); d != nil {
 		return *d, false
 	}

@@ -11,8 +11,9 @@ import (
 )
 
 // TestDecisionsSayWhenTheTimeChangesThem: the operator observes only on a change or at the
-// moment a decision named (State.Recheck), so every decision that the passing of time alone can
-// change must name that moment, and decisions that do not depend on the time name none.
+// moment a decision named (Decision.RecheckAt, ProjectTimed), so every decision that the passing
+// of time alone can change must name that moment, and decisions that do not depend on the time
+// name none.
 func TestDecisionsSayWhenTheTimeChangesThem(t *testing.T) {
 	p := newPKI(t)
 	monday10 := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC) // a Monday
@@ -21,11 +22,12 @@ func TestDecisionsSayWhenTheTimeChangesThem(t *testing.T) {
 		s := rotatingState(p, at(monday10), automatic(func(d *v1alpha1.DataPlaneRestart) {
 			d.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Days: []v1alpha1.Weekday{"Mon"}, Start: "11:00", End: "12:00"}}
 		}), bundlePods(0, 1), workload("a/Deployment/x"))
-		if d := observeBundleRestarts(propagate, "expanded")(s, ""); d.Reason != "OutsideMaintenanceWindow" {
+		d := observeBundleRestarts(propagate, "expanded")(s, "")
+		if d.Reason != "OutsideMaintenanceWindow" {
 			t.Fatalf("got %v %s (%s)", d.Outcome, d.Reason, d.Message)
 		}
-		if want := monday10.Add(time.Hour); !s.Recheck().Equal(want) {
-			t.Errorf("recheck at %v, want %v", s.Recheck(), want)
+		if want := monday10.Add(time.Hour); !d.RecheckAt.Equal(want) {
+			t.Errorf("recheck at %v, want %v", d.RecheckAt, want)
 		}
 	})
 
@@ -35,22 +37,24 @@ func TestDecisionsSayWhenTheTimeChangesThem(t *testing.T) {
 			s.PhaseSince = since
 			s.Certificates = Convergence{Converged: 1, Target: 2, Behind: []WorkloadCount{{"a/Deployment/x", 1}}, BehindWorkloads: 1}
 		})
-		if d := observeCertificateRestarts(s, ""); d.Reason != "WorkloadCertificatesRefreshing" {
+		d := observeCertificateRestarts(s, "")
+		if d.Reason != "WorkloadCertificatesRefreshing" {
 			t.Fatalf("got %v %s (%s)", d.Outcome, d.Reason, d.Message)
 		}
-		if want := since.Add(s.fallbackAfter()); !s.Recheck().Equal(want) {
-			t.Errorf("recheck at %v, want %v", s.Recheck(), want)
+		if want := since.Add(s.fallbackAfter()); !d.RecheckAt.Equal(want) {
+			t.Errorf("recheck at %v, want %v", d.RecheckAt, want)
 		}
 	})
 
 	t.Run("a trust anchor not valid yet: when it becomes valid", func(t *testing.T) {
 		s := rotatingState(p)
 		s.Now = s.Anchor.Cert.NotBefore.Add(-time.Minute)
-		if d := anchorProblem(s); d == nil || d.Reason != "TrustAnchorInvalid" {
+		d := observeDetect(s, "")
+		if d.Reason != "TrustAnchorInvalid" {
 			t.Fatalf("got %+v, want TrustAnchorInvalid", d)
 		}
-		if want := s.Anchor.Cert.NotBefore; !s.Recheck().Equal(want) {
-			t.Errorf("recheck at %v, want %v", s.Recheck(), want)
+		if want := s.Anchor.Cert.NotBefore; !d.RecheckAt.Equal(want) {
+			t.Errorf("recheck at %v, want %v", d.RecheckAt, want)
 		}
 	})
 
@@ -59,8 +63,12 @@ func TestDecisionsSayWhenTheTimeChangesThem(t *testing.T) {
 		if d := anchorProblem(s); d != nil {
 			t.Fatalf("got %+v, want none", d)
 		}
-		if want := s.Anchor.Cert.NotAfter.Add(time.Second); !s.Recheck().Equal(want) {
-			t.Errorf("recheck at %v, want %v", s.Recheck(), want)
+		d := observeDetect(s, "")
+		if d.Reason != "TrustAnchorRenewed" {
+			t.Fatalf("got %+v, want TrustAnchorRenewed", d)
+		}
+		if want := s.Anchor.Cert.NotAfter.Add(time.Second); !d.RecheckAt.Equal(want) {
+			t.Errorf("recheck at %v, want %v", d.RecheckAt, want)
 		}
 	})
 
@@ -72,9 +80,9 @@ func TestDecisionsSayWhenTheTimeChangesThem(t *testing.T) {
 			Checkpoint: &v1alpha1.Checkpoint{Step: StepPropagateTrustRoots, Rotation: "r", StartTime: &start}}
 		res := workflow.Result{Checkpoint: workflow.Checkpoint{Step: StepPropagateTrustRoots}, Phase: string(v1alpha1.PhasePropagatingTrustRoots),
 			Decision: workflow.Waiting("TrustBundleConverging", "restart: a/Deployment/x")}
-		Project(rotationSteps, prev, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
-		if want := since.Add(DefaultStalledAfter + time.Second); !s.Recheck().Equal(want) {
-			t.Errorf("recheck at %v, want %v", s.Recheck(), want)
+		_, recheck := ProjectTimed(rotationSteps, prev, v1alpha1.TrustAnchorRotationSpec{}, 1, s, res, s.Now)
+		if want := since.Add(DefaultStalledAfter + time.Second); !recheck.Equal(want) {
+			t.Errorf("recheck at %v, want %v", recheck, want)
 		}
 	})
 
@@ -82,19 +90,20 @@ func TestDecisionsSayWhenTheTimeChangesThem(t *testing.T) {
 		s := rotatingState(p)
 		read := s.Now.Add(-time.Minute)
 		s.Remotes = []Remote{{Name: "east", Source: "Link east", LastObserved: read}}
-		observeRemotes(GateTrustRoots)(s, "")
-		if want := read.Add(DefaultRemoteStaleAfter + time.Second); !s.Recheck().Equal(want) {
-			t.Errorf("recheck at %v, want %v", s.Recheck(), want)
+		d := observeRemotes(GateTrustRoots)(s, "")
+		if want := read.Add(DefaultRemoteStaleAfter + time.Second); !d.RecheckAt.Equal(want) {
+			t.Errorf("recheck at %v, want %v", d.RecheckAt, want)
 		}
 	})
 
 	t.Run("converged and Synced: nothing but a change matters", func(t *testing.T) {
 		s := rotatingState(p, bundlePods(2, 2))
-		if d := observeBundleRestarts(propagate, "expanded")(s, ""); d.Outcome != workflow.Done {
+		d := observeBundleRestarts(propagate, "expanded")(s, "")
+		if d.Outcome != workflow.Done {
 			t.Fatalf("got %v %s (%s)", d.Outcome, d.Reason, d.Message)
 		}
-		if !s.Recheck().IsZero() {
-			t.Errorf("recheck at %v, want none", s.Recheck())
+		if !d.RecheckAt.IsZero() {
+			t.Errorf("recheck at %v, want none", d.RecheckAt)
 		}
 	})
 }

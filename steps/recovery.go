@@ -155,13 +155,14 @@ const recoveryOnly = "the previous trust anchor has expired"
 // recoverySkip is the recovery steps' decision while the previous anchor has not expired: done
 // at once, the standard order applies.
 func recoverySkip(s *State) (workflow.Decision, bool) {
-	if s.Rotating() {
-		s.RecheckAt(s.Previous.Cert.NotAfter.Add(time.Second)) // seen the moment it expires
-	}
 	if s.previousAnchorExpired() {
 		return workflow.Decision{}, false
 	}
-	return workflow.Completed(ReasonPreviousAnchorValid, "the previous trust anchor has not expired: the standard order applies"), true
+	d := workflow.Completed(ReasonPreviousAnchorValid, "the previous trust anchor has not expired: the standard order applies")
+	if s.Rotating() {
+		s.timedByPreviousExpiry(&d) // seen the moment it expires
+	}
+	return d, true
 }
 
 // identityStartedAfterExpansion reports whether every running identity pod read the expanded

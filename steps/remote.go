@@ -193,7 +193,8 @@ func orSynced(p v1alpha1.Phase) v1alpha1.Phase {
 // rotation pass (at once when there is none), else waiting on the first that holds it, the
 // message naming every cluster that does.
 func observeRemotes(gate RemoteGate) func(*State, string) workflow.Decision {
-	return func(s *State, _ string) workflow.Decision {
+	return func(s *State, _ string) (d workflow.Decision) {
+		defer s.timedByAnchor(&d)
 		if d := anchorProblem(s); d != nil {
 			return *d
 		}
@@ -202,11 +203,13 @@ func observeRemotes(gate RemoteGate) func(*State, string) workflow.Decision {
 		}
 		var reason string
 		var msgs, names []string
+		var stale []time.Time
+		defer func() { d = d.RecheckBy(s.after(stale...)) }()
 		for _, r := range s.Remotes {
 			names = append(names, r.Name)
 			if !r.LastObserved.IsZero() {
 				// A report that is not read again turns stale with nothing else changing.
-				s.RecheckAt(r.LastObserved.Add(s.remoteStaleAfter() + time.Second))
+				stale = append(stale, r.LastObserved.Add(s.remoteStaleAfter()+time.Second))
 			}
 			why, msg, ok := CheckRemote(r, gate, s.Anchor.Fingerprint(), s.Previous.Fingerprint(), s.Now, s.RemoteStaleAfter)
 			if ok {

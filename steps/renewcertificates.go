@@ -93,15 +93,16 @@ func observeCertificateRestarts(s *State, token string) workflow.Decision {
 	c := s.Certificates
 	behind := certificatesBehind(s)
 	due := !s.PhaseSince.IsZero() && !s.Now.Before(s.PhaseSince.Add(s.fallbackAfter()))
+	var fallback time.Time // when the fallback restart falls due
 	if !s.PhaseSince.IsZero() && len(c.Behind) > 0 {
-		s.RecheckAt(s.PhaseSince.Add(s.fallbackAfter()))
+		fallback = s.after(s.PhaseSince.Add(s.fallbackAfter()))
 	}
 	if !s.automaticRestarts() {
 		if due && len(c.Behind) > 0 {
 			d.Message += fmt.Sprintf("; their certificates did not move within %s (twice the refresh interval): their proxies ignore %s (Linkerd before edge-26.4.3?) or were never given it: restart them",
 				s.fallbackAfter(), MaxRefreshEnv)
 		}
-		return d
+		return d.RecheckBy(fallback)
 	}
 	if s.restartMethod() != v1alpha1.Evict && !due && token == "" {
 		when := "twice the refresh interval after the issuer switch"
@@ -110,7 +111,7 @@ func observeCertificateRestarts(s *State, token string) workflow.Decision {
 		}
 		return workflow.Waiting("WorkloadCertificatesRefreshing", fmt.Sprintf(
 			"%s; proxies refresh on their own within %s (%s); workloads still behind at %s are restarted",
-			behind, RefreshInterval(s.Spec), MaxRefreshEnv, when))
+			behind, RefreshInterval(s.Spec), MaxRefreshEnv, when)).RecheckBy(fallback)
 	}
-	return s.observeRestarts(renew, token, behind)
+	return s.observeRestarts(renew, token, behind).RecheckBy(fallback)
 }

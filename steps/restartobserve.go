@@ -92,7 +92,7 @@ func (s *State) observeRestarts(p restartPurpose, token, behind string) workflow
 	if d := plan.describe(); d != "" {
 		msg += "; " + d
 	}
-	return workflow.Waiting(reason, msg)
+	return workflow.Waiting(reason, msg).RecheckBy(s.after(plan.opens))
 }
 
 func describeStarts(s *State, plan restartPlan, p restartPurpose, token string) string {

@@ -3,6 +3,7 @@ package steps
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -81,6 +82,8 @@ type restartPlan struct {
 	waiting int
 	// closed says when the next maintenance window opens, when none is open now.
 	closed string
+	// opens is when the next maintenance window opens, zero when one is open or none ever opens.
+	opens time.Time
 	// unrestartable are workloads behind that the operator cannot restart (bare pods, Jobs...).
 	unrestartable []string
 	// notSelected are workloads behind that the selectors leave to the user.
@@ -241,8 +244,8 @@ func (s *State) planRestarts(p restartPurpose, token string) restartPlan {
 		// workloads with the most of them go first, so that their number drops fastest.
 		sort.SliceStable(candidates, func(i, j int) bool { return len(candidates[i].BundleBehind) > len(candidates[j].BundleBehind) })
 	}
-	if open, next := s.maintenanceWindowOpen(); !open {
-		plan.closed, plan.waiting = next, len(candidates)
+	if open, next, opens := s.maintenanceWindowOpen(); !open {
+		plan.closed, plan.opens, plan.waiting = next, opens, len(candidates)
 		return plan
 	}
 	running := len(plan.inProgress)

@@ -20,7 +20,8 @@ func retirePreviousAnchorStep(w Writer) Step {
 	}
 }
 
-func observeRetired(s *State, _ string) workflow.Decision {
+func observeRetired(s *State, _ string) (d workflow.Decision) {
+	defer s.timedByAnchor(&d)
 	if d := anchorProblem(s); d != nil {
 		return *d
 	}

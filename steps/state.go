@@ -16,10 +16,6 @@ import (
 type State struct {
 	Config Config
 	Now    time.Time
-	// recheck is the earliest moment after Now at which a decision taken on this snapshot would
-	// change with nothing else changing (RecheckAt): the operator observes again then, and
-	// otherwise only when something changes.
-	recheck time.Time
 
 	// Anchor is the current trust anchor, from the cert-manager Secret.
 	Anchor Source
@@ -325,18 +321,19 @@ func Plural(n int, one, many string) string {
 	return many
 }
 
-// RecheckAt records that a decision taken on this snapshot depends on the time and changes at t
-// (a maintenance window opening, a fallback or a stalled threshold falling due, a certificate
-// becoming valid or expiring). Moments not after Now are ignored; the earliest one is kept.
-func (s *State) RecheckAt(t time.Time) {
-	if t.After(s.Now) && (s.recheck.IsZero() || t.Before(s.recheck)) {
-		s.recheck = t
+// after is the earliest moment of ts after Now, zero when none is: what a decision taken on this
+// snapshot names as its RecheckAt when it changes at one of them with nothing else changing (a
+// maintenance window opening, a fallback or a stalled threshold falling due, a certificate
+// becoming valid or expiring). The State itself records nothing: it is read, never changed.
+func (s *State) after(ts ...time.Time) time.Time {
+	var first time.Time
+	for _, t := range ts {
+		if t.After(s.Now) && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
 	}
+	return first
 }
-
-// Recheck is the earliest moment recorded by RecheckAt, zero when no decision depends on the
-// time: then only a change of the cluster can change them.
-func (s *State) Recheck() time.Time { return s.recheck }
 
 // LoadLiveChainsOnDemand makes load fill LiveChains the first time a decision reads them.
 func (s *State) LoadLiveChainsOnDemand(load func() []LiveChain) { s.loadLiveChains = load }

@@ -26,6 +26,21 @@ func RefreshInterval(spec v1alpha1.TrustAnchorRotationSpec) time.Duration {
 // result differs from what is there.
 func Project(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorRotationSpec, generation int64,
 	s *State, res workflow.Result, now time.Time) v1alpha1.TrustAnchorRotationStatus {
+	st, _ := ProjectTimed(rot, prev, spec, generation, s, res, now)
+	return st
+}
+
+// ProjectTimed is Project, and the moment after now at which the projected status changes with
+// nothing else changing (Stalled falling due, a failed act's retry), zero when there is none:
+// the operator observes again then, as at a decision's RecheckAt.
+func ProjectTimed(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha1.TrustAnchorRotationSpec, generation int64,
+	s *State, res workflow.Result, now time.Time) (v1alpha1.TrustAnchorRotationStatus, time.Time) {
+	var recheck time.Time
+	at := func(t time.Time) {
+		if t.After(now) {
+			recheck = workflow.Earliest(recheck, t)
+		}
+	}
 	st := *prev.DeepCopy()
 	phase := v1alpha1.Phase(res.Phase)
 	if st.Phase != phase || st.LastPhaseTransitionTime == nil {
@@ -130,7 +145,7 @@ func Project(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha
 	}
 	projectStaleIssuer(&st, s, res.Checkpoint.Step, generation, now)
 	projectExpiringLeaves(&st, s, generation, now)
-	setReadiness(&st, &prev, spec, generation, res, now, s.RecheckAt)
+	setReadiness(&st, &prev, spec, generation, res, now, at)
 	TrackHistory(rot, &st, prev.Checkpoint, spec, s, nil, res.Passed, now)
 	st.NextRotation = NextRotationDeadline(s, spec, st.History)
 	st.RestartDeadline = RestartDeadlineOf(s, spec, phase, st.LastPhaseTransitionTime)
@@ -143,8 +158,8 @@ func Project(rot *Ordered, prev v1alpha1.TrustAnchorRotationStatus, spec v1alpha
 		}
 		st.BlockingMessage = p
 	}
-	projectHolds(&st, &prev, spec, generation, s, res, now)
-	return st
+	projectHolds(&st, &prev, spec, generation, s, res, now, at)
+	return st, recheck
 }
 
 func convergenceStatus(c Convergence, anchors []string) *v1alpha1.ConvergenceStatus {

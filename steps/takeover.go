@@ -129,6 +129,15 @@ const (
 // renders that the takeover keeps — the ConfigMap, the issuer Secret — is annotated keep, so that
 // the helm upgrades it asks for delete neither.
 func (s *State) takeoverGate() *workflow.Decision {
+	d := s.takeoverCheck()
+	if d != nil {
+		s.timedByTakeover(d)
+	}
+	return d
+}
+
+// takeoverCheck is takeoverGate without the moments its verdict depends on.
+func (s *State) takeoverCheck() *workflow.Decision {
 	hand := s.TakeoverAnchors()
 	if len(hand) == 0 {
 		return nil
@@ -136,7 +145,6 @@ func (s *State) takeoverGate() *workflow.Decision {
 	bundleRef := s.Config.LinkerdNamespace + "/" + s.Config.TrustRootsConfigMap
 	deadline := s.Now.Add(TakeoverMargin)
 	for _, c := range s.takeoverExpiries(hand) {
-		s.RecheckAt(c.NotAfter.Add(-TakeoverMargin))
 		if c.NotAfter.Before(deadline) {
 			d := workflow.Waiting(ReasonTakeoverTooLate, fmt.Sprintf(
 				"the mesh runs on certificates made by hand, and %s expires %s, within %s: too soon for a takeover onto cert-manager's trust anchor %s to finish before it (identity stops certifying once its issuer's chain expires); "+
@@ -164,6 +172,18 @@ func (s *State) takeoverGate() *workflow.Decision {
 		return &d
 	}
 	return nil
+}
+
+// timedByTakeover has *d depend on the time each hand-made certificate a takeover depends on
+// comes within TakeoverMargin of its expiry (takeoverGate): past it, a takeover may not start.
+func (s *State) timedByTakeover(d *workflow.Decision) {
+	hand := s.TakeoverAnchors()
+	if len(hand) == 0 {
+		return
+	}
+	for _, c := range s.takeoverExpiries(hand) {
+		*d = d.RecheckBy(s.after(c.NotAfter.Add(-TakeoverMargin)))
+	}
 }
 
 // TakeoverGate is takeoverGate, for the CLI.

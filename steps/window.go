@@ -10,31 +10,30 @@ import (
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
 
-// maintenanceWindowOpen reports whether an automatic restart may start now and, when not, when
-// the next window opens (or why none can).
-func (s *State) maintenanceWindowOpen() (bool, string) {
+// maintenanceWindowOpen reports whether an automatic restart may start now and, when not, says
+// when the next window opens (or why none can) and gives that moment, zero when none opens.
+func (s *State) maintenanceWindowOpen() (bool, string, time.Time) {
 	windows := s.Spec.DataPlaneRestart.MaintenanceWindows
 	if len(windows) == 0 {
-		return true, ""
+		return true, "", time.Time{}
 	}
 	var next time.Time
 	for i, mw := range windows {
 		open, opens, err := windowOpen(mw, s.Now)
 		if err != nil {
-			return false, fmt.Sprintf("maintenance window %d is invalid: %v", i, err)
+			return false, fmt.Sprintf("maintenance window %d is invalid: %v", i, err), time.Time{}
 		}
 		if open {
-			return true, ""
+			return true, "", time.Time{}
 		}
 		if next.IsZero() || opens.Before(next) {
 			next = opens
 		}
 	}
 	if next.IsZero() {
-		return false, "no maintenance window ever opens"
+		return false, "no maintenance window ever opens", time.Time{}
 	}
-	s.RecheckAt(next)
-	return false, "the next maintenance window opens at " + next.UTC().Format(time.RFC3339)
+	return false, "the next maintenance window opens at " + next.UTC().Format(time.RFC3339), next
 }
 
 var weekdays = map[v1alpha1.Weekday]time.Weekday{"Sun": time.Sunday, "Mon": time.Monday, "Tue": time.Tuesday,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 )
 
 // Checkpoint is the engine's resumable position: the step it is at and the idempotency token
@@ -66,6 +67,9 @@ type Result struct {
 	// ActErr is the error of the act that ran and failed, nil when none did: Checkpoint is the
 	// one saved before it. Advance returns it too, wrapped with the step's name.
 	ActErr error
+	// RecheckAt is the earliest RecheckAt of the decisions this call observed, zero when none
+	// depends on the time: what the steps passed decided may change then as well.
+	RecheckAt time.Time
 }
 
 // ErrUnknownStep is returned when a checkpoint names a step the workflow does not have, for
@@ -165,6 +169,7 @@ func (w *Workflow[S]) Advance(ctx context.Context, cp Checkpoint, state S, save 
 			o.observed(i, d)
 		}
 		res.Checkpoint, res.Phase, res.Decision = cp, st.Phase, d
+		res.RecheckAt = Earliest(res.RecheckAt, d.RecheckAt)
 		if o.suspended && (d.Outcome == Act || d.Outcome == Jump) {
 			res.Held = true
 			return res, nil

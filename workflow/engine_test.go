@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // world is a toy state: a counter per step, which the acts bump.
@@ -365,5 +366,41 @@ func TestPlanShowsTheJump(t *testing.T) {
 	}
 	if len(state.acted) != 0 {
 		t.Fatalf("plan acted: %v", state.acted)
+	}
+}
+
+// TestAdvanceNamesTheEarliestRecheck: the result of a call names the earliest moment any decision
+// it observed depends on — a step passed included, for its verdict may change then too — and
+// none when no decision depends on the time.
+func TestAdvanceNamesTheEarliestRecheck(t *testing.T) {
+	base := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC)
+	timed := func(name string, d Decision) Step[*world] {
+		return Step[*world]{Name: name, Observe: func(*world, string) Decision { return d }}
+	}
+	wf, err := New(
+		timed("a", Completed("Valid", "until later").RecheckBy(base.Add(time.Hour))),
+		timed("b", Completed("Valid", "until sooner").RecheckBy(base.Add(time.Minute), time.Time{})),
+		timed("c", Waiting("Closed", "a window opens").RecheckBy(base.Add(30*time.Minute))),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := wf.Advance(context.Background(), Checkpoint{}, &world{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := base.Add(time.Minute); !res.RecheckAt.Equal(want) {
+		t.Errorf("RecheckAt %v, want the earliest of the three, %v", res.RecheckAt, want)
+	}
+	if !res.Decision.RecheckAt.Equal(base.Add(30 * time.Minute)) {
+		t.Errorf("the waiting step's decision names %v, want its own moment", res.Decision.RecheckAt)
+	}
+
+	wf, err = New(timed("a", Completed("Done", "")), timed("b", Waiting("Blocked", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := wf.Advance(context.Background(), Checkpoint{}, &world{}, nil, nil); !res.RecheckAt.IsZero() {
+		t.Errorf("RecheckAt %v, want none: no decision depends on the time", res.RecheckAt)
 	}
 }

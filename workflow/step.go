@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Outcome is what a step's Observe decided.
@@ -48,6 +49,28 @@ type Decision struct {
 	// Supersedes: the jump abandons what the workflow was working towards, for a newer goal
 	// that superseded it (see Superseding); false for a jump that only starts work over.
 	Supersedes bool
+	// RecheckAt is the moment the decision may change with nothing else changing — a
+	// certificate expires, a maintenance window opens, a report turns stale —, zero when only
+	// a change to what it observed can change it. The caller observes again then.
+	RecheckAt time.Time
+}
+
+// RecheckBy is d depending on the time as well at each non-zero moment of ts: its RecheckAt is
+// the earliest of them and its own.
+func (d Decision) RecheckBy(ts ...time.Time) Decision {
+	d.RecheckAt = Earliest(append(ts, d.RecheckAt)...)
+	return d
+}
+
+// Earliest is the earliest non-zero moment of ts, zero when there is none.
+func Earliest(ts ...time.Time) time.Time {
+	var first time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
+	return first
 }
 
 // Decision constructors, so steps read as sentences: return workflow.Waiting("...", "...").

@@ -251,7 +251,9 @@ func (c *Controller) announce(ctx context.Context, tar *v1alpha1.TrustAnchorRota
 // held back (holdProgress); the metrics and the Events that follow the status come from what
 // it projected (report). It returns when to observe again.
 func (c *Controller) projectStatus(ctx context.Context, tar, base *v1alpha1.TrustAnchorRotation, s *steps.State, res workflow.Result, now time.Time, drifted bool) (time.Time, error) {
-	status := steps.Project(c.steps, base.Status, tar.Spec, tar.Generation, s, res, now)
+	status, projected := steps.ProjectTimed(c.steps, base.Status, tar.Spec, tar.Generation, s, res, now)
+	// What the engine observed may change at res.RecheckAt, what was projected of it at projected.
+	recheck := workflow.Earliest(res.RecheckAt, projected)
 	// A drifted bundle's message is written at once: the next snapshot may hold it rewritten.
 	if !equality.Semantic.DeepEqual(status, base.Status) && (drifted || !c.holdProgress(&base.Status, &status)) {
 		obj := base.DeepCopy()
@@ -262,8 +264,7 @@ func (c *Controller) projectStatus(ctx context.Context, tar, base *v1alpha1.Trus
 				// Usually the cache catches up and the newer object's event pokes us; but a 409
 				// that no newer object follows (a proxy's, a webhook's) would leave the rotation
 				// waiting for an event that never comes: observe again shortly either way.
-				s.RecheckAt(now.Add(conflictRecheck))
-				return s.Recheck(), nil
+				return workflow.Earliest(recheck, now.Add(conflictRecheck)), nil
 			}
 			return time.Time{}, err
 		}
@@ -271,7 +272,7 @@ func (c *Controller) projectStatus(ctx context.Context, tar, base *v1alpha1.Trus
 		c.lastWriteBegan = c.reconcileBegan
 	}
 	c.report(ctx, tar, base, s, res, status)
-	return s.Recheck(), nil
+	return recheck, nil
 }
 
 // report publishes what the projected status says beyond the object: the metrics, and the
