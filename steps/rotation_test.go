@@ -109,7 +109,7 @@ func rotatingState(p pki, opts ...stateOpt) *State {
 
 // rotationSteps is the rotation's steps, which the tests look the checkpoints' steps up in; a
 // test that runs another list passes its own (see withStep).
-var rotationSteps = NewOrdered(Rotation(nil))
+var rotationSteps = Facts()
 
 func stepNamed(t *testing.T, name string) Step {
 	t.Helper()

@@ -1,6 +1,8 @@
 package steps
 
 import (
+	"sync"
+
 	"github.com/linkerd/trust-rotation/workflow"
 	"github.com/linkerd/trust-rotation/workflow/api/v1alpha1"
 )
@@ -124,23 +126,28 @@ func NewWorkflow(list []Step) (*workflow.Workflow[*State], error) {
 	return workflow.New(engine...)
 }
 
-// Ordered is a rotation's steps in order, with their positions by name: what the status
-// projection, the saved checkpoints, the operator and the CLI look a checkpoint's step up in.
-// Whoever runs a list of steps passes it: the operator and the CLI the list they advance or
-// plan, a test that runs another list that one.
+// Ordered is a rotation's steps in order, with the engine that runs them, whose index gives
+// their positions by name: what the status projection, the saved checkpoints, the operator and
+// the CLI look a checkpoint's step up in. Whoever runs a list of steps passes it: the operator
+// and the CLI the list they advance or plan, a test that runs another list that one.
 type Ordered struct {
-	list  []Step
-	index map[string]int
+	list []Step
+	wf   *workflow.Workflow[*State]
 }
 
-// NewOrdered indexes the steps by name, in the order given.
+// NewOrdered builds the engine that runs the steps in the order given (Workflow). It panics on a
+// list the engine refuses (a name not kebab-case or listed twice, a step without Observe): the
+// lists are written in code, and the package's tests build the rotation's (rotationSteps).
 func NewOrdered(list []Step) *Ordered {
-	o := &Ordered{list: list, index: make(map[string]int, len(list))}
-	for i, st := range list {
-		o.index[st.Name] = i
+	wf, err := NewWorkflow(list)
+	if err != nil {
+		panic("steps: " + err.Error())
 	}
-	return o
+	return &Ordered{list: list, wf: wf}
 }
+
+// Workflow is the engine that runs the steps.
+func (o *Ordered) Workflow() *workflow.Workflow[*State] { return o.wf }
 
 // Steps returns the steps in order.
 func (o *Ordered) Steps() []Step { return o.list }
@@ -148,7 +155,7 @@ func (o *Ordered) Steps() []Step { return o.list }
 // Named returns the step of that name; ok is false, and the Step zero (none of its facts
 // holds), for a name the list does not have.
 func (o *Ordered) Named(name string) (st Step, ok bool) {
-	i, ok := o.index[name]
+	i, ok := o.wf.Position(name)
 	if !ok {
 		return Step{}, false
 	}
@@ -162,4 +169,12 @@ func (o *Ordered) named(name string) Step {
 }
 
 // position is the step's position in the list, 0 for a name it does not have.
-func (o *Ordered) position(name string) int { return o.index[name] }
+func (o *Ordered) position(name string) int {
+	i, _ := o.wf.Position(name)
+	return i
+}
+
+// Facts is the single-cluster rotation's steps with no Writer, built once: for looking up what a
+// step is (its phase, its place in the order, its facts) where nothing runs, as the CLI and the
+// readers of a status do. Their acts must not run.
+var Facts = sync.OnceValue(func() *Ordered { return NewOrdered(Rotation(nil)) })

@@ -7,7 +7,10 @@
 // A step is a plain value (see Step): a stable kebab-case name, which is a public API — the
 // checkpoint key in the TrustAnchorRotation status, the line in a plan, the label of an event —
 // an Observe that decides from the state, without side effects, whether the step is done, must
-// wait, or must act; and an idempotent Act.
+// wait, or must act; and an idempotent Act. A decision the passing of time alone can change (a
+// certificate expiring, a window opening) names that moment (Decision.RecheckAt), and Advance's
+// Result the earliest of its observations: the caller observes again then, and otherwise only
+// when the state changes.
 //
 // Advance walks the steps from the checkpoint. Done steps are passed; the first step that must
 // wait stops the walk and says why; a step that must act first gets an idempotency token, which

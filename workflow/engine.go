@@ -118,6 +118,14 @@ func (w *Workflow[S]) Step(name string) (Step[S], bool) {
 	return w.steps[i], true
 }
 
+// Position is the named step's position in the workflow, from 0; ok is false for a name it does
+// not have. The workflow's index is the one index of the steps: the steps package looks its own
+// list up through it.
+func (w *Workflow[S]) Position(name string) (i int, ok bool) {
+	i, ok = w.index[name]
+	return i, ok
+}
+
 // position returns the index of the checkpoint's step; an empty checkpoint is the first step.
 func (w *Workflow[S]) position(cp Checkpoint) (int, error) {
 	if cp.Step == "" {

@@ -57,7 +57,7 @@ func ReadFeeding(ctx context.Context, r PKIReader, status *v1alpha1.TrustAnchorR
 		return nil, err
 	}
 	if status != nil {
-		s.Retiring = steps.RetiringTo(steps.NewOrdered(steps.Rotation(nil)), status.Checkpoint)
+		s.Retiring = steps.RetiringTo(steps.Facts(), status.Checkpoint)
 		if cp := status.Checkpoint; cp != nil {
 			s.Rotation, s.Strategy = cp.Rotation, cp.Strategy
 			if cp.StartTime != nil {

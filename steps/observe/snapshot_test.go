@@ -95,7 +95,7 @@ func TestSnapshotReadsAsTheCLIReads(t *testing.T) {
 	for _, p := range pods {
 		index.Upsert(podindex.SlimPod(cfg, p))
 	}
-	snap := &Snapshotter{Config: cfg, Steps: steps.NewOrdered(steps.Rotation(nil)), Caches: caches, Index: index, Certs: probe.NewCertTracker(index, nil, 1, time.Second, nil)}
+	snap := &Snapshotter{Config: cfg, Steps: steps.Facts(), Caches: caches, Index: index, Certs: probe.NewCertTracker(index, nil, 1, time.Second, nil)}
 	got, err := snap.Snapshot(now, "", &v1alpha1.TrustAnchorRotation{})
 	if err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@ func TestIssuerIsTheOneIdentityReads(t *testing.T) {
 					{Name: steps.ProxyContainerName}}}}}}
 			caches := objectCaches{issuer: issuer, bundle: bundle, deployments: map[string]*appsv1.Deployment{cfg.IdentityDeployment: identity}}
 			index := podindex.New(nil)
-			snap := &Snapshotter{Config: cfg, Steps: steps.NewOrdered(steps.Rotation(nil)), Caches: caches, Index: index,
+			snap := &Snapshotter{Config: cfg, Steps: steps.Facts(), Caches: caches, Index: index,
 				Certs: probe.NewCertTracker(index, nil, 1, time.Second, nil)}
 			got, err := snap.Snapshot(time.Now(), "", &v1alpha1.TrustAnchorRotation{})
 			if err != nil {

@@ -238,7 +238,7 @@ func bridgedKillPoints() []string {
 	var out []string
 	for _, name := range []string{steps.StepExpandTrustBundle, steps.StepRestartIdentityFirst, steps.StepRenewWorkloadCertificates,
 		steps.StepRetirePreviousAnchor, steps.StepReduceTrustBundle, steps.StepRefreshControlPlaneReduced, steps.StepRemoveOldTrustRoots} {
-		st, _ := steps.NewOrdered(steps.Rotation(nil)).Named(name)
+		st, _ := steps.Facts().Named(name)
 		if name == steps.StepRenewWorkloadCertificates {
 			out = append(out, "enter:"+name)
 			continue

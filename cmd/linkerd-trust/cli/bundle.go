@@ -88,7 +88,7 @@ func renderBundle(ctx context.Context, cl *Clients, cfg steps.Config, rotation s
 		if s.InFlight, err = steps.ParseInFlight(tar.Status.InFlightAnchors); err != nil {
 			return "", fmt.Errorf("TrustAnchorRotation %s: %w", tar.Name, err)
 		}
-		s.Retiring = steps.RetiringTo(steps.NewOrdered(steps.Rotation(nil)), tar.Status.Checkpoint)
+		s.Retiring = steps.RetiringTo(steps.Facts(), tar.Status.Checkpoint)
 	}
 	var err error
 	if s.Anchor, err = r.Anchor(ctx); err != nil {

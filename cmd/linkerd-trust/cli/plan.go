@@ -358,11 +358,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	sim := &planSimulation{ahead: newAhead(), newAhead: newAhead, recorder: recorder, status: &tar.Status, s: s, reading: reading}
 	rotation = newRotation(sim.ahead)
 	sim.steps = steps.NewOrdered(rotation)
-	walker, err := steps.NewWorkflow(rotation)
-	if err != nil {
-		return nil, err
-	}
-	walk, err := walker.PlanAhead(ctx, cp, s, sim)
+	walk, err := sim.steps.Workflow().PlanAhead(ctx, cp, s, sim)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func (c *checks) strategyPrerequisites(ctx context.Context) error {
 			return err
 		}
 		s := &steps.State{Spec: tar.Spec, Now: c.now, Anchor: anchor}
-		if err := s.FromStatus(steps.NewOrdered(steps.Rotation(nil)), &tar.Status); err != nil {
+		if err := s.FromStatus(steps.Facts(), &tar.Status); err != nil {
 			return fmt.Errorf("TrustAnchorRotation %s: %w", tar.Name, err)
 		}
 		// The identity issuer's chain carries the older bridges; the previous anchor says which

@@ -158,13 +158,8 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	c.auto = &automation{kube: kube, cm: opts.CertManager, cfg: opts.Config, poke: c.poke, restartNamespaces: restartNS}
 	c.writer = observeWrites(c.crash.writer(rememberingWriter{Writer: &apply.KubeWriter{Client: kube, CertManager: opts.CertManager, Config: opts.Config}, auto: c.auto}),
 		c.countWrite)
-	rotation := steps.Rotation(c.writer)
-	c.steps = steps.NewOrdered(rotation)
-	wf, err := steps.NewWorkflow(rotation)
-	if err != nil {
-		return nil, err
-	}
-	c.wf = wf
+	c.steps = steps.NewOrdered(steps.Rotation(c.writer))
+	c.wf = c.steps.Workflow()
 
 	cfg := opts.Config
 	core := kube.CoreV1().RESTClient()

@@ -365,7 +365,7 @@ func TestReconcileActsOnARenewedAnchor(t *testing.T) {
 // acting) and decides there on that State. Otherwise an idle step reads only the workloads
 // that carry the refresh override.
 func TestStateReadForARotationDue(t *testing.T) {
-	rot := steps.NewOrdered(steps.Rotation(nil))
+	rot := steps.Facts()
 	detect, _ := rot.Named(steps.StepDetectAnchorRotation)
 	propagate, _ := rot.Named(steps.StepPropagateTrustRoots)
 	p := newPKI(t)

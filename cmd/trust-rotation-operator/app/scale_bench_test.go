@@ -207,7 +207,7 @@ func runScale(b testing.TB, pods int) scaleFigures {
 	certs.OnProbe = func(error) { probes.Add(1) }
 	caches := &scaleCaches{}
 	caches.set(cfg, pki.anchors[0], nil, pki.issuers[0], pki.anchors[0])
-	rot := steps.NewOrdered(steps.Rotation(nil))
+	rot := steps.Facts()
 	snap := &observe.Snapshotter{Config: cfg, Steps: rot, Caches: caches, Index: index, Certs: certs}
 	var tar atomic.Pointer[v1alpha1.TrustAnchorRotation]
 	tar.Store(&v1alpha1.TrustAnchorRotation{})

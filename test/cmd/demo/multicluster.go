@@ -360,7 +360,7 @@ func newGateClock(sides ...*side) *gateClock {
 // stepsAfter are the steps after each remote gate, in order: a checkpoint at one of them has
 // passed the gate.
 var stepsAfter = func() map[string][]string {
-	all := steps.Rotation(nil)
+	all := steps.Facts().Steps()
 	out := map[string][]string{}
 	for i, st := range all {
 		if st.Gate != 0 {
