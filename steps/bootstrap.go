@@ -46,6 +46,10 @@ func bootstrapPrevious(s *State) (cert *x509.Certificate, ok bool) {
 	return nil, false
 }
 
+// Bootstrapping reports whether step is the workflow's first, where the operator takes the
+// cluster over (bootstrap).
+func Bootstrapping(step string) bool { return step == StepBootstrap }
+
 func observeBootstrap(s *State, _ string) (d workflow.Decision) {
 	defer s.timedByAnchor(&d)
 	defer s.timedByTakeover(&d)

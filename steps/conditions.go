@@ -52,7 +52,7 @@ func setReadiness(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.TrustAn
 	waiting := res.Decision.Outcome == workflow.Wait
 
 	// Synced, bootstrapped, and the workflow waits for nothing but the next renewal of the anchor.
-	if !rotating && step == StepDetectAnchorRotation && waiting && st.BlockingMessage == "" {
+	if !rotating && Watching(step) && waiting && st.BlockingMessage == "" {
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonSynced,
 			"no rotation in progress, and nothing blocks the operator")
 		set(v1alpha1.ConditionReconciling, metav1.ConditionFalse, v1alpha1.ReasonSynced, "no rotation in progress")
@@ -63,7 +63,7 @@ func setReadiness(st *v1alpha1.TrustAnchorRotationStatus, prev *v1alpha1.TrustAn
 	// Reconciling: why, and what the operator waits for or does.
 	reason := string(st.Phase)
 	switch {
-	case !rotating && step == StepBootstrap:
+	case !rotating && Bootstrapping(step):
 		reason = v1alpha1.ReasonBootstrapping
 	case !rotating && res.Decision.Reason != "":
 		reason = res.Decision.Reason

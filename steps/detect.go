@@ -18,6 +18,12 @@ func detectAnchorRotationStep(w Writer) Step {
 	}}
 }
 
+// Watching reports whether step is where the workflow rests between rotations, watching for
+// the trust anchor's renewal: detect-anchor-rotation, the step of a Synced rotation's checkpoint
+// once bootstrapped. What holds only at rest (the Synced conditions, the stale-issuer watchdog)
+// asks this, not the step's name.
+func Watching(step string) bool { return step == StepDetectAnchorRotation }
+
 func observeDetect(s *State, token string) (d workflow.Decision) {
 	defer s.timedByAnchor(&d)
 	if d := anchorProblem(s); d != nil {

@@ -96,7 +96,7 @@ func (s *State) IssuerObservedAt(now time.Time) time.Time {
 // started were signed by a pod that has gone: a restarted identity reads the Secret at start.
 // Of several stale issuers, the one that signed most recently.
 func (s *State) StaleIssuer(step string) *StaleLeaves {
-	if step != StepDetectAnchorRotation || s.Rotating() || !s.Issuer.Usable() {
+	if !Watching(step) || s.Rotating() || !s.Issuer.Usable() {
 		return nil
 	}
 	var oldest time.Time
@@ -122,7 +122,7 @@ func (s *State) StaleIssuer(step string) *StaleLeaves {
 // StaleIssuer finds nothing: the operator restarted and has not probed every pod again yet, so
 // what the previous leader saw is not known to be over.
 func (s *State) StaleIssuerCarried(step string) bool {
-	return s.StaleReported != "" && s.StaleLeavesPartial && step == StepDetectAnchorRotation && !s.Rotating() && s.StaleIssuer(step) == nil
+	return s.StaleReported != "" && s.StaleLeavesPartial && Watching(step) && !s.Rotating() && s.StaleIssuer(step) == nil
 }
 
 // StaleIssuerMessage says what StaleIssuer found, what it costs, and what is done about it.

@@ -246,7 +246,7 @@ func projectStaleIssuer(st *v1alpha1.TrustAnchorRotationStatus, s *State, step s
 		return // as the previous leader left it, until every pod is probed again
 	case l != nil:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonIdentityIssuerStale, s.StaleIssuerMessage(l)
-	case step != StepDetectAnchorRotation:
+	case !Watching(step):
 		c.Reason, c.Message = v1alpha1.ReasonIdentityIssuerRotating, v1alpha1.MessageIdentityIssuerRotating
 	}
 	meta.SetStatusCondition(&st.Conditions, c)

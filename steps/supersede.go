@@ -221,7 +221,7 @@ func RecreatePrevious(s *State, step string) (*x509.Certificate, bool) {
 		// Both deleted while Synced: the mesh trusts the current anchor alone, which still signs
 		// the identity issuer, so it is the previous anchor, as at bootstrap; the trust bundle is
 		// then rewritten from it. Mid-rotation nothing says which anchor was the previous one.
-		if step == StepDetectAnchorRotation && s.Issuer.Usable() && SignedBy(s.Issuer.Cert, s.Anchor.Cert) {
+		if Watching(step) && s.Issuer.Usable() && SignedBy(s.Issuer.Cert, s.Anchor.Cert) {
 			return s.Anchor.Cert, true
 		}
 		return nil, false

@@ -407,7 +407,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 				p.ManualActions = append(p.ManualActions, fmt.Sprintf("%s (step %d, %s)", v.Manual, v.Index, v.Name))
 			}
 		}
-		if v.Status == stepNext && st.Name == steps.StepDetectAnchorRotation && d.Outcome == workflow.Wait {
+		if v.Status == stepNext && steps.Watching(st.Name) && d.Outcome == workflow.Wait {
 			p.ManualActions = append(p.ManualActions, fmt.Sprintf("cmctl renew -n %s %s, when you want to rotate the trust anchor (starts a rotation)", cfg.CertManagerNamespace, cfg.AnchorSecret))
 		}
 		if v.Status == stepNext && st.WaitsOnTrustBundle && !s.TrustBundle.Done() {

@@ -139,7 +139,7 @@ func rotationInProgress(tar *v1alpha1.TrustAnchorRotation) string {
 		step = st.Checkpoint.Step
 	}
 	phase := orDefault(string(st.Phase), string(v1alpha1.PhaseSynced))
-	if phase == string(v1alpha1.PhaseSynced) && step == steps.StepDetectAnchorRotation {
+	if phase == string(v1alpha1.PhaseSynced) && steps.Watching(step) {
 		return ""
 	}
 	return fmt.Sprintf("phase %s, step %s", phase, orDefault(step, "none yet"))
