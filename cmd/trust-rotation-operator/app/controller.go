@@ -42,7 +42,8 @@ type Options struct {
 	IssuerReloadTolerance time.Duration
 	// MaxPollInterval, when positive, is the longest the operator goes without observing,
 	// a safety net. Zero (the default) observes only when an informer or a probe reports a
-	// change, and at the moments the decisions say they depend on (workflow.Decision.RecheckAt, steps.ProjectTimed).
+	// change, and at the moments the decisions say they depend on
+	// (workflow.Decision.RecheckAt, steps.ProjectTimed).
 	MaxPollInterval time.Duration
 	// Dial reaches pods' admin ports; nil dials directly.
 	Dial probe.DialFunc
