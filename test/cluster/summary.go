@@ -101,20 +101,26 @@ func (s *failureSummary) finish() {
 	s.render(s.orig)
 }
 
-// render writes the summary of the failed tests to w; nothing when none failed.
+// render writes the summary of the failed tests to w; nothing when none failed. The tests come
+// in the reverse of the order they failed in, so that the first failure, whose consequences the
+// later ones on the shared cluster often are, ends the output, where a CI page shows it.
 func (s *failureSummary) render(w io.Writer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.failed) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "--- summary of the failed tests (their last messages; the full output is above) ---")
+	fmt.Fprintln(w, "--- summary of the failed tests (their last messages; the full output is above), the first to fail last ---")
 	seen := map[string]bool{}
+	var order []string
 	for _, test := range s.failed {
-		if seen[test] {
-			continue
+		if !seen[test] {
+			seen[test] = true
+			order = append(order, test)
 		}
-		seen[test] = true
+	}
+	for i := len(order) - 1; i >= 0; i-- {
+		test := order[i]
 		msgs := s.msgs[test]
 		if len(msgs) > summaryMessages {
 			msgs = msgs[len(msgs)-summaryMessages:]
@@ -123,5 +129,8 @@ func (s *failureSummary) render(w io.Writer) {
 		for _, m := range msgs {
 			fmt.Fprintf(w, "    %s\n", m)
 		}
+	}
+	if len(order) > 1 {
+		fmt.Fprintf(w, "--- %d tests failed; the first was %s ---\n", len(order), order[0])
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 // TestFailureSummary feeds the summary the output of a failed run, verbose and not, and checks
 // that it repeats each failed test's messages (the file:line lines of _test.go files, not the
-// log dumps after them) and nothing of the tests that passed.
+// log dumps after them), the first to fail last, and nothing of the tests that passed.
 func TestFailureSummary(t *testing.T) {
 	verbose := `=== RUN   TestGood
     good_test.go:10: fine
@@ -32,12 +32,13 @@ FAIL
 FAIL
 `
 	for name, tc := range map[string]struct{ out, want string }{
-		"verbose": {verbose, `FAIL TestLeader
-    leader_test.go:98: seed 7
-    leader_test.go:150: after the failover the checkpoint went back from a to b
+		"verbose": {verbose, `FAIL TestKill
 FAIL TestKill/save:a
     kill_test.go:93: the operator was never killed at save:a
-FAIL TestKill
+FAIL TestLeader
+    leader_test.go:98: seed 7
+    leader_test.go:150: after the failover the checkpoint went back from a to b
+--- 3 tests failed; the first was TestLeader ---
 `},
 		"quiet": {quiet, `FAIL TestLeader
     leader_test.go:150: after the failover the checkpoint went back from a to b
@@ -53,7 +54,7 @@ FAIL TestKill
 		s.render(&got)
 		want := tc.want
 		if want != "" {
-			want = "--- summary of the failed tests (their last messages; the full output is above) ---\n" + want
+			want = "--- summary of the failed tests (their last messages; the full output is above), the first to fail last ---\n" + want
 		}
 		if got.String() != want {
 			t.Errorf("%s: summary\n%s\nwant\n%s", name, got.String(), want)
