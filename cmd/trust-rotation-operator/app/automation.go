@@ -80,6 +80,14 @@ func (a *automation) start(ctx context.Context, what string, namespaces []string
 	for _, inf := range l.infs {
 		go inf.RunWithContext(ctx)
 	}
+	// The reconcile that first needs the cache finds it not synced and waits for a poke. The
+	// events of the initial list poke before the informer counts itself synced (the handlers run
+	// beside the queue that marks it), and an empty list pokes not at all: the sync itself must.
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), l.hasSynced) {
+			a.poke()
+		}
+	}()
 	return l
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,5 +228,32 @@ func TestForbiddenCertificateIsExplained(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("the Certificate's problem %q does not say %q (or speaks of restarts)", last, want)
+	}
+}
+
+// An informer started for automatic restarts pokes the controller once it has synced, whatever
+// its list held: a reconcile that found the cache not ready waits for that poke, and no event
+// comes from an empty list (no PodDisruptionBudget, no DaemonSet in the cluster) or after the
+// last item of a list.
+func TestWorkloadCachesPokeWhenSynced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	synced := make(chan struct{})
+	a := &automation{kube: clientset.Kube(fake.NewClientset()), cfg: steps.DefaultConfig()}
+	var once sync.Once
+	a.poke = func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.pdbs != nil && a.WorkloadsProblem() == "" {
+			once.Do(func() { close(synced) })
+		}
+	}
+	a.ensure(ctx, v1alpha1.TrustAnchorRotationSpec{DataPlaneRestart: v1alpha1.DataPlaneRestart{Policy: v1alpha1.Automatic}})
+	select {
+	case <-synced:
+	case <-ctx.Done():
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		t.Fatalf("no poke found the workload caches of an empty cluster ready: %s", a.WorkloadsProblem())
 	}
 }
