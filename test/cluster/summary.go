@@ -130,7 +130,11 @@ func (s *failureSummary) render(w io.Writer) {
 			fmt.Fprintf(w, "    %s\n", m)
 		}
 	}
-	if len(order) > 1 {
-		fmt.Fprintf(w, "--- %d tests failed; the first was %s ---\n", len(order), order[0])
+	tops := map[string]bool{}
+	for _, test := range order {
+		tops[strings.SplitN(test, "/", 2)[0]] = true
+	}
+	if len(tops) > 1 {
+		fmt.Fprintf(w, "--- %d tests failed; the first was %s ---\n", len(tops), order[0])
 	}
 }

@@ -38,7 +38,7 @@ FAIL TestKill/save:a
 FAIL TestLeader
     leader_test.go:98: seed 7
     leader_test.go:150: after the failover the checkpoint went back from a to b
---- 3 tests failed; the first was TestLeader ---
+--- 2 tests failed; the first was TestLeader ---
 `},
 		"quiet": {quiet, `FAIL TestLeader
     leader_test.go:150: after the failover the checkpoint went back from a to b

@@ -14,6 +14,7 @@ import (
 	"github.com/linkerd/trust-rotation/steps"
 	"github.com/linkerd/trust-rotation/test/charts"
 	"github.com/linkerd/trust-rotation/test/cluster"
+	"github.com/linkerd/trust-rotation/test/internal/poll"
 	"github.com/linkerd/trust-rotation/test/meshsim"
 	"github.com/linkerd/trust-rotation/test/pki"
 	"github.com/linkerd/trust-rotation/test/reallinkerd"
@@ -127,6 +128,7 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Mesh.Stop)
+	t.Cleanup(e.settleOnFailure)
 	if err := meshsim.InstallControlPlane(ctx, kube, meshsim.ControlPlaneOptions{Replicas: opts.ControlPlaneReplicas}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +164,64 @@ func NewEnv(t testing.TB, ctx context.Context, c *cluster.Cluster, opts EnvOptio
 	}
 	e.WaitCertificates()
 	return e
+}
+
+// playUserUntil plays a user following README's Rotate section until done holds: it restarts
+// the workloads when the operator waits for them and renews the issuer when it asks for that,
+// once each per step.
+func (e *Env) playUserUntil(timeout time.Duration, what string, done func(*v1alpha1.TrustAnchorRotation) bool) error {
+	e.T.Helper()
+	did := map[string]bool{}
+	return poll.Until(e.Ctx, timeout, what, func(ctx context.Context) (bool, error) {
+		tar, err := e.TARs.Get(ctx, steps.DefaultRotationName)
+		if err != nil {
+			return false, poll.Pending("getting the TrustAnchorRotation: %v", err)
+		}
+		if done(tar) {
+			return true, nil
+		}
+		step := stepOf(tar)
+		once := func(fn func()) {
+			if !did[step] {
+				did[step] = true
+				fn()
+			}
+		}
+		switch step {
+		case steps.StepPropagateTrustRoots, steps.StepRenewWorkloadCertificates, steps.StepRemoveOldTrustRoots:
+			once(e.RestartApps)
+		case steps.StepWaitForIdentityIssuer:
+			once(func() { e.Renew("linkerd", "linkerd-identity-issuer") })
+		}
+		return false, poll.Pending("phase %s, step %s: %q", tar.Status.Phase, step, tar.Status.BlockingMessage)
+	})
+}
+
+// atRest says whether the rotation is Synced and waits for nothing.
+func atRest(tar *v1alpha1.TrustAnchorRotation) bool {
+	return tar.Status.Phase == v1alpha1.PhaseSynced && stepOf(tar) == steps.StepDetectAnchorRotation && tar.Status.BlockingMessage == ""
+}
+
+// settleOnFailure runs when a test ends. If the test failed and left the rotation midway, it plays
+// the user until the rotation is at rest, with the test's mesh and operator still running: the
+// tests share one cluster, and the next test's bootstrap waits for a rotation at rest before its
+// mesh runs, so a rotation left midway would fail every test after it.
+func (e *Env) settleOnFailure() {
+	if !e.T.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ec := *e
+	ec.Ctx = ctx
+	tar, err := e.TARs.Get(ctx, steps.DefaultRotationName)
+	if err != nil || atRest(tar) {
+		return
+	}
+	e.T.Logf("settling the rotation the failed test left in phase %s, step %s, for the tests after it", tar.Status.Phase, stepOf(tar))
+	if err := ec.playUserUntil(5*time.Minute, "the rotation at rest", atRest); err != nil {
+		e.T.Logf("could not settle the rotation: %v", err)
+	}
 }
 
 // MeshedPods is the number of meshed pods the environment runs, control plane included.

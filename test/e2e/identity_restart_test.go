@@ -209,38 +209,14 @@ func (e *Env) checkNoEvent(since time.Time, reason string) {
 	}
 }
 
-// playUser plays a user following README's Rotate section until the rotation to anchor is Synced: it restarts the
-// workloads when the operator waits for them and renews the issuer when it asks for that, once
-// each.
+// playUser plays a user following README's Rotate section until the rotation to anchor is
+// Synced (playUserUntil).
 func (e *Env) playUser(anchor *x509.Certificate) {
 	e.T.Helper()
-	did := map[string]bool{}
 	fp := steps.Fingerprint(anchor)
-	err := poll.Until(e.Ctx, 6*time.Minute, "Synced on anchor "+fp[:12], func(ctx context.Context) (bool, error) {
-		tar, err := e.TARs.Get(ctx, rotationName)
-		if err != nil {
-			return false, poll.Pending("getting the TrustAnchorRotation: %v", err)
-		}
-		step := stepOf(tar)
-		once := func(fn func()) {
-			if !did[step] {
-				did[step] = true
-				fn()
-			}
-		}
-		switch step {
-		case steps.StepPropagateTrustRoots, steps.StepRenewWorkloadCertificates, steps.StepRemoveOldTrustRoots:
-			once(e.RestartApps)
-		case steps.StepWaitForIdentityIssuer:
-			once(func() { e.Renew("linkerd", "linkerd-identity-issuer") })
-		case steps.StepDetectAnchorRotation:
-			if tar.Status.Phase == v1alpha1.PhaseSynced && tar.Status.PreviousAnchorFingerprint == fp && tar.Status.BlockingMessage == "" {
-				return true, nil
-			}
-		}
-		return false, poll.Pending("phase %s, step %s: %q", tar.Status.Phase, step, tar.Status.BlockingMessage)
-	})
-	if err != nil {
+	if err := e.playUserUntil(6*time.Minute, "Synced on anchor "+fp[:12], func(tar *v1alpha1.TrustAnchorRotation) bool {
+		return atRest(tar) && tar.Status.PreviousAnchorFingerprint == fp
+	}); err != nil {
 		e.T.Fatal(err)
 	}
 }
