@@ -63,7 +63,7 @@ func checkBundle(s *State, step Step) (drift BundleDrift, ok bool) {
 		// bundle wanted here is the superseded rotation's, and rewriting it could drop that anchor.
 		return BundleDrift{}, false
 	}
-	if step.Name == StepRetirePreviousAnchor && (!s.Rotating() || s.FinishingOn() != nil) {
+	if retiresPreviousAnchor(step.Name) && (!s.Rotating() || s.FinishingOn() != nil) {
 		// Retired (also when the anchor was renewed again since: the round finishes on the
 		// retired one): the bundle is reduced at the next step.
 		return BundleDrift{}, false

@@ -169,7 +169,7 @@ func actedAnew(prev, cur *v1alpha1.Checkpoint) bool {
 // restartsPods reports whether the step's act restarts pods: the control plane's or, under
 // automatic restarts, the workloads'.
 func restartsPods(st Step) bool {
-	return st.ReloadsBundle || st.Name == StepRenewWorkloadCertificates
+	return st.ReloadsBundle || restartsForCertificates(st.Name)
 }
 
 // addUserRestarts records the restarts the user made: a step that waits on the user restarting

@@ -30,6 +30,11 @@ func removeOldTrustRootsStep(w Writer) Step {
 	}
 }
 
+// waitsOnReducedBundle reports whether step is remove-old-trust-roots, the last of a rotation,
+// which waits for the data plane on the reduced bundle: a renewal of the anchor meanwhile ends
+// the round there rather than restarting it (superseded).
+func waitsOnReducedBundle(step string) bool { return step == StepRemoveOldTrustRoots }
+
 func bundleRestartsStep(w Writer, name string, ph v1alpha1.Phase, p restartPurpose, which, doc string) workflow.Step[*State] {
 	return workflow.Step[*State]{
 		Name: name, Phase: string(ph), Doc: doc,

@@ -36,6 +36,10 @@ func renewWorkloadCertificatesStep(w Writer) Step {
 	}
 }
 
+// restartsForCertificates reports whether step is renew-workload-certificates, which (under
+// automatic restarts) restarts workloads for their certificates, not for a bundle they load.
+func restartsForCertificates(step string) bool { return step == StepRenewWorkloadCertificates }
+
 func observeCertificatesRenewed(s *State, _ string) workflow.Decision {
 	if !s.IssuerOnCurrentAnchor() {
 		// cert-manager renewed the anchor again, or the issuer went back: not safe to go on.

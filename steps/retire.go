@@ -20,6 +20,11 @@ func retirePreviousAnchorStep(w Writer) Step {
 	}
 }
 
+// retiresPreviousAnchor reports whether step is retire-previous-anchor, whose act writes the
+// anchor the bundle is reduced to: once it retired (or the anchor was renewed again since), the
+// bundle it relies on is the next step's to change (checkBundle).
+func retiresPreviousAnchor(step string) bool { return step == StepRetirePreviousAnchor }
+
 func observeRetired(s *State, _ string) (d workflow.Decision) {
 	defer s.timedByAnchor(&d)
 	if d := anchorProblem(s); d != nil {

@@ -49,7 +49,7 @@ type supersession struct {
 // superseded reports whether the rotation at step was superseded by a newer trust anchor.
 func (s *State) superseded(at Step) (supersession, bool) {
 	step := at.Name
-	if step == StepRemoveOldTrustRoots && s.Anchor.Usable() && s.Previous.Usable() && s.Anchor.Fingerprint() != s.Previous.Fingerprint() {
+	if waitsOnReducedBundle(step) && s.Anchor.Usable() && s.Previous.Usable() && s.Anchor.Fingerprint() != s.Previous.Fingerprint() {
 		// Renewed again while the pods move onto the reduced bundle, or earlier from
 		// retire-previous-anchor on (the control plane then was restarted onto the bundle this
 		// round reduced to): waiting for every pod to be injected with the reduced bundle would
