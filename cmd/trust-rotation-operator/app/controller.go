@@ -9,13 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sethvargo/go-retry"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/linkerd/trust-rotation/steps"
@@ -90,7 +90,19 @@ type Controller struct {
 	crash    *crashHook
 	metrics  *Metrics
 	recorder kube.EventRecorder
-	trigger  chan struct{}
+
+	// queue holds the one key there is, the driven rotation's name (client-go's typed
+	// workqueue): the informers, the probes and the automations' caches add it (poke), a
+	// reconcile that named a moment adds it after that moment, a failed one after the limiter's
+	// back-off. retryAt is when that back-off ends; until then nothing reconciles (Run).
+	queue   workqueue.TypedRateLimitingInterface[string]
+	limiter workqueue.TypedRateLimiter[string]
+	retryAt time.Time
+	// poked: a poke came since the reconcile before began; recheckAt is the earliest moment
+	// the reconciles asked to observe again at (their decisions', the held-back progress', the
+	// bundle rewrite's back-off). Both say what caused a reconcile (reconcileCause).
+	poked     atomic.Bool
+	recheckAt time.Time
 
 	anchor, previous, issuer, bundle, deployments, rotation cache.SharedIndexInformer
 	pods                                                    *podindex.PodInformer
@@ -119,18 +131,15 @@ type Controller struct {
 	churn churn
 
 	// reconcileBegan is when the running reconcile began, lastWriteBegan when the one that last
-	// wrote the status did; progressTimer reconciles again when a progress-only change was held
-	// back (holdProgress). controlPlaneChanged: a control-plane pod changed since the reconcile
+	// wrote the status did. controlPlaneChanged: a control-plane pod changed since the reconcile
 	// before the running one began (churn.began), so its progress is not held back.
 	reconcileBegan, lastWriteBegan time.Time
-	progressTimer                  *time.Timer
 	controlPlaneChanged            bool
 
 	// bundleRewrites counts the rewrites of a drifted trust bundle in a row, the last at
-	// bundleRewriteAt; bundleTimer reconciles again when the next one is due (repairBundle).
+	// bundleRewriteAt (repairBundle).
 	bundleRewrites  int
 	bundleRewriteAt time.Time
-	bundleTimer     *time.Timer
 	// lastDrift is the last TrustBundleDrifted Event emitted ("step: message"): a writer that
 	// keeps reverting the bundle makes one Event, not one per rewrite.
 	lastDrift string
@@ -149,7 +158,8 @@ func New(kube kube.Interface, tars *client.Client, metrics *Metrics, opts Option
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, kube: kube, tars: tars, metrics: metrics, trigger: make(chan struct{}, 1), crash: newCrashHook(opts.CrashAt, opts.Crash)}
+	c := &Controller{opts: opts, kube: kube, tars: tars, metrics: metrics, crash: newCrashHook(opts.CrashAt, opts.Crash)}
+	c.initQueue()
 	for _, ns := range opts.RestartNamespaces {
 		if ns == "" {
 			return nil, fmt.Errorf("--restart-namespaces %q names an empty namespace", strings.Join(opts.RestartNamespaces, ","))
@@ -249,16 +259,51 @@ func (c *Controller) rotationUpdated(obj any) {
 	c.poke()
 }
 
-// poke asks for a reconcile; many pokes before it runs make one.
+// Failed reconciles are retried after an exponential back-off, from failureBaseDelay up to
+// failureMaxDelay.
+const (
+	failureBaseDelay = 500 * time.Millisecond
+	failureMaxDelay  = 30 * time.Second
+)
+
+// initQueue makes the controller's workqueue and its failure limiter.
+func (c *Controller) initQueue() {
+	c.limiter = workqueue.NewTypedItemExponentialFailureRateLimiter[string](failureBaseDelay, failureMaxDelay)
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(c.limiter, workqueue.TypedRateLimitingQueueConfig[string]{})
+}
+
+// key is the queue's one key.
+func (c *Controller) key() string { return c.opts.RotationName }
+
+// poke asks for a reconcile; many pokes before it runs make one (the queue holds a key once).
 func (c *Controller) poke() {
-	select {
-	case c.trigger <- struct{}{}:
-	default:
+	c.poked.Store(true)
+	c.queue.Add(c.key())
+}
+
+// recheckAfter asks for a reconcile at t, unless one is due sooner (the queue keeps a key's
+// earliest moment), and remembers it as a moment a decision depends on (reconcileCause).
+func (c *Controller) recheckAfter(t time.Time) {
+	if c.recheckAt.IsZero() || t.Before(c.recheckAt) {
+		c.recheckAt = t
 	}
+	c.queue.AddAfter(c.key(), time.Until(t))
 }
 
 // Run reconciles until ctx ends. Call it only while leading: only the leader writes.
+//
+// The loop is client-go's workqueue's (k8s.io/client-go/util/workqueue; the sample-controller's
+// processNextWorkItem): one key, the driven rotation's name, reconciled one at a time, and
+// level-triggered: a reconcile reads everything afresh, so however many pokes came while one
+// ran, one more reconcile follows them. What wakes it: a change (poke, the informers' events
+// paced by churn.go, the probes' results, the automations' caches once synced; rotationUpdated
+// drops the echo of the operator's own status write), a moment a reconcile named (recheckAfter,
+// AddAfter), --max-poll-interval as a safety net, and a failure's back-off. A failed reconcile
+// is retried after the limiter's back-off, and what wakes the loop before then reconciles
+// nothing: the failure's own writes (the checkpoint saved before a failed act) would otherwise
+// wake it at once, in a hot loop; the retry reads everything, so nothing a poke said is lost.
 func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
 	log := klog.FromContext(ctx)
 	c.recorder = newRecorder(ctx, c.kube)
 	informers := []interface {
@@ -284,39 +329,86 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	log.Info("Caches synced; reconciling", "rotation", c.opts.RotationName, "meshedPods", c.index.MeshedPods())
 	go c.certs.Run(ctx)
+	go func() {
+		<-ctx.Done()
+		c.queue.ShutDown()
+	}()
 
-	failures := newFailureBackoff()
+	c.queue.Add(c.key())
 	cause := CauseStart
-	for {
-		c.metrics.reconciles.WithLabelValues(cause).Inc()
-		c.reconcileBegan = time.Now()
-		c.controlPlaneChanged = c.churn.began(c.reconcileBegan)
-		recheck, err := c.reconcile(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err != nil:
-			// Back off without listening to events: the failure's own writes (the checkpoint
-			// saved before a failed act) would otherwise wake us at once, in a hot loop. A
-			// reconcile that changed the cluster before it failed made progress: the backoff
-			// starts over (failedAfterWrites).
-			if errors.As(err, new(failedAfterWrites)) {
-				failures = newFailureBackoff()
-			}
-			delay, _ := failures.Next()
-			log.Error(err, "Reconcile failed; retrying", "after", delay)
-			if !kube.Wait(ctx, delay) {
-				return nil
-			}
-			cause = CauseRetry
-			continue
-		}
-		failures = newFailureBackoff()
-		var alive bool
-		if cause, alive = c.nextEvent(ctx, recheck); !alive {
-			return nil
-		}
+	for c.processNext(ctx, cause) {
+		cause = ""
 	}
+	return nil
+}
+
+// processNext waits for the key, reconciles, and queues the key again for when the reconcile
+// asked (or for the failure's back-off); false once the queue shut down. cause, when set, is
+// the reconcile's cause, else reconcileCause says it.
+func (c *Controller) processNext(ctx context.Context, cause string) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	now := time.Now()
+	if now.Before(c.retryAt) {
+		// Woken during a failure's back-off (a moment named before the failure, or a poke
+		// that came during it): the retry comes at its time.
+		c.queue.AddAfter(key, c.retryAt.Sub(now))
+		return true
+	}
+	if cause == "" {
+		cause = c.reconcileCause(now)
+	}
+	c.metrics.reconciles.WithLabelValues(cause).Inc()
+	c.reconcileBegan = now
+	c.controlPlaneChanged = c.churn.began(c.reconcileBegan)
+	recheck, err := c.reconcile(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case err != nil:
+		// A reconcile that changed the cluster before it failed made progress: the back-off
+		// starts over (failedAfterWrites).
+		if errors.As(err, new(failedAfterWrites)) {
+			c.limiter.Forget(key)
+		}
+		delay := c.limiter.When(key)
+		c.retryAt = time.Now().Add(delay)
+		klog.FromContext(ctx).Error(err, "Reconcile failed; retrying", "after", delay)
+		c.queue.AddAfter(key, delay)
+		return true
+	}
+	c.limiter.Forget(key)
+	if !recheck.IsZero() {
+		c.recheckAfter(recheck)
+	}
+	if c.opts.MaxPollInterval > 0 {
+		c.queue.AddAfter(key, c.opts.MaxPollInterval)
+	}
+	return true
+}
+
+// reconcileCause says what woke the reconcile about to begin at now, for the reconciles metric:
+// a failure before it (CauseRetry), a poke since the one before (CauseChange), a moment a
+// reconcile named (CauseRecheck), else --max-poll-interval (CausePoll).
+func (c *Controller) reconcileCause(now time.Time) string {
+	retried, poked := !c.retryAt.IsZero(), c.poked.Swap(false)
+	c.retryAt = time.Time{}
+	due := !c.recheckAt.IsZero() && !now.Before(c.recheckAt)
+	if due {
+		c.recheckAt = time.Time{}
+	}
+	switch {
+	case retried:
+		return CauseRetry
+	case poked:
+		return CauseChange
+	case due:
+		return CauseRecheck
+	}
+	return CausePoll
 }
 
 // countWrite counts the writes of the acts that changed the cluster (observeWrites).
@@ -324,40 +416,6 @@ func (c *Controller) countWrite(wrote bool) {
 	if wrote {
 		c.writes++
 	}
-}
-
-// nextEvent is the first stage of the reconcile path: it waits for what wakes the next
-// reconcile and returns its cause, and false once ctx ended. Nothing but a change or the time a
-// decision named can change a decision: an act's own writes, and every change of what the
-// steps read, come back through the informers (and the probes' results through the tracker) as
-// pokes (CauseChange); recheck is the moment a decision named (CauseRecheck), MaxPollInterval
-// the safety net (CausePoll).
-func (c *Controller) nextEvent(ctx context.Context, recheck time.Time) (cause string, alive bool) {
-	var timeout <-chan time.Time
-	delay, onTimeout := c.opts.MaxPollInterval, CausePoll
-	if !recheck.IsZero() && (delay <= 0 || time.Until(recheck) < delay) {
-		delay, onTimeout = max(time.Until(recheck), 0), CauseRecheck
-	}
-	var timer *time.Timer
-	if delay > 0 || !recheck.IsZero() {
-		timer = time.NewTimer(delay)
-		timeout = timer.C
-	}
-	select {
-	case <-ctx.Done():
-	case <-c.trigger:
-		cause = CauseChange
-	case <-timeout:
-		cause = onTimeout
-	}
-	if timer != nil {
-		timer.Stop()
-	}
-	return cause, ctx.Err() == nil
-}
-
-func newFailureBackoff() retry.Backoff {
-	return retry.WithCappedDuration(30*time.Second, retry.NewExponential(500*time.Millisecond))
 }
 
 // newRecorder returns the recorder of the operator's Events, writing until ctx ends.

@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -52,5 +56,71 @@ func TestInformersKeepNoPrivateKey(t *testing.T) {
 	want := map[string][]byte{steps.CertificateKey: []byte("c1"), steps.ChartIssuerKey: []byte("c2")}
 	if !reflect.DeepEqual(slim.Data, want) || slim.Annotations[steps.HelmResourcePolicyAnnotation] != steps.HelmKeep {
 		t.Fatalf("kept %v (annotations %v), want the certificates %v and the annotations", slim.Data, slim.Annotations, want)
+	}
+}
+
+// A failed reconcile is retried through the workqueue once the failure back-off has passed, and
+// counted as a retry; what wakes the loop before then (the failure's own writes come back as
+// pokes) reconciles nothing. A success then ends the back-off: its next reconcile is a change's.
+func TestFailedReconcileWaitsOutItsBackOff(t *testing.T) {
+	b, _ := renewedBed(t, Options{})
+	down := true
+	b.kube.PrependReactor("patch", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down {
+			return true, nil, apierrors.NewServiceUnavailable("down")
+		}
+		return false, nil, nil
+	})
+	ctx := context.Background()
+	reconciles := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, cause := range []string{CauseStart, CauseChange, CauseRecheck, CausePoll, CauseRetry} {
+			if n := testutil.ToFloat64(b.c.metrics.reconciles.WithLabelValues(cause)); n > 0 {
+				out[cause] = n
+			}
+		}
+		return out
+	}
+	next := func(cause string) {
+		t.Helper()
+		done := make(chan bool, 1)
+		go func() { done <- b.c.processNext(ctx, cause) }()
+		select {
+		case ok := <-done:
+			if !ok {
+				t.Fatal("the queue shut down")
+			}
+		case <-time.After(10 * failureMaxDelay):
+			t.Fatal("nothing came out of the queue")
+		}
+	}
+
+	b.c.queue.Add(b.c.key())
+	next(CauseStart)
+	if b.c.retryAt.IsZero() {
+		t.Fatal("the failed reconcile set no back-off")
+	}
+	retryAt := b.c.retryAt
+	b.c.poke()
+	b.c.poke()
+	next("")
+	if got, want := reconciles(), map[string]float64{CauseStart: 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after pokes within the back-off: reconciles %v, want %v", got, want)
+	}
+	down = false
+	next("")
+	if time.Now().Before(retryAt) {
+		t.Errorf("retried %v before the back-off ended", time.Until(retryAt))
+	}
+	if got, want := reconciles(), map[string]float64{CauseStart: 1, CauseRetry: 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the back-off: reconciles %v, want %v", got, want)
+	}
+	if !b.c.retryAt.IsZero() {
+		t.Fatalf("the retry succeeded and the back-off is still set, to %v", b.c.retryAt)
+	}
+	b.c.poke()
+	next("")
+	if got, want := reconciles(), map[string]float64{CauseStart: 1, CauseRetry: 1, CauseChange: 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a poke: reconciles %v, want %v", got, want)
 	}
 }

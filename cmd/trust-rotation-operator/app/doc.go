@@ -15,8 +15,9 @@
 //     (probe.CertTracker), the automations' informers (automation.go) and the linked
 //     clusters' watches (remote.go) to poke the controller. churn.go paces the pokes of pods
 //     that only move counts; rotationUpdated drops the echo of the operator's own status write.
-//     Run's loop waits in nextEvent and counts each reconcile by its cause (metrics.go); a
-//     failed reconcile is retried after a back-off instead.
+//     Run's loop is client-go's workqueue's, one key: processNext takes it, counts the
+//     reconcile by its cause (reconcileCause, metrics.go), and queues it again for the moment
+//     the reconcile named (recheckAfter) or, after a failure, for the limiter's back-off.
 //  2. The State read (reconcile.go readState). driven (rotation.go) takes the driven
 //     TrustAnchorRotation, as cached or as last written, marking any other one Ignored and any
 //     one whose spec it cannot use SpecInvalid (then it holds every act, hold.go held).
@@ -48,4 +49,27 @@
 // Around the path: steps/kube's leader election (lease.go) elects the one leader that runs it
 // and its event recorder (events.go) writes its Events; lazyinformer.go starts an informer on
 // its first use; apicount.go counts the API requests.
+//
+// # What a failover forgets
+//
+// Everything a decision rests on is in the cluster: the checkpoint (its step, its act's token and
+// count, the rotation's anchors) in the TrustAnchorRotation status, the restarts in the
+// workloads' annotations, the rest in the objects the informers read. A new leader reads them
+// and goes on. The Controller's own memory is pacing and reporting, each lost safely:
+//
+//   - the queue, its back-off and recheck moment (retryAt, recheckAt, poked): the new leader
+//     starts with a reconcile, which names its own moments again;
+//   - latest and replaced, the status as last written until the cache shows it, and echo: a
+//     new leader reads the status from its cache, which starts synced;
+//   - the automations' written and evicted marks (automation.go), the restarts not yet in the
+//     cache: the new leader's cache lists the workloads with their marks;
+//   - churn, reconcileBegan, lastWriteBegan and controlPlaneChanged, the progress write pacing:
+//     the first reconcile writes what it sees;
+//   - bundleRewrites and bundleRewriteAt, the back-off against a writer that keeps reverting the
+//     bundle: it starts over, one rewrite sooner than it would have;
+//   - lastDrift, lastIdentityEarly, lastUndecodable, the Events already emitted: one may be
+//     emitted again (the conditions-based ones, IdentityIssuerStale among them, read the
+//     status and are not);
+//   - specInvalidSeries, the metric series to clear: a new process has none;
+//   - writes, the act writes of the running reconcile: a reconcile does not outlive its leader.
 package app

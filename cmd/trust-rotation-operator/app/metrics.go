@@ -48,7 +48,7 @@ type Metrics struct {
 const (
 	CauseStart   = "start"   // the first observation once the caches synced
 	CauseChange  = "change"  // a watched object or a probe result changed
-	CauseRecheck = "recheck" // a moment a decision depends on came (workflow.Decision.RecheckAt)
+	CauseRecheck = "recheck" // a moment a decision depends on came (workflow.Decision.RecheckAt; a held-back write falling due)
 	CausePoll    = "poll"    // --max-poll-interval passed with nothing else
 	CauseRetry   = "retry"   // the previous observation failed
 )

@@ -34,12 +34,7 @@ func (c *Controller) holdProgress(prev, next *v1alpha1.TrustAnchorRotationStatus
 	if c.reconcileBegan.Sub(c.lastWriteBegan) >= progressWriteInterval {
 		return false
 	}
-	wait := max(time.Until(c.lastWriteBegan.Add(progressWriteInterval)), 0)
-	if c.progressTimer == nil {
-		c.progressTimer = time.AfterFunc(wait, c.poke)
-	} else {
-		c.progressTimer.Reset(wait)
-	}
+	c.recheckAfter(c.lastWriteBegan.Add(progressWriteInterval))
 	return true
 }
 

@@ -63,27 +63,35 @@ func TestHoldProgressMeasuresFromReconcileBeginnings(t *testing.T) {
 	next := *prev.DeepCopy()
 	next.WorkloadCertificates.ConvergedPods, next.BlockingMessage = 4, "Waiting for 6 pod(s)"
 
-	c := &Controller{trigger: make(chan struct{}, 1)}
+	c := &Controller{}
+	c.initQueue()
+	defer c.queue.ShutDown()
 	c.lastWriteBegan = time.Now()
 	c.reconcileBegan = c.lastWriteBegan.Add(progressWriteInterval)
 	if c.holdProgress(&prev, &next) {
 		t.Fatal("the paced reconcile held its progress")
 	}
-	if c.progressTimer != nil {
-		t.Fatal("the paced reconcile armed a timer")
+	if !c.recheckAt.IsZero() {
+		t.Fatal("the paced reconcile asked for another")
 	}
 
 	c.reconcileBegan = c.lastWriteBegan.Add(progressWriteInterval / 2)
 	if !c.holdProgress(&prev, &next) {
 		t.Fatal("a reconcile half an interval after the last write wrote its progress")
 	}
+	got := make(chan struct{})
+	go func() {
+		if _, shutdown := c.queue.Get(); !shutdown {
+			close(got)
+		}
+	}()
 	select {
-	case <-c.trigger:
+	case <-got:
 	case <-time.After(10 * progressWriteInterval):
-		t.Fatal("no poke once the interval passed")
+		t.Fatal("no reconcile queued once the interval passed")
 	}
 	if early := time.Until(c.lastWriteBegan.Add(progressWriteInterval)); early > 20*time.Millisecond {
-		t.Errorf("poked %v before the interval passed", early)
+		t.Errorf("queued %v before the interval passed", early)
 	}
 }
 
@@ -95,7 +103,9 @@ func TestHoldProgressWritesAControlPlaneChangeAtOnce(t *testing.T) {
 		WorkloadCertificates: &v1alpha1.ConvergenceStatus{Status: v1alpha1.Converging, ConvergedPods: 3, TargetPods: 10}}
 	next := *prev.DeepCopy()
 	next.WorkloadCertificates.ConvergedPods, next.BlockingMessage = 4, "Waiting for 6 pod(s)"
-	c := &Controller{trigger: make(chan struct{}, 1)}
+	c := &Controller{}
+	c.initQueue()
+	defer c.queue.ShutDown()
 	c.lastWriteBegan = time.Now()
 	c.reconcileBegan = c.lastWriteBegan.Add(progressWriteInterval / 10)
 
@@ -108,7 +118,5 @@ func TestHoldProgressWritesAControlPlaneChangeAtOnce(t *testing.T) {
 	if !c.holdProgress(&prev, &next) {
 		t.Error("the reconcile after it, with no control-plane change, wrote its progress at once")
 	}
-	if c.progressTimer != nil {
-		c.progressTimer.Stop()
-	}
+
 }

@@ -69,7 +69,7 @@ func actReason(decision string) string {
 const conflictRecheck = time.Second
 
 // reconcile is one pass of the path the package doc describes, from the event that woke it
-// (Run, nextEvent): it reads the State (readState), makes the repairs (repairInputs), lets the
+// (Run, processNext): it reads the State (readState), makes the repairs (repairInputs), lets the
 // engine advance the workflow by at most one act, the checkpoint written before the act
 // (advanceEngine, checkpoint.save), and projects the status (projectStatus). It returns when
 // to observe again if nothing changes before (zero: only when something changes).

@@ -421,11 +421,10 @@ func TestReconcileIgnoresTheEchoOfItsOwnStatus(t *testing.T) {
 		{"another rotation at the same version", other, true},
 	} {
 		b.c.rotationUpdated(tc.obj)
-		poked := false
-		select {
-		case <-b.c.trigger:
-			poked = true
-		default:
+		poked := b.c.queue.Len() > 0
+		if poked {
+			key, _ := b.c.queue.Get()
+			b.c.queue.Done(key)
 		}
 		if poked != tc.poke {
 			t.Errorf("update to %s (resourceVersion %s): poked %v, want %v", tc.name, tc.obj.ResourceVersion, poked, tc.poke)
@@ -741,8 +740,8 @@ func TestRepairBundleRewritesADriftedBundle(t *testing.T) {
 	if n := len(b.writes()); n != 1 {
 		t.Errorf("%d writes, want the one rewrite within the back-off", n)
 	}
-	if b.c.bundleTimer == nil {
-		t.Error("no reconcile scheduled for when the back-off ends")
+	if due := b.c.bundleRewriteAt.Add(b.c.bundleRewriteBackoff()); b.c.recheckAt.IsZero() || b.c.recheckAt.After(due.Add(time.Second)) {
+		t.Errorf("reconcile scheduled at %v, want one for when the back-off ends (%v)", b.c.recheckAt, due)
 	}
 	b.c.bundleRewriteAt = time.Now().Add(-time.Minute)
 	b.reconcile()

@@ -102,11 +102,7 @@ func (c *Controller) repairBundle(ctx context.Context, tar *v1alpha1.TrustAnchor
 	}
 	if wait := c.bundleRewriteBackoff() - time.Since(c.bundleRewriteAt); c.bundleRewrites > 0 && wait > 0 {
 		// Rewritten moments ago and changed again: rewrite once the back-off has passed.
-		if c.bundleTimer == nil {
-			c.bundleTimer = time.AfterFunc(wait, c.poke)
-		} else {
-			c.bundleTimer.Reset(wait)
-		}
+		c.recheckAfter(time.Now().Add(wait))
 		return true, nil
 	}
 	if err := c.writer.WriteTrustRoots(ctx, drift.Rewrite); err != nil {
