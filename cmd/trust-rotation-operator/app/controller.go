@@ -98,11 +98,12 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	limiter workqueue.TypedRateLimiter[string]
 	retryAt time.Time
-	// poked: a poke came since the reconcile before began; recheckAt is the earliest moment
-	// the reconciles asked to observe again at (their decisions', the held-back progress', the
-	// bundle rewrite's back-off). Both say what caused a reconcile (reconcileCause).
-	poked     atomic.Bool
-	recheckAt time.Time
+	// poked: a poke came since the reconcile before began. recheckAt is the earliest moment the
+	// last reconcile asked to observe again at (its decisions', a held-back progress write's, a
+	// bundle rewrite's back-off), pollAt when --max-poll-interval has passed since it. They say
+	// whether a wake is due (wakeDue) and what caused the reconcile (reconcileCause).
+	poked             atomic.Bool
+	recheckAt, pollAt time.Time
 
 	anchor, previous, issuer, bundle, deployments, rotation cache.SharedIndexInformer
 	pods                                                    *podindex.PodInformer
@@ -281,8 +282,8 @@ func (c *Controller) poke() {
 	c.queue.Add(c.key())
 }
 
-// recheckAfter asks for a reconcile at t, unless one is due sooner (the queue keeps a key's
-// earliest moment), and remembers it as a moment a decision depends on (reconcileCause).
+// recheckAfter asks for a reconcile at t, unless the running reconcile named an earlier moment
+// (the queue keeps a key's earliest), and remembers it (wakeDue, reconcileCause).
 func (c *Controller) recheckAfter(t time.Time) {
 	if c.recheckAt.IsZero() || t.Before(c.recheckAt) {
 		c.recheckAt = t
@@ -352,18 +353,23 @@ func (c *Controller) processNext(ctx context.Context, cause string) bool {
 	}
 	defer c.queue.Done(key)
 	now := time.Now()
-	if now.Before(c.retryAt) {
-		// Woken during a failure's back-off (a moment named before the failure, or a poke
-		// that came during it): the retry comes at its time.
-		c.queue.AddAfter(key, c.retryAt.Sub(now))
-		return true
-	}
 	if cause == "" {
+		if wait, due := c.wakeDue(now); !due {
+			// Woken before its time: within a failure's back-off (by a poke, or a moment named
+			// before the failure), or at a moment a later reconcile no longer named (the queue
+			// keeps a key's earliest moment; it has no way to take one back). The key comes
+			// back at the moment that is due, if any.
+			if wait > 0 {
+				c.queue.AddAfter(key, wait)
+			}
+			return true
+		}
 		cause = c.reconcileCause(now)
 	}
 	c.metrics.reconciles.WithLabelValues(cause).Inc()
 	c.reconcileBegan = now
 	c.controlPlaneChanged = c.churn.began(c.reconcileBegan)
+	c.recheckAt, c.pollAt = time.Time{}, time.Time{}
 	recheck, err := c.reconcile(ctx)
 	switch {
 	case ctx.Err() != nil:
@@ -385,27 +391,52 @@ func (c *Controller) processNext(ctx context.Context, cause string) bool {
 		c.recheckAfter(recheck)
 	}
 	if c.opts.MaxPollInterval > 0 {
+		c.pollAt = now.Add(c.opts.MaxPollInterval)
 		c.queue.AddAfter(key, c.opts.MaxPollInterval)
 	}
 	return true
 }
 
-// reconcileCause says what woke the reconcile about to begin at now, for the reconciles metric:
-// a failure before it (CauseRetry), a poke since the one before (CauseChange), a moment a
-// reconcile named (CauseRecheck), else --max-poll-interval (CausePoll).
+// wakeDue says whether a reconcile is due at now, and if not, how long until one is (0: none
+// is pending but a poke).
+func (c *Controller) wakeDue(now time.Time) (time.Duration, bool) {
+	if now.Before(c.retryAt) {
+		return c.retryAt.Sub(now), false
+	}
+	if !c.retryAt.IsZero() || c.poked.Load() {
+		return 0, true
+	}
+	var next time.Time
+	for _, t := range []time.Time{c.recheckAt, c.pollAt} {
+		if t.IsZero() {
+			continue
+		}
+		if !now.Before(t) {
+			return 0, true
+		}
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	if next.IsZero() {
+		return 0, false
+	}
+	return next.Sub(now), false
+}
+
+// reconcileCause says what woke the reconcile that wakeDue found due at now, for the
+// reconciles metric: a failure before it (CauseRetry), a poke since the one before
+// (CauseChange), a moment the one before named (CauseRecheck), else --max-poll-interval
+// (CausePoll).
 func (c *Controller) reconcileCause(now time.Time) string {
 	retried, poked := !c.retryAt.IsZero(), c.poked.Swap(false)
 	c.retryAt = time.Time{}
-	due := !c.recheckAt.IsZero() && !now.Before(c.recheckAt)
-	if due {
-		c.recheckAt = time.Time{}
-	}
 	switch {
 	case retried:
 		return CauseRetry
 	case poked:
 		return CauseChange
-	case due:
+	case !c.recheckAt.IsZero() && !now.Before(c.recheckAt):
 		return CauseRecheck
 	}
 	return CausePoll

@@ -62,6 +62,7 @@ func TestInformersKeepNoPrivateKey(t *testing.T) {
 // A failed reconcile is retried through the workqueue once the failure back-off has passed, and
 // counted as a retry; what wakes the loop before then (the failure's own writes come back as
 // pokes) reconciles nothing. A success then ends the back-off: its next reconcile is a change's.
+// A wake before the moment the last reconcile named reconciles nothing either.
 func TestFailedReconcileWaitsOutItsBackOff(t *testing.T) {
 	b, _ := renewedBed(t, Options{})
 	down := true
@@ -122,5 +123,20 @@ func TestFailedReconcileWaitsOutItsBackOff(t *testing.T) {
 	next("")
 	if got, want := reconciles(), map[string]float64{CauseStart: 1, CauseRetry: 1, CauseChange: 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a poke: reconciles %v, want %v", got, want)
+	}
+
+	// A moment an earlier reconcile named, which the last one did not name again, stays in
+	// the queue (it keeps a key's earliest moment): it wakes the loop and reconciles nothing.
+	b.c.recheckAt = time.Now().Add(time.Hour)
+	b.c.queue.Add(b.c.key())
+	next("")
+	if got, want := reconciles(), map[string]float64{CauseStart: 1, CauseRetry: 1, CauseChange: 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a wake before the moment named: reconciles %v, want %v", got, want)
+	}
+	b.c.recheckAt = time.Now()
+	b.c.queue.Add(b.c.key()) // as the queue does at the moment
+	next("")
+	if got, want := reconciles(), map[string]float64{CauseStart: 1, CauseRetry: 1, CauseChange: 1, CauseRecheck: 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the moment named: reconciles %v, want %v", got, want)
 	}
 }
