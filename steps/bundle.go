@@ -13,8 +13,7 @@ import (
 // expandTrustBundleStep writes the expanded bundle, the first write of a rotation.
 func expandTrustBundleStep(w Writer) Step {
 	return Step{
-		Step:               writeBundleStep(w, StepExpandTrustBundle, "Write the expanded trust bundle: the new anchor and the previous one."),
-		BeforeIssuerSwitch: true, IdentityMustWait: true,
+		Step:                  writeBundleStep(w, StepExpandTrustBundle, "Write the expanded trust bundle: the new anchor and the previous one."),
 		CrossSignedSkips:      "the trust bundle keeps the previous anchor alone until every live certificate chains to the new one: the identity issuer's chain carries the new anchor, signed by the previous one, to the pods that trust only it",
 		RunsInBridgedRecovery: true,
 	}
@@ -23,8 +22,7 @@ func expandTrustBundleStep(w Writer) Step {
 // reduceTrustBundleStep writes the reduced bundle once the previous anchor is retired.
 func reduceTrustBundleStep(w Writer) Step {
 	return Step{
-		Step:     writeBundleStep(w, StepReduceTrustBundle, "Write the reduced trust bundle: the new anchor alone."),
-		Retiring: true,
+		Step: writeBundleStep(w, StepReduceTrustBundle, "Write the reduced trust bundle: the new anchor alone."),
 	}
 }
 

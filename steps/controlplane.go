@@ -14,7 +14,7 @@ func refreshControlPlaneStep(w Writer) Step {
 	return Step{
 		Step: restartStep(w, StepRefreshControlPlane, v1alpha1.PhaseRefreshingControlPlane, destinationAndInjector,
 			"Restart linkerd-destination and linkerd-proxy-injector so the injector stamps the expanded bundle on new pods (identity is left alone: see restart-identity)."),
-		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true, WritesMany: true,
+		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, WritesMany: true,
 		CrossSignedSkips: "the trust bundle was not expanded, so the injector has nothing new to stamp",
 	}
 }
@@ -27,7 +27,7 @@ func restartIdentityOnNewIssuerStep(w Writer) Step {
 	return Step{
 		Step: restartStep(w, StepRestartIdentityOnNewIssuer, v1alpha1.PhaseWaitingForIdentityRotation, identityOnly,
 			"Restart linkerd-identity so that every identity replica signs with the new issuer, its own proxy included."),
-		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, UrgentProbes: true,
+		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true,
 	}
 }
 
@@ -36,7 +36,7 @@ func refreshControlPlaneCertsStep(w Writer) Step {
 	return Step{
 		Step: restartStep(w, StepRefreshControlPlaneCerts, v1alpha1.PhaseRenewingWorkloadCerts, destinationAndInjector,
 			"Restart linkerd-destination and linkerd-proxy-injector so their proxies hold certificates from the new issuer."),
-		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, UrgentProbes: true, WritesMany: true,
+		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, WritesMany: true,
 	}
 }
 
@@ -45,7 +45,7 @@ func refreshControlPlaneReducedStep(w Writer) Step {
 	return Step{
 		Step: restartStep(w, StepRefreshControlPlaneReduced, v1alpha1.PhaseRefreshingControlPlane, wholeControlPlane,
 			"Restart the whole control plane onto the reduced bundle, identity first."),
-		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, Retiring: true, WritesMany: true,
+		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, WritesMany: true,
 	}
 }
 

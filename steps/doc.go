@@ -16,11 +16,15 @@
 // # The order
 //
 // Rotation (rotation.go) lists the steps in the order the rotation takes them; its comment says
-// the safety rule behind that order. Whoever runs the steps is given that list: nothing else
-// keeps one, so a new step is an entry in Rotation and a file of its own. Rotation wraps each
-// step's Observe in the guards every step shares: the trust-bundle check of the steps that rely
-// on the bundle (drift.go), a rotation superseded by a newer anchor (supersede.go), the steps a
-// cross-signed rotation skips (strategy.go).
+// the safety rule behind that order. The list is a tree of stages (stage.go: at rest, then expand,
+// switch the issuer, retire, some nested), as kubeadm's phases nest: what holds at a step because
+// of where it sits (the issuer has not switched yet, every pod must keep the expanded bundle, the
+// anchor is retiring, ...) is its stages' Position, not the step's own declaration, and the
+// recovery's two moves stand out of that order (outOfOrder). Whoever runs the steps is given the
+// list: nothing else keeps one, so a new step is an entry in a stage and a file of its own.
+// Rotation wraps each step's Observe in the guards every step shares: the trust-bundle check of
+// the steps that rely on the bundle (drift.go), a rotation superseded by a newer anchor
+// (supersede.go), the steps a cross-signed rotation skips (strategy.go).
 //
 // # The state
 //
@@ -38,9 +42,9 @@
 //   - the steps: bootstrap.go, detect.go, bundle.go (the bundle writes), controlplane.go (the
 //     control-plane restarts), propagate.go (the data plane on a new bundle), identity.go,
 //     issuer.go, renewcertificates.go, retire.go, remote.go (the gates of linked clusters);
-//   - what they share: step.go, rotation.go, reasons.go (reasons others match on), token.go
-//     (the act-token grammar), assume.go (a plan's assumptions), simulated.go (the writes made
-//     in a State);
+//   - what they share: step.go, rotation.go, stage.go (what holds at a step by its place),
+//     reasons.go (reasons others match on), token.go (the act-token grammar), assume.go (a
+//     plan's assumptions), simulated.go (the writes made in a State);
 //   - the state and what it derives: state.go, anchors.go (the wanted bundle), certificates.go
 //     (certificate convergence), keep.go (anchors a bundle must keep), workload.go, proxy.go,
 //     pki.go (certificate helpers), bridge.go (the path a proxy builds through a cross-signed

@@ -13,7 +13,8 @@ import (
 )
 
 // extraStep is a step a later version might add: it waits until a check passes, and the user
-// runs the check. It declares its facts as every step does, and nothing else names it.
+// runs the check. It declares its facts as every step does, its stage holds the rest, and
+// nothing else names it.
 func extraStep(passed *bool) Step {
 	return Step{
 		Step: workflow.Step[*State]{
@@ -26,36 +27,49 @@ func extraStep(passed *bool) Step {
 				return workflow.Waiting("ExtraCheckPending", "Waiting for the extra check")
 			},
 		},
-		Manual:             func(s *State) string { return "run the extra check in namespace " + s.Config.LinkerdNamespace },
-		ReliesOnBundle:     true,
-		NeedsExpandedPods:  true,
-		BeforeIssuerSwitch: true,
-		UrgentProbes:       true,
+		Manual:         func(s *State) string { return "run the extra check in namespace " + s.Config.LinkerdNamespace },
+		ReliesOnBundle: true,
 	}
 }
 
-// withStep returns the rotation with st after the step named after, as Rotation would return it
-// with st listed there.
-func withStep(t *testing.T, w Writer, after string, st Step) []Step {
+// withStep returns the rotation with st after the step named after in the stage of that name, as
+// Rotation would return it with st listed there.
+func withStep(t *testing.T, w Writer, stage, after string, st Step) []Step {
 	t.Helper()
-	list := rotation(w)
-	i := slices.IndexFunc(list, func(x Step) bool { return x.Name == after })
-	if i < 0 {
-		t.Fatalf("no step %q", after)
+	tree := rotationStages(w)
+	if !insertAfter(&tree, stage, after, st) {
+		t.Fatalf("no step %q in a stage %q", after, stage)
 	}
-	list = slices.Insert(list, i+1, st)
-	return guarded(list)
+	return guarded(tree.Steps())
 }
 
-// TestAnotherStep: adding a step takes an entry in Rotation and the step's own file. The engine,
-// a plan, the status projection and everything that looks a step up by its checkpoint's name
-// pick it up from the Step alone.
+func insertAfter(sg *Stage, stage, after string, st Step) bool {
+	for i, p := range sg.Parts {
+		switch p := p.(type) {
+		case Stage:
+			if insertAfter(&p, stage, after, st) {
+				sg.Parts[i] = p
+				return true
+			}
+		case Step:
+			if sg.Name == stage && p.Name == after {
+				sg.Parts = slices.Insert(sg.Parts, i+1, part(st))
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestAnotherStep: adding a step takes an entry in a stage of the rotation and the step's own
+// file. The engine, a plan, the status projection and everything that looks a step up by its
+// checkpoint's name pick it up from the Step alone, and what holds where it sits from its stage.
 func TestAnotherStep(t *testing.T) {
 	p := newPKI(t)
 	s := rotatingState(p, bundlePods(4, 4), certPods(0, 4))
 	w := newConvergingWriter(s)
 	passed := false
-	list := withStep(t, w, StepRestartIdentity, extraStep(&passed))
+	list := withStep(t, w, "load", StepRestartIdentity, extraStep(&passed))
 	wf, err := NewWorkflow(list)
 	if err != nil {
 		t.Fatal(err)
@@ -106,8 +120,18 @@ func TestAnotherStep(t *testing.T) {
 		st.Checkpoint.Step != "verify-extra" || st.Checkpoint.Rotation != s.Anchor.Fingerprint() {
 		t.Errorf("status: phase %s, message %q, checkpoint %+v", st.Phase, st.BlockingMessage, st.Checkpoint)
 	}
-	if !UrgentCertificates(extended, s, "verify-extra") {
-		t.Error("the step's live certificates are not probed urgently")
+	// Its stage's facts: the issuer has not switched, every pod must keep the expanded bundle,
+	// and the pods are not moving onto the new issuer yet.
+	if !extra.BeforeIssuerSwitch || !extra.NeedsExpandedPods || extra.IdentityMustWait || extra.Retiring {
+		t.Errorf("facts of the step in stage load: %+v", extra.Position)
+	}
+	if UrgentCertificates(extended, s, "verify-extra") {
+		t.Error("the step's live certificates are probed urgently before the issuer switch")
+	}
+	// The same step in the stage where pods move onto the new issuer holds that stage's facts.
+	moving := NewOrdered(withStep(t, w, "move", StepRestartIdentityOnNewIssuer, extraStep(&passed)))
+	if !UrgentCertificates(moving, s, "verify-extra") || moving.named("verify-extra").BeforeIssuerSwitch {
+		t.Errorf("facts of the step in stage move: %+v", moving.named("verify-extra").Position)
 	}
 	// The checkpoint saved before a later act keeps the rotation: the step is in its place.
 	start := metav1.NewTime(s.RotationStart)

@@ -20,7 +20,7 @@ func restartIdentityStep(w Writer) Step {
 				"with the issuer renewed already, identity is scaled to 0 and back instead, so that no old identity pod runs beside a new one, and issues no certificate meanwhile while those it issued stay valid.",
 			Observe: observeRestartIdentity, Act: actRestartIdentity(w), Describe: describeRestartIdentity, Token: restartIdentityToken,
 		},
-		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true, NeedsExpandedPods: true, BeforeIssuerSwitch: true,
+		Assumes: AssumeControlPlaneRestarted, ReliesOnBundle: true, ReloadsBundle: true,
 		CrossSignedSkips: "linkerd-identity, on the previous anchor's roots, accepts the renewed issuer through the bridge in its chain",
 	}
 }

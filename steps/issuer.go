@@ -17,8 +17,8 @@ func waitForIdentityIssuerStep(w Writer) Step {
 			Doc:     "Wait for the identity issuer to be renewed onto the new anchor (cmctl renew -n linkerd linkerd-identity-issuer).",
 			Observe: observeIssuerRenewal, Act: actRenewIssuer(w), Describe: describeRenewIssuer, Token: issuerRenewalToken,
 		},
-		ReliesOnBundle: true, NeedsExpandedPods: true,
-		Manual: renewIssuer, Automated: issuerRenewalAutomated, Assumes: AssumeIssuerRenewed,
+		ReliesOnBundle: true,
+		Manual:         renewIssuer, Automated: issuerRenewalAutomated, Assumes: AssumeIssuerRenewed,
 	}
 }
 

@@ -14,7 +14,7 @@ func propagateTrustRootsStep(w Writer) Step {
 	step.Observe = warnSchemeSwitch(step.Observe)
 	return Step{
 		Step:           step,
-		ReliesOnBundle: true, ReloadsBundle: true, BeforeIssuerSwitch: true, IdentityMustWait: true,
+		ReliesOnBundle: true, ReloadsBundle: true,
 		CrossSignedSkips: "no pod needs the new anchor in its roots before the issuer switch: the bridge in the issuer's chain leads its certificates to the previous anchor",
 		Manual:           restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true, Assumes: AssumeWorkloadsRestarted,
 	}
@@ -25,7 +25,7 @@ func removeOldTrustRootsStep(w Writer) Step {
 	return Step{
 		Step: bundleRestartsStep(w, StepRemoveOldTrustRoots, v1alpha1.PhaseRemovingOldTrustRoots, reduce, "reduced",
 			"Wait until every meshed pod was injected with the reduced bundle (restart your workloads)."),
-		ReliesOnBundle: true, ReloadsBundle: true, Retiring: true,
+		ReliesOnBundle: true, ReloadsBundle: true,
 		Manual: restartYourWorkloads, Automated: restartsBehind, WaitsOnTrustBundle: true, Assumes: AssumeWorkloadsRestarted,
 	}
 }

@@ -71,7 +71,7 @@ func waitForRemoteTrustRootsStep() Step {
 	return Step{
 		Step: remoteGateStep(StepWaitForRemoteTrustRoots, GateTrustRoots,
 			"Wait until every linked cluster's data plane runs with a trust bundle holding the new anchor; passes at once without linked clusters."),
-		Gate: GateTrustRoots, ReliesOnBundle: true, NeedsExpandedPods: true, BeforeIssuerSwitch: true,
+		Gate: GateTrustRoots, ReliesOnBundle: true,
 	}
 }
 
@@ -80,7 +80,7 @@ func waitForRemoteCertificatesStep() Step {
 	return Step{
 		Step: remoteGateStep(StepWaitForRemoteCertificates, GateCertificates,
 			"Wait until every linked cluster's meshed pods present certificates on the new anchor's path; passes at once without linked clusters."),
-		Gate: GateCertificates, ReliesOnBundle: true, NeedsExpandedPods: true,
+		Gate: GateCertificates, ReliesOnBundle: true,
 	}
 }
 

@@ -16,7 +16,7 @@ func renewWorkloadCertificatesStep(w Writer) Step {
 			Doc:     "Wait until every meshed pod presents a certificate that chains to the new anchor, from the new issuer or a later renewal of it (restart workloads, or let proxies refresh).",
 			Observe: observeCertificateRestarts, Act: actRestarts(w, renew), Describe: describeRestarts(renew),
 		},
-		ReliesOnBundle: true, NeedsExpandedPods: true, UrgentProbes: true, Assumes: AssumeCertificatesRenewed,
+		ReliesOnBundle: true, Assumes: AssumeCertificatesRenewed,
 		Manual: func(s *State) string {
 			if s.CrossSigned() {
 				return "let proxies refresh (spec.strategy CrossSigned: nothing is restarted here)"

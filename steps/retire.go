@@ -16,7 +16,7 @@ func retirePreviousAnchorStep(w Writer) Step {
 			Doc:     "Copy the current anchor's certificate into linkerd-previous-anchor, retiring the old anchor.",
 			Observe: observeRetired, Act: actRetire(w), Describe: describeRetire,
 		},
-		ReliesOnBundle: true, NeedsExpandedPods: true, Retiring: true,
+		ReliesOnBundle: true,
 	}
 }
 

@@ -71,25 +71,51 @@ const (
 // Every step that relies on the trust bundle checks it first (see CheckBundle).
 func Rotation(w Writer) []Step { return guarded(rotation(w)) }
 
-func rotation(w Writer) []Step {
-	return []Step{
-		bootstrapStep(w),
-		detectAnchorRotationStep(w),
-		renewIssuerFirstStep(w),
-		expandTrustBundleStep(w),
-		restartIdentityFirstStep(w),
-		refreshControlPlaneStep(w),
-		propagateTrustRootsStep(w),
-		waitForRemoteTrustRootsStep(),
-		restartIdentityStep(w),
-		waitForIdentityIssuerStep(w),
-		restartIdentityOnNewIssuerStep(w),
-		refreshControlPlaneCertsStep(w),
-		renewWorkloadCertificatesStep(w),
-		waitForRemoteCertificatesStep(),
-		retirePreviousAnchorStep(w),
-		reduceTrustBundleStep(w),
-		refreshControlPlaneReducedStep(w),
-		removeOldTrustRootsStep(w),
-	}
+func rotation(w Writer) []Step { return rotationStages(w).Steps() }
+
+// rotationStages is the rotation as nested stages (stage.go): what holds at each step follows
+// from the stages it is in. A new step goes into the stage whose facts hold at it.
+func rotationStages(w Writer) Stage {
+	return Stage{Name: "rotation", Parts: []part{
+		// At rest: the first setup, then the watch for a renewed anchor.
+		Stage{Name: "at-rest", Parts: []part{bootstrapStep(w), detectAnchorRotationStep(w)}},
+		// The expansion: every pod comes to trust both anchors, identity last, while the
+		// issuer stays on the previous anchor.
+		Stage{Name: "expand", Holds: Position{BeforeIssuerSwitch: true}, Parts: []part{
+			// The bundle spreads while identity waits; the recovery from an expired anchor
+			// renews the issuer and restarts identity out of this order.
+			Stage{Name: "spread", Holds: Position{IdentityMustWait: true}, Parts: []part{
+				outOfOrder{renewIssuerFirstStep(w)},
+				expandTrustBundleStep(w),
+				outOfOrder{restartIdentityFirstStep(w)},
+				refreshControlPlaneStep(w),
+				propagateTrustRootsStep(w),
+			}},
+			// Every pod trusts both anchors; identity loads them.
+			Stage{Name: "load", Holds: Position{NeedsExpandedPods: true}, Parts: []part{
+				waitForRemoteTrustRootsStep(),
+				restartIdentityStep(w),
+			}},
+		}},
+		// The issuer switch: every pod moves onto the new issuer while all still trust both.
+		Stage{Name: "switch-issuer", Holds: Position{NeedsExpandedPods: true}, Parts: []part{
+			waitForIdentityIssuerStep(w),
+			Stage{Name: "move", Holds: Position{UrgentProbes: true}, Parts: []part{
+				restartIdentityOnNewIssuerStep(w),
+				refreshControlPlaneCertsStep(w),
+				renewWorkloadCertificatesStep(w),
+			}},
+			waitForRemoteCertificatesStep(),
+		}},
+		// The reduction: the previous anchor leaves the bundle and the pods' roots.
+		Stage{Name: "retire", Holds: Position{Retiring: true}, Parts: []part{
+			// Retired, and still in every pod's roots.
+			Stage{Name: "release", Holds: Position{NeedsExpandedPods: true}, Parts: []part{retirePreviousAnchorStep(w)}},
+			Stage{Name: "reduce", Parts: []part{
+				reduceTrustBundleStep(w),
+				refreshControlPlaneReducedStep(w),
+				removeOldTrustRootsStep(w),
+			}},
+		}},
+	}}
 }

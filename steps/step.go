@@ -9,10 +9,14 @@ import (
 
 // Step is one step of the rotation: the engine's step (its name, phase, Doc, Observe, Act,
 // Describe and Token) with what the operator, the CLI and the tests need to know of it besides.
-// Each step's file declares all of it, and Rotation lists the steps in order: nothing else keeps
-// a list of steps by name, so a new step is an entry in Rotation and a file of its own.
+// Each step's file declares all of it but its Position, which the stages it is in hold, and
+// Rotation lists the steps in order, in their stages: nothing else keeps a list of steps by name,
+// so a new step is an entry in a stage and a file of its own.
 type Step struct {
 	workflow.Step[*State]
+	// Position is what holds at the step because of where it sits in the order: its stages say
+	// it (stage.go), the step never does.
+	Position
 
 	// Manual says what the user must do for the step to pass, for plans: set on the steps that
 	// wait on the user (restarts, the issuer renewal) unless the spec automates their part; nil
@@ -37,22 +41,6 @@ type Step struct {
 	// ReloadsBundle: the step's act restarts pods that load the trust bundle when they start, so
 	// the step starts over once a drifted bundle is rewritten (BundleDrift.StartOver).
 	ReloadsBundle bool
-	// NeedsExpandedPods: every meshed pod must still run with the expanded bundle at the step
-	// (from after propagate-trust-roots to retire-previous-anchor): identity is restarted onto
-	// it, then the issuer switches. Pods injected with a drifted bundle count as behind again.
-	NeedsExpandedPods bool
-	// BeforeIssuerSwitch: an identity issuer already signed by the new anchor at the step is
-	// ahead of the trust bundle (condition OutOfOrderIssuerRotation).
-	BeforeIssuerSwitch bool
-	// IdentityMustWait: the step comes between the bundle's expansion and the data plane's
-	// convergence on it, when identity must not restart onto the expanded roots; an identity pod
-	// restarted meanwhile by someone else is reported (IdentityRestartedEarly).
-	IdentityMustWait bool
-	// UrgentProbes: pods must move onto the new issuer at the step, so the live certificates of
-	// those that have not are probed often (UrgentCertificates).
-	UrgentProbes bool
-	// Retiring: the rotation's anchor is in linkerd-previous-anchor from this step on (RetiringTo).
-	Retiring bool
 	// Gate is the remote gate the step is, 0 when it is none.
 	Gate RemoteGate
 	// WritesMany: the step's act makes more than one write, so an operator may stop between them
