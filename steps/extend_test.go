@@ -102,7 +102,7 @@ func TestAnotherStep(t *testing.T) {
 	}
 
 	// A plan lists it, with its Doc, and the user's part.
-	plan, err := wf.Plan(cp, s)
+	plan, err := wf.Plan(context.Background(), cp, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,10 +25,10 @@
 // there as after an act, and reports the jump in the Result and in plans: only the engine moves
 // the checkpoint.
 //
-// Plan walks the same steps without acting, for a dry run. PlanAhead, given a Simulation, looks
-// past the step where the workflow stops: the acts run in the simulation and the waits are
-// assumed satisfied, so each later step is observed on the state the steps before it leave; a
-// jump is landed where Advance would save it. Both are Advance's walk: suspended up to the step
-// where the workflow stops, then over the simulation's state, each observation a line of the
-// plan; TestPlanAndOperatorWalkAlike holds a plan to the operator's loop of Advance.
+// Plan walks the same steps without acting, for a dry run. Given a Simulation, it looks past
+// the step where the workflow stops: the acts run in the simulation and the waits are assumed
+// satisfied, so each later step is observed on the state the steps before it leave; a jump is
+// landed where Advance would save it. It is Advance's walk: suspended up to the step where the
+// workflow stops, then over the simulation's state, each observation a line of the plan;
+// TestPlanAndOperatorWalkAlike holds a plan to the operator's loop of Advance.
 package workflow

@@ -162,7 +162,7 @@ func TestAdvanceRejectsAnUnknownCheckpoint(t *testing.T) {
 func TestPlanWritesNothing(t *testing.T) {
 	w, _ := New(toySteps("a", "b", "c")...)
 	state := &world{need: map[string]int{"b": 1, "c": 1}, acted: map[string]int{}}
-	plan, err := w.Plan(Checkpoint{Step: "b"}, state)
+	plan, err := w.Plan(context.Background(), Checkpoint{Step: "b"}, state, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestAdvanceJumpFailures(t *testing.T) {
 	if !errors.Is(err, ErrUnknownStep) || saves != 0 {
 		t.Errorf("err %v after %d saves; want ErrUnknownStep and nothing saved", err, saves)
 	}
-	if _, err := lost.Plan(Checkpoint{Step: "b"}, state); !errors.Is(err, ErrUnknownStep) {
+	if _, err := lost.Plan(context.Background(), Checkpoint{Step: "b"}, state, nil); !errors.Is(err, ErrUnknownStep) {
 		t.Errorf("plan: err %v, want ErrUnknownStep", err)
 	}
 }
@@ -344,7 +344,7 @@ func TestAdvanceJumpFailures(t *testing.T) {
 func TestPlanShowsTheJump(t *testing.T) {
 	w := jumpy(t)
 	state := &world{need: map[string]int{"c": 1}, acted: map[string]int{}, wait: map[string]bool{"moved": true}}
-	plan, err := w.Plan(Checkpoint{Step: "b"}, state)
+	plan, err := w.Plan(context.Background(), Checkpoint{Step: "b"}, state, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestPlanShowsTheJump(t *testing.T) {
 		plan[1].Decision.To != "a" || plan[1].Decision.Reason != "GoalMoved" || len(plan[1].Changes) != 0 {
 		t.Fatalf("plan %+v; want b done, then c jumping to a, and nothing after", plan)
 	}
-	rest, err := w.Plan(Checkpoint{Step: plan[1].Decision.To}, state)
+	rest, err := w.Plan(context.Background(), Checkpoint{Step: plan[1].Decision.To}, state, nil)
 	if err != nil || len(rest) != 3 || rest[0].Name != "a" || !rest[0].Current {
 		t.Fatalf("plan from the target: %+v, %v", rest, err)
 	}
@@ -360,7 +360,7 @@ func TestPlanShowsTheJump(t *testing.T) {
 	// A step observed after the first one that is not done is planned, not followed: only the
 	// step the workflow reaches can jump.
 	state.wait["b"] = true
-	plan, err = w.Plan(Checkpoint{Step: "b"}, state)
+	plan, err = w.Plan(context.Background(), Checkpoint{Step: "b"}, state, nil)
 	if err != nil || len(plan) != 2 || plan[0].Decision.Outcome != Wait || plan[1].Decision.Outcome != Jump {
 		t.Fatalf("plan %+v, %v; want b waiting and c's jump shown as observed", plan, err)
 	}

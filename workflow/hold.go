@@ -7,7 +7,7 @@ type Option func(*options)
 
 type options struct {
 	suspended bool
-	// The walk a plan makes (PlanAhead) sets these, unexported: once stops after the last step
+	// The walk a plan makes (Plan) sets these, unexported: once stops after the last step
 	// instead of starting over at the first; observed is told of every observation, in order;
 	// act runs the act of the step at position i instead of the step's own Act.
 	once     bool

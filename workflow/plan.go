@@ -70,30 +70,29 @@ type Simulation[S any] interface {
 const maxPasses = 8
 
 // Plan returns the steps from the checkpoint to the end of the workflow, each with its
-// observation of the state and what it would change. It writes nothing and runs no act.
+// observation of the state and what it would change. It writes nothing and runs no act but in
+// sim, a Simulation, when it is not nil.
 //
-// A plan ends at a jump, as Advance stops at one: the steps passed up to the first step that is
-// not done, and that step deciding to Jump (its Decision.To names where the workflow starts
-// again). What the jump saves may change what the later steps observe, so the caller plans the
-// rest from Checkpoint{Step: Decision.To}, over the state as the jump leaves it (or lets
-// PlanAhead's Simulation land the jump).
-func (w *Workflow[S]) Plan(cp Checkpoint, state S) ([]PlannedStep, error) {
-	return w.PlanAhead(context.Background(), cp, state, nil)
-}
-
-// PlanAhead is Plan carried past the step where the workflow stops by sim, when it is not nil:
-// from that step on, each step's acts run in the simulation and its waits are assumed satisfied
-// until it is done, and the steps after it are observed on the simulated state (Simulated). A
-// step the simulation cannot carry past (Stopped) ends the simulation: the steps after it are
-// observed on the state by sim.ObserveAhead. A jump at the next step is landed (sim.Land) and
-// the plan goes on from the step it lands on, with the jump's token, as the engine would once
-// it saved the jump's checkpoint. The errors of sim are returned as they are.
+// Without a simulation a plan ends where the workflow stops now, and the steps after it are
+// observed on the state as it is. It ends at a jump, as Advance stops at one: the steps passed
+// up to the first step that is not done, and that step deciding to Jump (its Decision.To names
+// where the workflow starts again). What the jump saves may change what the later steps
+// observe, so the caller plans the rest from Checkpoint{Step: Decision.To}, over the state as
+// the jump leaves it, or lets a Simulation land the jump.
+//
+// With a simulation the plan is carried past the step where the workflow stops: from that step
+// on, each step's acts run in the simulation and its waits are assumed satisfied until it is
+// done, and the steps after it are observed on the simulated state (Simulated). A step the
+// simulation cannot carry past (Stopped) ends the simulation: the steps after it are observed on
+// the state by sim.ObserveAhead. A jump at the next step is landed (sim.Land) and the plan goes
+// on from the step it lands on, with the jump's token, as the engine would once it saved the
+// jump's checkpoint. The errors of sim are returned as they are.
 //
 // The walk is Advance's: up to the next step Advance holds every act and jump (Suspended) over
 // the state; from it on, Advance runs over the simulation's state, its acts through sim.Act and
 // its saves recording nothing, once to the last step; each observation Advance makes is a step
 // of the plan, and each act it ran or wait the simulation lifted is a pass of that step.
-func (w *Workflow[S]) PlanAhead(ctx context.Context, cp Checkpoint, state S, sim Simulation[S]) ([]PlannedStep, error) {
+func (w *Workflow[S]) Plan(ctx context.Context, cp Checkpoint, state S, sim Simulation[S]) ([]PlannedStep, error) {
 	i, err := w.position(cp)
 	if err != nil {
 		return nil, err
@@ -176,7 +175,7 @@ func (w *Workflow[S]) PlanAhead(ctx context.Context, cp Checkpoint, state S, sim
 	return pl.observeRest(stopped, state, func(st Step[S]) Decision { return sim.ObserveAhead(st, state) }), nil
 }
 
-// planner builds a plan from what Advance observes and acts on (PlanAhead).
+// planner builds a plan from what Advance observes and acts on (Plan).
 type planner[S any] struct {
 	w       *Workflow[S]
 	current int // the checkpoint's position

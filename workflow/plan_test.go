@@ -45,14 +45,15 @@ func (t *toySimulation) Land(cp Checkpoint) (*world, error) {
 	return t.land, nil
 }
 
-// PlanAhead carries the plan past the step the workflow stops at: acts run in the simulation
-// and waits are assumed, each recorded at its step; the planned state is left as it was, and
-// the steps after one the simulation cannot pass are observed ahead on the planned state.
-func TestPlanAheadSimulatesPastTheNextStep(t *testing.T) {
+// Plan with a Simulation carries the plan past the step the workflow stops at: acts run in the
+// simulation and waits are assumed, each recorded at its step; the planned state is left as it
+// was, and the steps after one the simulation cannot pass are observed ahead on the planned
+// state.
+func TestPlanSimulatesPastTheNextStep(t *testing.T) {
 	w, _ := New(toySteps("a", "b", "c", "d", "e")...)
 	state := &world{need: map[string]int{"b": 2, "d": 1, "e": 1}, acted: map[string]int{}, wait: map[string]bool{"c": true, "d": true}}
 	sim := &toySimulation{sim: copyWorld(state), cannot: map[string]bool{"d": true}}
-	plan, err := w.PlanAhead(context.Background(), Checkpoint{Step: "a"}, state, sim)
+	plan, err := w.Plan(context.Background(), Checkpoint{Step: "a"}, state, sim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +85,12 @@ func TestPlanAheadSimulatesPastTheNextStep(t *testing.T) {
 
 // A jump at the next step is landed, and the plan goes on from its target over the state the
 // jump leaves, simulating from there.
-func TestPlanAheadLandsTheJump(t *testing.T) {
+func TestPlanLandsTheJump(t *testing.T) {
 	w := jumpy(t)
 	state := &world{need: map[string]int{}, acted: map[string]int{}, wait: map[string]bool{"moved": true}}
 	landed := &world{need: map[string]int{"a": 1}, acted: map[string]int{}, wait: map[string]bool{}}
 	sim := &toySimulation{sim: copyWorld(state), land: landed}
-	plan, err := w.PlanAhead(context.Background(), Checkpoint{Step: "b", Token: "t0"}, state, sim)
+	plan, err := w.Plan(context.Background(), Checkpoint{Step: "b", Token: "t0"}, state, sim)
 	if err != nil {
 		t.Fatal(err)
 	}

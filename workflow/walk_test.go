@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// The plan and the operator walk alike: over generated workflows and states, PlanAhead carried
-// by a simulation makes the same acts, under the same tokens, and the same assumptions, in the
+// The plan and the operator walk alike: over generated workflows and states, Plan carried by
+// a simulation makes the same acts, under the same tokens, and the same assumptions, in the
 // same order, as the operator's loop of Advance over the same world, which acts itself and is
 // given the same assumptions where it waits; and both stop at the same step when the simulation
 // cannot stand in for a wait.
@@ -112,9 +112,9 @@ func (s *walkSimulation) Land(cp Checkpoint) (*walkWorld, error) {
 func planEvents(t *testing.T, w *Workflow[*walkWorld], cp Checkpoint, world *walkWorld, cannot map[string]bool) []string {
 	t.Helper()
 	sim := &walkSimulation{planned: world, sim: world.clone(), cannot: cannot}
-	plan, err := w.PlanAhead(context.Background(), cp, world, sim)
+	plan, err := w.Plan(context.Background(), cp, world, sim)
 	if err != nil {
-		t.Fatalf("PlanAhead: %v", err)
+		t.Fatalf("Plan: %v", err)
 	}
 	var out []string
 	for _, p := range plan {

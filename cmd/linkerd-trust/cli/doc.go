@@ -12,7 +12,7 @@
 //   - the frame: cli.go (Env, the command type, Main), help.go, kube.go (the flags and clients
 //     every command that reads the cluster shares), version.go (version, metadata);
 //   - one file per command: bundle.go (with adopt.go, bundle --adopt), plan.go (a dry run of the
-//     steps through Workflow.PlanAhead), rotate.go (with suspend.go, --suspend and --resume), wait.go;
+//     steps through Workflow.Plan), rotate.go (with suspend.go, --suspend and --resume), wait.go;
 //   - check: checks.go (the command, its flags, the categories in order), checkrunner.go
 //     (running and rendering checks), then one file per category: checkcertmanager.go and
 //     checkpki.go (the prerequisites, check --pre), checkoperator.go (the rotation),

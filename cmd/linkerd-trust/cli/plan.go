@@ -174,7 +174,7 @@ type planOptions struct {
 }
 
 // buildPlan reads the cluster once and walks the operator's steps over it with the engine's
-// walk (workflow.PlanAhead), which planSimulation carries past the step the operator stops at.
+// walk (workflow.Plan), which planSimulation carries past the step the operator stops at.
 func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *probeFlags, opts planOptions) (*plan, error) {
 	assumeRenewed := opts.assumeRenewed
 	cfg := kf.Config
@@ -358,7 +358,7 @@ func buildPlan(ctx context.Context, env *Env, cl *Clients, kf *KubeFlags, pf *pr
 	sim := &planSimulation{ahead: newAhead(), newAhead: newAhead, recorder: recorder, status: &tar.Status, s: s, reading: reading}
 	rotation = newRotation(sim.ahead)
 	sim.steps = steps.NewOrdered(rotation)
-	walk, err := sim.steps.Workflow().PlanAhead(ctx, cp, s, sim)
+	walk, err := sim.steps.Workflow().Plan(ctx, cp, s, sim)
 	if err != nil {
 		return nil, err
 	}
