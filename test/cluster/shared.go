@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // One cluster per test binary: starting one takes ~15 s, so every test of a package shares it.
@@ -21,6 +22,7 @@ var shared struct {
 	opts    Options
 	c       *Cluster
 	err     error // the first start failure, reported to every later caller
+	times   timings
 }
 
 // ForTest runs the tests of a package that uses Shared and stops the shared cluster afterwards.
@@ -31,7 +33,8 @@ var shared struct {
 // If the test binary is interrupted (SIGINT, SIGTERM) the cluster is stopped before it exits; if
 // it is killed outright, the kernel kills the components (see spawner). If tests failed, the tail
 // of the component logs is printed, because the logs go with the cluster's work directory, and
-// then the messages of the failed tests once more (see failureSummary).
+// then the messages of the failed tests once more (see failureSummary). Last, it prints how long
+// the tests took and the slowest of them (see timings).
 func ForTest(m *testing.M, opts Options) int {
 	shared.mu.Lock()
 	shared.enabled, shared.opts = true, opts
@@ -58,6 +61,7 @@ func ForTest(m *testing.M, opts Options) int {
 	close(sigs)
 	stopShared(code != 0)
 	summary.finish()
+	shared.times.render(os.Stdout)
 	return code
 }
 
@@ -89,8 +93,11 @@ func Shared(t testing.TB) *Cluster {
 	if !shared.enabled {
 		t.Fatal("cluster.Shared needs TestMain to call cluster.ForTest, which stops the cluster after the tests")
 	}
+	shared.times.track(t)
 	if shared.c == nil && shared.err == nil {
+		begin := time.Now()
 		shared.c, shared.err = Start(shared.ctx, shared.opts)
+		shared.times.start = time.Since(begin)
 	}
 	if shared.err != nil {
 		t.Fatalf("shared test cluster: %v", shared.err)
