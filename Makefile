@@ -240,15 +240,16 @@ e2e: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 e2e: ## Run the operator's and the CLI's end-to-end tests on local clusters.
 	scripts/gotest.sh $(GO_TEST_FLAGS) -p 1 -timeout 40m ./test/e2e/... ./cmd/...
 
-# Test binaries are compiled in parallel first (cached), then the packages run one at a time:
-# each package with end-to-end tests starts its own real cluster, and two at once on a 2-core
-# machine only slow each other down. scripts/gotest.sh ends a failed run with a digest of its
-# failures, so that the end of a CI log says why.
+# Test binaries are compiled in parallel first (cached), then the packages run in two lanes side
+# by side (scripts/test-lanes.sh): test/e2e, about half of the whole, and the others one at a
+# time. Each package with end-to-end tests starts its own real cluster, and they mostly wait:
+# two lanes keep a 2-core machine busier, more would run more clusters than it keeps up with.
+# A failed run ends with a digest of its failures, so that the end of a CI log says why.
 .PHONY: test
 test: export TRUST_ROTATION_TOOLS_BIN = $(TOOLS_BIN)
 test: verify ## Everything CI runs: make verify, then every test, unit and end to end, on real clusters.
 	go test -count=1 -run '^$$' ./... > /dev/null
-	scripts/gotest.sh $(GO_TEST_FLAGS) -p 1 -timeout 80m ./...
+	scripts/test-lanes.sh $(GO_TEST_FLAGS)
 	cd test/tools/chartdoc && $(CURDIR)/scripts/gotest.sh $(GO_TEST_FLAGS) ./...
 	cd test/tools/argocd && $(CURDIR)/scripts/gotest.sh $(GO_TEST_FLAGS) ./...
 	cd test/tools/oci && $(CURDIR)/scripts/gotest.sh $(GO_TEST_FLAGS) ./...
