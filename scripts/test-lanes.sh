@@ -9,8 +9,10 @@
 # own ports, pod network and work directory (test/cluster), so two run side by side. More lanes
 # would run more clusters than two cores keep up with.
 #
-# Each line is prefixed with its lane's name. A failed lane's digest (scripts/gotest.sh) is printed
-# again, without the prefix, once both lanes are done, so that the end of a CI log says why.
+# Each line is prefixed with its lane's name. Once both lanes are done it prints the slowest tests
+# of each package that ran on a cluster (test/cluster's timings, which go test hides for a
+# package that passed), then a failed lane's digest (scripts/gotest.sh) again, without the
+# prefix, so that the end of a CI log says why.
 # Interrupted, both lanes are stopped: their test binaries stop their clusters on SIGTERM.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +21,7 @@ cd "$here/.."
 e2e=github.com/linkerd/trust-rotation/test/e2e
 rest=$(go list ./... | grep -vx "$e2e") || exit 1
 logs=$(mktemp -d "${TMPDIR:-/tmp}/test-lanes.XXXXXX")
+export TRUST_ROTATION_TEST_TIMINGS=$logs/timings # test/cluster.TimingsFileEnv
 
 # lane NAME ARGS...: runs gotest.sh ARGS, its output kept in $logs/NAME and printed prefixed.
 lane() {
@@ -35,10 +38,19 @@ e2e_pid=$!
 lane rest "$@" -p 1 -timeout 80m $rest &
 rest_pid=$!
 
+e2e_status=0 rest_status=0
+wait "$e2e_pid" || e2e_status=$?
+wait "$rest_pid" || rest_status=$?
+
+if [[ -s $logs/timings ]]; then
+  echo
+  echo "==> the slowest tests of each package on a cluster:"
+  sort "$logs/timings"
+fi
 status=0
-for pair in "e2e:$e2e_pid" "rest:$rest_pid"; do
+for pair in "e2e:$e2e_status" "rest:$rest_status"; do
   name=${pair%%:*}
-  if ! wait "${pair#*:}"; then
+  if [[ ${pair#*:} -ne 0 ]]; then
     status=1
     echo
     echo "==> lane $name failed:"

@@ -62,6 +62,9 @@ func ForTest(m *testing.M, opts Options) int {
 	stopShared(code != 0)
 	summary.finish()
 	shared.times.render(os.Stdout)
+	if err := shared.times.appendTo(os.Getenv(TimingsFileEnv)); err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: writing the tests' timings: %v\n", err)
+	}
 	return code
 }
 

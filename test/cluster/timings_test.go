@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +53,33 @@ func TestTimingsSlowestFirst(t *testing.T) {
 		"TestG 7s, TestF 6s, TestE 5s, TestD 4s, TestC 3s ---\n"
 	if got.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", got.String(), want)
+	}
+}
+
+// TestTimingsAppendedToTheFile: the line goes to the file the environment names, after the
+// package's directory in the module, and appends to what is there (two lanes share the file).
+func TestTimingsAppendedToTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timings")
+	if err := os.WriteFile(path, []byte("test/e2e: earlier\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var none timings
+	if err := none.appendTo(path); err != nil {
+		t.Fatal(err)
+	}
+	tm := timings{took: []testTime{{name: "TestA", took: 2 * time.Second}}, start: time.Second}
+	if err := tm.appendTo(""); err != nil {
+		t.Fatalf("no file named: %v", err)
+	}
+	if err := tm.appendTo(path); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "test/e2e: earlier\ntest/cluster: --- 1 tests on the shared cluster took 2s (its start 1s); the slowest: TestA 2s ---\n"
+	if string(got) != want {
+		t.Errorf("file holds\n%s\nwant\n%s", got, want)
 	}
 }
